@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages needed to build and test tpujob-operator. Idempotent: does
+# nothing when every package is already present. Runs unattended (as root, or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libcpprest-dev libboost-dev libssl-dev openssl  # HTTP client/listener, TLS
+  nlohmann-json3-dev libyaml-cpp-dev              # JSON documents, kubeconfig YAML
+  libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
+  libgtest-dev libgmock-dev                       # unit tests
+  curl procps iproute2 psmisc                     # the local control plane scripts
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "[deps] installing: ${missing[*]}" >&2
+sudo=""
+[[ $(id -u) == 0 ]] || sudo=sudo
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,125 @@
+// The Kubernetes REST client: typed verbs over JSON documents, errors as values.
+//
+// Client is an interface so reconcilers and the cache can be unit-tested against fakes; the
+// real implementation (NewClient) speaks HTTPS to the API server through cpprestsdk, retries
+// throttling (429), server errors (5xx) and transport failures with jittered exponential
+// backoff honouring Retry-After, and applies a client-side QPS/burst limit.
+//
+// Thread-safety: every method may be called concurrently from any thread. Calls block until
+// they have a result (including retries). Watch streams are consumed by one thread each.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/config.h"
+#include "kube/error.h"
+#include "kube/resource.h"
+#include "kube/watch.h"
+
+namespace tpujob::kube {
+
+using Json = nlohmann::json;
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;        // "" = most recent (quorum read)
+  std::string resource_version_match;  // "NotOlderThan" | "Exact" | ""
+  int64_t limit = 0;                   // page size; 0 = server default (everything)
+  std::string continue_token;
+};
+
+struct WatchOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;  // start after this version
+  bool allow_bookmarks = true;
+  std::optional<int> timeout_seconds;  // server closes the watch after this
+};
+
+enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
+
+struct PatchOptions {
+  std::string field_manager = "tpujob-operator";
+  bool force = false;             // server-side apply: take ownership of conflicting fields
+  std::string subresource;        // "" or "status"
+};
+
+struct DeleteOptions {
+  std::optional<int64_t> grace_period_seconds;
+  std::string propagation_policy;           // "Foreground" | "Background" | "Orphan" | ""
+  std::optional<std::string> precondition_uid;
+  std::optional<std::string> precondition_resource_version;
+};
+
+struct WriteOptions {
+  std::string field_manager = "tpujob-operator";
+  std::string subresource;        // "" or "status" (update only)
+};
+
+// One open watch. Destroying it closes the connection.
+class WatchStream {
+ public:
+  virtual ~WatchStream() = default;
+  // Blocks until the next event. std::nullopt means the server ended the stream normally
+  // (timeout reached); an Error means the connection broke or a line could not be decoded.
+  virtual Result<std::optional<WatchEvent>> Next() = 0;
+  // Unblocks Next() from another thread; Next() then returns an Error of kind kCancelled.
+  virtual void Cancel() = 0;
+};
+
+// Counts of requests by verb and outcome, for tests and metrics.
+struct RequestObserver {
+  // verb ("GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"), resource plural, HTTP
+  // status (0 for transport errors), latency.
+  std::function<void(std::string_view verb, std::string_view resource, int status,
+                     Duration latency)>
+      on_request;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+
+  virtual Result<Json> Get(const Resource& r, const std::string& ns, const std::string& name,
+                           const std::string& subresource = {}) = 0;
+  // One page. The result is the List object: items, metadata.resourceVersion,
+  // metadata.continue.
+  virtual Result<Json> List(const Resource& r, const std::string& ns,
+                            const ListOptions& options = {}) = 0;
+  virtual Result<std::unique_ptr<WatchStream>> Watch(const Resource& r, const std::string& ns,
+                                                     const WatchOptions& options) = 0;
+  virtual Result<Json> Create(const Resource& r, const std::string& ns, const Json& object,
+                              const WriteOptions& options = {}) = 0;
+  // PUT: optimistic concurrency through metadata.resourceVersion in `object` (409 if stale).
+  virtual Result<Json> Update(const Resource& r, const std::string& ns, const Json& object,
+                              const WriteOptions& options = {}) = 0;
+  // `body` is the patch document for the given type (for kApply: the full intended object).
+  virtual Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                             PatchType type, const Json& body,
+                             const PatchOptions& options = {}) = 0;
+  // Returns the server's answer (the object being deleted, or a Status).
+  virtual Result<Json> Delete(const Resource& r, const std::string& ns, const std::string& name,
+                              const DeleteOptions& options = {}) = 0;
+};
+
+// Lists every page (following `continue`) and returns the items plus the collection's
+// resourceVersion. Restarts from scratch if a continue token expires (410).
+struct ListAllResult {
+  std::vector<Json> items;
+  std::string resource_version;
+  int pages = 0;
+};
+Result<ListAllResult> ListAll(Client& client, const Resource& r, const std::string& ns,
+                              ListOptions options);
+
+// The real client.
+std::unique_ptr<Client> NewClient(Config config, RequestObserver observer = {});
+
+}  // namespace tpujob::kube

@@ -1,0 +1,76 @@
+// Where the API server is and how to authenticate to it: from a kubeconfig file (contexts,
+// client certificate/key, bearer token or token file, CA as inline data or a file), or from
+// the in-cluster service account (token file re-read periodically, CA bundle).
+//
+// TLS is always verified; `insecure_skip_tls_verify` is honoured only when the kubeconfig
+// explicitly sets it, and a warning is logged.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/clock.h"
+#include "kube/error.h"
+
+namespace tpujob::kube {
+
+// A bearer token that may come from a file the kubelet rotates (projected service-account
+// token). Token() re-reads the file at most every `refresh` and keeps the last good value if a
+// read fails. Thread-safe.
+class TokenSource {
+ public:
+  static std::shared_ptr<TokenSource> Static(std::string token);
+  static std::shared_ptr<TokenSource> FromFile(std::string path,
+                                               Duration refresh = std::chrono::minutes(1),
+                                               Clock& clock = Clock::Real());
+  Result<std::string> Token();
+
+ private:
+  TokenSource(std::string token, std::string path, Duration refresh, Clock& clock);
+  std::mutex mu_;
+  std::string token_;
+  std::string path_;
+  Duration refresh_;
+  Clock& clock_;
+  std::optional<TimePoint> read_at_;
+};
+
+struct Config {
+  std::string server;             // "https://127.0.0.1:6443"
+  std::string tls_server_name;    // SNI / verification name override; empty = host of `server`
+  std::string ca_pem;             // PEM bundle; empty = system trust store
+  std::string client_cert_pem;    // client certificate authentication
+  std::string client_key_pem;
+  std::shared_ptr<TokenSource> token;  // bearer token authentication; null = none
+  bool insecure_skip_tls_verify = false;
+  std::string default_namespace = "default";
+  std::string source;             // where this came from, for logs ("kubeconfig /x, context y")
+
+  double qps = 50;                // client-side limit; <= 0 disables it
+  int burst = 100;
+  std::chrono::seconds request_timeout{30};
+  int max_retries = 5;            // for 429, 5xx and transport errors; 0 = no retries
+  std::string user_agent = "tpujob-operator";
+};
+
+// Loads `path` (a kubeconfig file) using `context`, or its current-context when empty.
+// Relative file references are resolved against the file's directory, as kubectl does.
+Result<Config> LoadKubeconfig(const std::string& path, const std::string& context = {});
+
+// Same, from the YAML text itself; `base_dir` resolves relative paths.
+Result<Config> ParseKubeconfig(const std::string& yaml_text, const std::string& context,
+                               const std::string& base_dir);
+
+// In-cluster configuration: KUBERNETES_SERVICE_HOST/PORT and the service-account files under
+// `sa_dir` (token, ca.crt, namespace).
+Result<Config> InClusterConfig(
+    const std::string& sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+
+// The usual resolution order: explicit path, then $KUBECONFIG, then in-cluster, then
+// ~/.kube/config.
+Result<Config> ResolveConfig(const std::string& kubeconfig_path, const std::string& context);
+
+}  // namespace tpujob::kube
