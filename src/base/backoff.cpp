@@ -10,10 +10,11 @@ Backoff::Backoff(BackoffPolicy policy, uint64_t seed) : policy_(policy), rng_(se
 Duration Backoff::Delay(uint32_t failures) {
   const double initial = static_cast<double>(policy_.initial.count());
   const double max = static_cast<double>(policy_.max.count());
-  // Stop growing once past max so huge failure counts cannot overflow.
-  double base = initial;
-  for (uint32_t i = 0; i < failures && base < max; ++i) base *= policy_.factor;
-  base = std::min(base, max);
+  if (initial <= 0 || max <= 0) return Duration::zero();
+  // pow instead of a multiply loop: a loop would spin up to 2^32 times when factor <= 1, and
+  // pow saturates at infinity (clamped by min below) rather than overflowing.
+  double base = initial * std::pow(policy_.factor, static_cast<double>(failures));
+  if (!(base < max)) base = max;  // also catches NaN
   double jittered = base;
   if (policy_.jitter > 0) {
     std::uniform_real_distribution<double> unit(0.0, 1.0);

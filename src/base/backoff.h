@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <random>
 
 #include "base/clock.h"
@@ -30,7 +31,12 @@ class Backoff {
   Duration Delay(uint32_t failures);
 
   // Convenience for the common loop: returns the next delay and counts one more failure.
-  Duration Next() { return Delay(failures_++); }
+  // The count saturates instead of wrapping back to zero.
+  Duration Next() {
+    const Duration delay = Delay(failures_);
+    if (failures_ != std::numeric_limits<uint32_t>::max()) ++failures_;
+    return delay;
+  }
   void Reset() { failures_ = 0; }
   uint32_t failures() const { return failures_; }
   const BackoffPolicy& policy() const { return policy_; }

@@ -32,13 +32,21 @@ void FakeClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mut
   // Advance locks our mutex before notifying, and we hold it until wait() releases it
   // atomically, so a move between registration and wait() cannot be lost.
   cv.wait(lock);
+  // We may have been woken by someone else while an Advance holds a copy of our entry and is
+  // about to lock our mutex and notify our cv. Both may be destroyed as soon as we return (they
+  // often live on the caller's stack), so deregister and wait until no Advance is mid-notify.
+  // Our mutex is released meanwhile, or that Advance could never finish.
+  std::mutex* mutex = lock.mutex();
+  lock.unlock();
   {
-    std::lock_guard<std::mutex> guard(mu_);
+    std::unique_lock<std::mutex> guard(mu_);
     auto it = std::find_if(waiters_.begin(), waiters_.end(),
-                           [&](const Waiter& w) { return w.cv == &cv && w.mutex == lock.mutex(); });
+                           [&](const Waiter& w) { return w.cv == &cv && w.mutex == mutex; });
     if (it != waiters_.end()) waiters_.erase(it);
+    waiters_changed_.wait(guard, [&] { return notifying_ == 0; });
   }
   waiters_changed_.notify_all();
+  lock.lock();
 }
 
 void FakeClock::Advance(Duration d) {
@@ -48,11 +56,17 @@ void FakeClock::Advance(Duration d) {
     now_ += d;
     wall_now_ += std::chrono::duration_cast<WallTime::duration>(d);
     to_wake = waiters_;
+    ++notifying_;
   }
   for (const Waiter& w : to_wake) {
     std::lock_guard<std::mutex> waiter_lock(*w.mutex);
     w.cv->notify_all();
   }
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    --notifying_;
+  }
+  waiters_changed_.notify_all();
 }
 
 int FakeClock::Waiters() const {

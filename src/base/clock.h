@@ -46,9 +46,11 @@ class RealClock final : public Clock {
   }
 };
 
-// FakeClock only moves when a test calls Advance or Set. Waiters blocked in WaitUntil are woken
-// on every move so they can re-check their deadline; a waiter never misses a move because
-// Advance takes the waiter's mutex before notifying it.
+// FakeClock only moves when a test calls Advance. Waiters blocked in WaitUntil are woken on
+// every move so they can re-check their deadline; a waiter never misses a move because Advance
+// takes the waiter's mutex before notifying it. Consequently Advance must not be called while
+// holding a mutex that some thread passes to WaitUntil. WaitUntil returns only once no Advance
+// still refers to its cv and mutex, so both may live on the waiter's stack.
 class FakeClock final : public Clock {
  public:
   explicit FakeClock(TimePoint start = TimePoint{} + std::chrono::hours(1),
@@ -80,6 +82,7 @@ class FakeClock final : public Clock {
   TimePoint now_;
   WallTime wall_now_;
   std::vector<Waiter> waiters_;
+  int notifying_ = 0;  // Advance calls between copying waiters_ and notifying the last of them
 };
 
 }  // namespace tpujob

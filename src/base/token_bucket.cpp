@@ -19,13 +19,21 @@ void TokenBucket::Refill(TimePoint now) {
   last_ = now;
 }
 
+TimePoint TokenBucket::ReserveAt(TimePoint now) {
+  std::lock_guard<std::mutex> guard(mu_);
+  Refill(now);
+  tokens_ -= 1.0;
+  if (tokens_ >= 0) return now;
+  // Round up: a delay rounded down would hand out the token a fraction of a token early, and a
+  // TryAccept at exactly the returned time would then fail.
+  const double seconds = -tokens_ / qps_;
+  return now + std::chrono::ceil<Duration>(std::chrono::duration<double>(seconds));
+}
+
 Duration TokenBucket::Reserve() {
   if (unlimited()) return Duration::zero();
-  std::lock_guard<std::mutex> guard(mu_);
-  Refill(clock_.Now());
-  tokens_ -= 1.0;
-  if (tokens_ >= 0) return Duration::zero();
-  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(-tokens_ / qps_));
+  const TimePoint now = clock_.Now();
+  return ReserveAt(now) - now;
 }
 
 bool TokenBucket::TryAccept() {
@@ -38,9 +46,10 @@ bool TokenBucket::TryAccept() {
 }
 
 void TokenBucket::Wait() {
-  const Duration delay = Reserve();
-  if (delay <= Duration::zero()) return;
-  const TimePoint deadline = clock_.Now() + delay;
+  if (unlimited()) return;
+  // The deadline comes from the same instant the reservation was made at; reading the clock
+  // again afterwards would add the time spent in between to the wait.
+  const TimePoint deadline = ReserveAt(clock_.Now());
   std::mutex wait_mu;
   std::unique_lock<std::mutex> lock(wait_mu);
   std::condition_variable cv;

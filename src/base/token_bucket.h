@@ -31,6 +31,8 @@ class TokenBucket {
 
  private:
   void Refill(TimePoint now);
+  // Takes one token at `now` and returns the time from which it may be used.
+  TimePoint ReserveAt(TimePoint now);
 
   const double qps_;
   const double burst_;

@@ -36,11 +36,15 @@ struct Error {
   // failures. Conflicts and client errors are not retryable as-is.
   bool IsRetryable() const;
 
+  // "404 NotFound: pods \"x\" not found", "transport error: connection refused", ...
   std::string ToString() const;
 
+  // An API error as the server would report it (fakes in tests build these too).
+  static Error Api(int http_status, std::string reason, std::string message);
   static Error Transport(std::string message);
   static Error Decode(std::string message);
   static Error Config(std::string message);
+  static Error Cancelled(std::string message = {});
 };
 
 template <typename T>
@@ -49,12 +53,18 @@ using Result = std::expected<T, Error>;
 using Status = std::expected<void, Error>;
 
 // Builds an Error from a non-2xx answer. `body` is normally a metav1.Status JSON document; any
-// other body (HTML from a proxy, empty) still yields a useful error with the HTTP status.
-// `retry_after_header` is the raw Retry-After header value, empty if absent.
+// other body (HTML from a proxy, empty) still yields a useful error with the HTTP status and a
+// truncated excerpt of the body. `http_status` is authoritative over the body's "code"; a
+// missing reason is derived from it ("NotFound" for 404, ...).
+// `retry_after_header` is the raw Retry-After header value, empty if absent: delay-seconds, or
+// an HTTP-date (converted against the wall clock, at least 1s); an unparsable value means 1s.
+// The header wins over the body's details.retryAfterSeconds.
 Error ErrorFromResponse(int http_status, std::string_view body,
                         std::string_view retry_after_header = {});
 
-// Parses a metav1.Status object already decoded from JSON text (as found in watch ERROR events).
+// Parses a metav1.Status object given as JSON text (as found in watch ERROR events). The code
+// comes from the Status's "code", else `fallback_http_status`, else is derived from a well-known
+// reason ("Expired" -> 410). Text that is not a JSON object yields a kDecode error.
 Error ErrorFromStatusJson(std::string_view status_json, int fallback_http_status = 0);
 
 }  // namespace tpujob::kube

@@ -29,7 +29,8 @@ class WatchDecoder {
  public:
   // Feeds the next chunk; returns every event completed by it, in order. A complete line that
   // is not a valid event yields an Error (kind kDecode) in its place; decoding continues after
-  // it. Blank lines are ignored.
+  // it. Blank lines are ignored, as is a trailing '\r'. A line longer than the limit yields one
+  // kDecode error; its bytes are dropped up to and including its newline.
   std::vector<Result<WatchEvent>> Feed(std::string_view chunk);
 
   // Bytes buffered waiting for the end of a line.
@@ -44,6 +45,7 @@ class WatchDecoder {
  private:
   std::string buffer_;
   size_t max_line_bytes_ = 64u << 20;
+  bool discarding_ = false;  // inside an overlong line: drop bytes until its newline
 };
 
 }  // namespace tpujob::kube

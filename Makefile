@@ -1,0 +1,48 @@
+# tpujob-operator: `make demo` and `make test` do all the set-up on a fresh machine.
+#   make deps    install the Debian packages (scripts/install-deps.sh)
+#   make tools   build/cache the pinned control plane (e2e/tools/build.sh)
+#   make build   configure and compile into build/
+#   make test    unit + end-to-end tests (starts and stops a local control plane)
+#   make demo    local control plane + operator + a sample TPUJob
+#   make bench   benchmarks that print numbers
+#   make format  clang-format every C++ file
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
+
+.PHONY: all deps tools build unit e2e test demo bench format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+tools: deps
+	@bash e2e/tools/build.sh >/dev/null
+
+$(BUILD_DIR)/build.ninja: CMakeLists.txt
+	cmake -S . -B $(BUILD_DIR) -G Ninja
+
+build: deps $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+unit: build
+	$(CTEST) -L unit -j $(JOBS)
+
+e2e: build tools
+	$(CTEST) -L e2e
+
+test: build tools
+	@bash scripts/run-tests.sh $(BUILD_DIR)
+
+demo: build tools
+	@bash scripts/demo.sh $(BUILD_DIR)
+
+bench: build tools
+	@bash scripts/bench.sh $(BUILD_DIR)
+
+format:
+	@find src operator tests e2e -name '*.h' -o -name '*.cpp' | grep -v '/tools/' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR)

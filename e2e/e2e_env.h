@@ -1,0 +1,107 @@
+// Helpers shared by the end-to-end tests: where the local control plane is (started by
+// `e2e/cluster up` through the ctest fixture), an independent kubectl to assert with, and
+// a fresh namespace per test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "kube/client.h"
+#include "kube/config.h"
+
+namespace tpujob::e2e {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout, and stderr when asked for
+};
+
+// Runs a shell command and captures its stdout (and stderr if `with_stderr`).
+inline CommandResult RunCommand(const std::string& command, bool with_stderr = true) {
+  CommandResult result;
+  const std::string full = command + (with_stderr ? " 2>&1" : "");
+  FILE* pipe = ::popen(full.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+inline std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+inline std::string ClusterDir() {
+  const char* dir = std::getenv("TPUJOB_E2E_DIR");
+  return dir != nullptr ? dir : "/tmp/tpujob-e2e";
+}
+
+inline std::string ClusterScript() { return std::string(TPUJOB_SOURCE_DIR) + "/e2e/cluster"; }
+
+inline std::string KubeconfigPath() {
+  static const std::string path =
+      Trim(RunCommand(ClusterScript() + " kubeconfig --dir " + ClusterDir(), false).output);
+  return path;
+}
+
+inline std::string ToolsBin() {
+  static const std::string bin =
+      Trim(RunCommand(std::string(TPUJOB_SOURCE_DIR) + "/e2e/tools/build.sh", false).output);
+  return bin;
+}
+
+// kubectl against the test cluster; `args` is passed through the shell.
+inline CommandResult Kubectl(const std::string& args, bool with_stderr = true) {
+  return RunCommand(ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath() + " " + args,
+                    with_stderr);
+}
+
+inline kube::Config AdminConfig() {
+  auto config = kube::LoadKubeconfig(KubeconfigPath());
+  EXPECT_TRUE(config.has_value()) << (config ? "" : config.error().ToString());
+  return config.value_or(kube::Config{});
+}
+
+// Polls `condition` until it holds or `timeout` passes; returns whether it held. For waiting on
+// another process (the API server, the operator), where no notification exists.
+inline bool Eventually(const std::function<bool()>& condition,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                       std::chrono::milliseconds interval = std::chrono::milliseconds(50)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(interval);
+  }
+  return condition();
+}
+
+// A namespace created for one test and deleted (without waiting) after it.
+class TestNamespace {
+ public:
+  explicit TestNamespace(const std::string& prefix) {
+    static int counter = 0;
+    name_ = prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+    const CommandResult r = Kubectl("create namespace " + name_);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  ~TestNamespace() { Kubectl("delete namespace " + name_ + " --wait=false"); }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace tpujob::e2e

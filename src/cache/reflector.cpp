@@ -1,0 +1,358 @@
+#include "cache/reflector.h"
+
+#include <spdlog/spdlog.h>
+
+namespace tpujob::cache {
+namespace {
+
+// metadata.<field> as a string, "" when absent or malformed (the object may not decode).
+std::string_view MetadataString(const Json& object, std::string_view field) {
+  if (!object.is_object()) return {};
+  auto meta = object.find("metadata");
+  if (meta == object.end() || !meta->is_object()) return {};
+  auto value = meta->find(field);
+  if (value == meta->end() || !value->is_string()) return {};
+  return value->get_ref<const std::string&>();
+}
+
+}  // namespace
+
+template <typename T>
+Reflector<T>::Reflector(kube::Client& client, kube::Resource resource, Store<T>& store,
+                        ReflectorOptions options, Clock& clock)
+    : client_(client),
+      resource_(std::move(resource)),
+      store_(store),
+      options_([&] {
+        if (options.name.empty()) options.name = resource_.plural;
+        return std::move(options);
+      }()),
+      clock_(clock),
+      backoff_(options_.backoff, options_.seed),
+      rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL) {}
+
+template <typename T>
+Reflector<T>::~Reflector() {
+  Stop();
+}
+
+template <typename T>
+void Reflector<T>::AddEventHandlers(EventHandlers<T> handlers) {
+  std::lock_guard<std::mutex> lock(handlers_mu_);
+  if (handlers.on_add) {
+    for (const Ptr& object : store_.List()) handlers.on_add(object);
+  }
+  handlers_.push_back(std::move(handlers));
+}
+
+template <typename T>
+void Reflector<T>::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (thread_.joinable() || stopping_) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+template <typename T>
+void Reflector<T>::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    if (stream_) stream_->Cancel();
+  }
+  wake_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+template <typename T>
+bool Reflector<T>::WaitForSync(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait_for(lock, timeout, [&] { return HasSynced() || stopping_; });
+  return HasSynced();
+}
+
+template <typename T>
+std::string Reflector<T>::LastSyncResourceVersion() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_resource_version_;
+}
+
+template <typename T>
+ReflectorStats Reflector<T>::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+template <typename T>
+bool Reflector<T>::stopping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_;
+}
+
+template <typename T>
+void Reflector<T>::Run() {
+  bool need_list = true;
+  while (!stopping()) {
+    if (need_list) {
+      if (!ListAndReplace()) {
+        if (!WaitBackoff()) return;
+        continue;
+      }
+      need_list = false;
+    }
+    switch (WatchOnce()) {
+      case WatchOutcome::kRewatch:
+        break;
+      case WatchOutcome::kBackoff:
+        if (!WaitBackoff()) return;
+        break;
+      case WatchOutcome::kRelist:
+        // A 410 straight after a list (no event in between) would otherwise relist in a tight
+        // loop against a misbehaving server.
+        if (events_since_list_ == 0 && !WaitBackoff()) return;
+        need_list = true;
+        break;
+      case WatchOutcome::kStopped:
+        return;
+    }
+  }
+}
+
+template <typename T>
+bool Reflector<T>::ListAndReplace() {
+  kube::ListOptions list_options;
+  list_options.label_selector = options_.label_selector;
+  list_options.field_selector = options_.field_selector;
+  list_options.limit = options_.page_size;
+  kube::Result<kube::ListAllResult> listed =
+      kube::ListAll(client_, resource_, options_.ns, list_options);
+  if (!listed) {
+    spdlog::warn("reflector {}: list failed: {}", options_.name, listed.error().ToString());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.list_failures;
+    return false;
+  }
+  std::vector<Ptr> objects;
+  objects.reserve(listed->items.size());
+  uint64_t decode_errors = 0;
+  for (const Json& item : listed->items) {
+    kube::Result<T> decoded = T::FromJson(item);
+    if (!decoded) {
+      ++decode_errors;
+      spdlog::warn("reflector {}: skipping {}: {}", options_.name, MetadataString(item, "name"),
+                   decoded.error().message);
+      continue;
+    }
+    objects.push_back(std::make_shared<const T>(std::move(*decoded)));
+  }
+  listed->items.clear();
+  listed->items.shrink_to_fit();  // the JSON documents are the bulk of a list's memory
+  {
+    std::lock_guard<std::mutex> handlers_lock(handlers_mu_);
+    typename Store<T>::Delta delta = store_.Replace(std::move(objects), listed->resource_version);
+    {
+      // Bookkeeping first, so a handler already sees the reflector synced at this version.
+      std::lock_guard<std::mutex> lock(mu_);
+      last_resource_version_ = listed->resource_version;
+      ++stats_.lists;
+      stats_.list_pages += static_cast<uint64_t>(listed->pages);
+      stats_.decode_errors += decode_errors;
+      synced_.store(true, std::memory_order_release);
+    }
+    for (const EventHandlers<T>& h : handlers_) {
+      if (h.on_add) {
+        for (const Ptr& object : delta.added) h.on_add(object);
+      }
+      if (h.on_update) {
+        for (const auto& [old_object, new_object] : delta.updated) {
+          h.on_update(old_object, new_object);
+        }
+      }
+      if (h.on_delete) {
+        for (const Ptr& object : delta.deleted) h.on_delete(object);
+      }
+    }
+  }
+  wake_.notify_all();
+  events_since_list_ = 0;
+  spdlog::debug("reflector {}: listed {} objects at resourceVersion {}", options_.name,
+                store_.Size(), listed->resource_version);
+  return true;
+}
+
+template <typename T>
+typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
+  kube::WatchOptions watch_options;
+  watch_options.label_selector = options_.label_selector;
+  watch_options.field_selector = options_.field_selector;
+  watch_options.allow_bookmarks = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_options.resource_version = last_resource_version_;
+  }
+  const Duration timeout =
+      RandomBetween(options_.min_watch_timeout, options_.max_watch_timeout, rng_);
+  watch_options.timeout_seconds = static_cast<int>(
+      std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(timeout).count()));
+
+  kube::Result<std::unique_ptr<kube::WatchStream>> opened =
+      client_.Watch(resource_, options_.ns, watch_options);
+  if (!opened) {
+    const kube::Error& error = opened.error();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return WatchOutcome::kStopped;
+    if (error.IsGone()) {
+      ++stats_.gone;
+      spdlog::info("reflector {}: resourceVersion {} is gone, relisting", options_.name,
+                   watch_options.resource_version);
+      return WatchOutcome::kRelist;
+    }
+    ++stats_.watch_failures;
+    spdlog::warn("reflector {}: watch failed: {}", options_.name, error.ToString());
+    return WatchOutcome::kBackoff;
+  }
+  kube::WatchStream* stream = opened->get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return WatchOutcome::kStopped;
+    stream_ = std::move(*opened);
+    ++stats_.watches;
+  }
+
+  const TimePoint opened_at = clock_.Now();
+  uint64_t received = 0;
+  WatchOutcome outcome = WatchOutcome::kRewatch;
+  while (true) {
+    kube::Result<std::optional<kube::WatchEvent>> next = stream->Next();
+    if (!next) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) {
+        outcome = WatchOutcome::kStopped;
+      } else if (next.error().IsGone()) {
+        ++stats_.gone;
+        outcome = WatchOutcome::kRelist;
+      } else {
+        ++stats_.watch_failures;
+        spdlog::warn("reflector {}: watch broke: {}", options_.name, next.error().ToString());
+        outcome = WatchOutcome::kBackoff;
+      }
+      break;
+    }
+    if (!next->has_value()) {
+      // The server ended the watch (its timeout): re-watch at once. A watch that ends at once
+      // with nothing in it points at a problem; back off rather than spin (as client-go does).
+      if (received == 0 && clock_.Now() - opened_at < std::chrono::seconds(1)) {
+        spdlog::warn("reflector {}: very short watch, backing off", options_.name);
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.watch_failures;
+        outcome = WatchOutcome::kBackoff;
+      }
+      break;
+    }
+    ++received;
+    outcome = HandleEvent(**next);
+    if (outcome != WatchOutcome::kRewatch) break;
+  }
+
+  std::unique_ptr<kube::WatchStream> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished = std::move(stream_);
+    if (stopping_) outcome = WatchOutcome::kStopped;
+  }
+  return outcome;  // `finished` closes the connection outside the lock
+}
+
+template <typename T>
+typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& event) {
+  using kube::WatchEventType;
+  switch (event.type) {
+    case WatchEventType::kError: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (event.error.IsGone()) {
+        ++stats_.gone;
+        spdlog::info("reflector {}: watch expired ({}), relisting", options_.name,
+                     event.error.message);
+        return WatchOutcome::kRelist;
+      }
+      ++stats_.watch_failures;
+      spdlog::warn("reflector {}: watch error event: {}", options_.name, event.error.ToString());
+      return WatchOutcome::kBackoff;
+    }
+    case WatchEventType::kBookmark: {
+      std::string_view version = MetadataString(event.object, "resourceVersion");
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!version.empty()) last_resource_version_ = version;
+      ++stats_.bookmarks;
+      break;
+    }
+    case WatchEventType::kAdded:
+    case WatchEventType::kModified:
+    case WatchEventType::kDeleted: {
+      kube::Result<T> decoded = T::FromJson(event.object);
+      {
+        // Bookkeeping first, so a handler already sees the version of its event.
+        std::string_view version = MetadataString(event.object, "resourceVersion");
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!version.empty()) last_resource_version_ = version;
+        if (!decoded) ++stats_.decode_errors;
+        ++stats_.events;
+      }
+      if (!decoded) {
+        spdlog::warn("reflector {}: skipping undecodable {} event: {}", options_.name,
+                     kube::ToString(event.type), decoded.error().message);
+      }
+      if (event.type == WatchEventType::kDeleted) {
+        // Remove by key even if the final state does not decode, so the store cannot keep a
+        // ghost.
+        const std::string key = ObjectKey(MetadataString(event.object, "namespace"),
+                                          MetadataString(event.object, "name"));
+        ApplyDelete(key, decoded ? std::make_shared<const T>(std::move(*decoded)) : nullptr);
+      } else if (decoded) {
+        ApplyUpsert(std::make_shared<const T>(std::move(*decoded)));
+      }
+      break;
+    }
+  }
+  ++events_since_list_;
+  backoff_.Reset();
+  return WatchOutcome::kRewatch;
+}
+
+template <typename T>
+void Reflector<T>::ApplyUpsert(Ptr object) {
+  std::lock_guard<std::mutex> lock(handlers_mu_);
+  Ptr old = store_.Update(object);
+  for (const EventHandlers<T>& h : handlers_) {
+    if (old) {
+      if (h.on_update) h.on_update(old, object);
+    } else if (h.on_add) {
+      h.on_add(object);
+    }
+  }
+}
+
+template <typename T>
+void Reflector<T>::ApplyDelete(const std::string& key, Ptr final_state) {
+  std::lock_guard<std::mutex> lock(handlers_mu_);
+  Ptr old = store_.Delete(key);
+  if (!old) return;  // never seen (or already removed): nothing to tell
+  const Ptr& reported = final_state ? final_state : old;
+  for (const EventHandlers<T>& h : handlers_) {
+    if (h.on_delete) h.on_delete(reported);
+  }
+}
+
+template <typename T>
+bool Reflector<T>::WaitBackoff() {
+  const Duration delay = backoff_.Next();
+  std::unique_lock<std::mutex> lock(mu_);
+  const TimePoint deadline = clock_.Now() + delay;
+  while (!stopping_ && clock_.Now() < deadline) clock_.WaitUntil(wake_, lock, deadline);
+  return !stopping_;
+}
+
+template class Reflector<PodInfo>;
+template class Reflector<NodeInfo>;
+template class Reflector<TPUJobInfo>;
+
+}  // namespace tpujob::cache

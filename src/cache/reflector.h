@@ -1,0 +1,197 @@
+// Reflector: keeps a Store in step with the API server by LIST then WATCH, as client-go's
+// tools/cache/reflector.go does.
+//
+//   1. LIST every page (kube::ListAll, `page_size` items per request) and Replace the store
+//      atomically; differences from the previous content go to the handlers as synthetic
+//      add/update/delete events. HasSynced() turns true after the first successful list.
+//   2. WATCH from the list's resourceVersion with bookmarks, with a server timeout drawn at
+//      random from [min_watch_timeout, max_watch_timeout] so many watches do not expire
+//      together. Each ADDED/MODIFIED/DELETED event updates the store and then the handlers; a
+//      BOOKMARK only advances the resourceVersion. When the server ends the watch normally, the
+//      reflector re-watches at once from the last resourceVersion (after a backoff if the watch
+//      ended within a second without a single event, rather than spin).
+//   3. 410 Gone (from Watch() or as an ERROR event: the resourceVersion was compacted away)
+//      means events were lost: go back to 1. Any other failure (transport error, 5xx, a broken
+//      stream) re-watches from the last resourceVersion after a jittered exponential backoff
+//      (800 ms doubling to 30 s, jitter 1.0, like client-go); failed lists back off the same
+//      way. The backoff resets once a watch delivers events.
+//
+// Objects that fail to decode are logged, counted in stats() and skipped; they never stop the
+// reflector.
+//
+// Handlers run on the reflector's thread, in event order, after the store already reflects the
+// event. They must be quick and must not block: enqueue a key into a work queue and return
+// (reconcilers then read the store). Handlers added after Start() first receive an add for
+// every object already stored. Handlers cannot be removed: whatever they capture must outlive
+// the reflector (or the reflector must be stopped first).
+//
+// Lifetime: Start() spawns the thread; Stop() (also run by the destructor) cancels the open
+// watch, interrupts a backoff wait and joins, so it returns promptly except while a LIST
+// request is in flight (bounded by the client's request timeout). Time for backoff waits comes
+// from the injected Clock, so tests drive it with FakeClock.
+//
+// Thread-safety: all public methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/backoff.h"
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "kube/client.h"
+
+namespace tpujob::cache {
+
+struct ReflectorOptions {
+  std::string name;            // for logs; defaults to the resource plural
+  std::string ns;              // "" = all namespaces (or a cluster-scoped resource)
+  std::string label_selector;  // passed to LIST and WATCH
+  std::string field_selector;
+  int64_t page_size = 500;  // LIST limit per request; 0 = everything in one answer
+  Duration min_watch_timeout = std::chrono::minutes(5);
+  Duration max_watch_timeout = std::chrono::minutes(10);
+  BackoffPolicy backoff{std::chrono::milliseconds(800), std::chrono::seconds(30), 2.0, 1.0};
+  uint64_t seed = std::random_device{}();  // for backoff jitter and watch timeouts
+};
+
+template <typename T>
+struct EventHandlers {
+  using Ptr = std::shared_ptr<const T>;
+  std::function<void(const Ptr& object)> on_add;
+  std::function<void(const Ptr& old_object, const Ptr& new_object)> on_update;
+  // The object's final state as the server reported it (or the last one stored).
+  std::function<void(const Ptr& object)> on_delete;
+};
+
+struct ReflectorStats {
+  uint64_t lists = 0;  // successful LISTs (each may span several pages)
+  uint64_t list_pages = 0;
+  uint64_t list_failures = 0;
+  uint64_t watches = 0;         // watches opened
+  uint64_t watch_failures = 0;  // failed Watch() calls and broken streams
+  uint64_t gone = 0;            // 410 answers that forced a relist
+  uint64_t events = 0;          // ADDED/MODIFIED/DELETED applied
+  uint64_t bookmarks = 0;
+  uint64_t decode_errors = 0;  // objects skipped because they did not decode
+};
+
+template <typename T>
+class Reflector {
+ public:
+  using Ptr = std::shared_ptr<const T>;
+
+  // `client`, `store` and `clock` must outlive the reflector.
+  Reflector(kube::Client& client, kube::Resource resource, Store<T>& store,
+            ReflectorOptions options = {}, Clock& clock = Clock::Real());
+  ~Reflector();
+
+  Reflector(const Reflector&) = delete;
+  Reflector& operator=(const Reflector&) = delete;
+
+  // Registers handlers; replays the current content as adds when there is any.
+  void AddEventHandlers(EventHandlers<T> handlers);
+
+  // Starts the LIST/WATCH loop on its own thread. Call once.
+  void Start();
+  // Stops the loop and joins its thread. Idempotent.
+  void Stop();
+
+  // True once the first LIST is in the store.
+  bool HasSynced() const { return synced_.load(std::memory_order_acquire); }
+  // Blocks the caller (real time, at most `timeout`) until HasSynced() or Stop().
+  bool WaitForSync(std::chrono::milliseconds timeout) const;
+
+  // The resourceVersion of the last LIST, watch event or bookmark applied.
+  std::string LastSyncResourceVersion() const;
+  ReflectorStats stats() const;
+
+ private:
+  enum class WatchOutcome { kRewatch, kBackoff, kRelist, kStopped };
+
+  void Run();
+  bool ListAndReplace();
+  WatchOutcome WatchOnce();
+  WatchOutcome HandleEvent(kube::WatchEvent& event);
+  void ApplyUpsert(Ptr object);
+  void ApplyDelete(const std::string& key, Ptr final_state);
+  // Waits the next backoff delay on the clock; false if stopped meanwhile.
+  bool WaitBackoff();
+  bool stopping() const;
+
+  kube::Client& client_;
+  const kube::Resource resource_;
+  Store<T>& store_;
+  const ReflectorOptions options_;
+  Clock& clock_;
+
+  // Guards the loop's shared state below; wake_ interrupts backoff waits.
+  mutable std::mutex mu_;
+  mutable std::condition_variable wake_;
+  bool stopping_ = false;
+  std::unique_ptr<kube::WatchStream> stream_;  // the open watch, for Stop() to cancel
+  std::string last_resource_version_;
+  ReflectorStats stats_;
+
+  // Held while the store changes and handlers run, so a handler added meanwhile sees each
+  // object exactly once (in the replay or as an event).
+  std::mutex handlers_mu_;
+  std::vector<EventHandlers<T>> handlers_;
+
+  // Touched only by the loop thread.
+  Backoff backoff_;
+  std::mt19937_64 rng_;
+  uint64_t events_since_list_ = 0;
+
+  std::atomic<bool> synced_{false};
+  std::thread thread_;
+};
+
+// A store with the reflector that fills it: what a controller needs for one resource.
+//
+//   Informer<PodInfo> pods(client, kube::Resource::Pods());
+//   AddPodIndexers(pods.store());
+//   pods.AddEventHandlers({.on_add = ..., .on_update = ..., .on_delete = ...});
+//   pods.Start();
+//   pods.WaitForSync(std::chrono::seconds(30));
+template <typename T>
+class Informer {
+ public:
+  Informer(kube::Client& client, kube::Resource resource, ReflectorOptions options = {},
+           Clock& clock = Clock::Real())
+      : reflector_(client, std::move(resource), store_, std::move(options), clock) {}
+
+  Store<T>& store() { return store_; }
+  const Store<T>& store() const { return store_; }
+  void AddEventHandlers(EventHandlers<T> handlers) {
+    reflector_.AddEventHandlers(std::move(handlers));
+  }
+  void Start() { reflector_.Start(); }
+  void Stop() { reflector_.Stop(); }
+  bool HasSynced() const { return reflector_.HasSynced(); }
+  bool WaitForSync(std::chrono::milliseconds timeout) const {
+    return reflector_.WaitForSync(timeout);
+  }
+  std::string LastSyncResourceVersion() const { return reflector_.LastSyncResourceVersion(); }
+  ReflectorStats stats() const { return reflector_.stats(); }
+
+ private:
+  Store<T> store_;  // declared first: the reflector (destroyed first) writes into it
+  Reflector<T> reflector_;
+};
+
+extern template class Reflector<PodInfo>;
+extern template class Reflector<NodeInfo>;
+extern template class Reflector<TPUJobInfo>;
+
+}  // namespace tpujob::cache

@@ -1,0 +1,162 @@
+#include "controller/manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+#include <vector>
+
+#include "base/logging.h"
+#include "cache/store.h"
+#include "metrics/http_server.h"
+
+namespace tpujob::controller {
+namespace {
+
+// Enqueues the owning job of a pod (through its tpujob.dev/job-name label).
+std::string JobKeyOfPod(const cache::PodInfo& pod) {
+  auto it = pod.labels.find(std::string(cache::kJobNameLabel));
+  if (it == pod.labels.end()) return {};
+  return cache::ObjectKey(pod.ns, it->second);
+}
+
+}  // namespace
+
+Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
+    : client_(client), options_(std::move(options)), clock_(clock) {
+  cache::ReflectorOptions pod_options;
+  pod_options.name = "pods";
+  pod_options.ns = options_.watch_namespace;
+  // Only pods the operator created: keeps the cache proportional to the jobs, not the cluster.
+  pod_options.label_selector = std::string(cache::kJobNameLabel);
+  pods_ = std::make_unique<cache::Informer<cache::PodInfo>>(client_, kube::Resource::Pods(),
+                                                            pod_options, clock_);
+  cache::AddPodIndexers(pods_->store());
+
+  cache::ReflectorOptions node_options;
+  node_options.name = "nodes";
+  nodes_ = std::make_unique<cache::Informer<cache::NodeInfo>>(client_, kube::Resource::Nodes(),
+                                                              node_options, clock_);
+
+  cache::ReflectorOptions job_options;
+  job_options.name = "tpujobs";
+  job_options.ns = options_.watch_namespace;
+  jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(
+      client_, kube::Resource::TPUJobs(), job_options, clock_);
+
+  queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
+
+  auto enqueue_job = [this](const std::shared_ptr<const cache::TPUJobInfo>& job) {
+    queue_->Add(cache::ObjectKey(job->ns, job->name));
+  };
+  jobs_->AddEventHandlers({.on_add = enqueue_job,
+                           .on_update = [enqueue_job](const auto&, const auto& job) {
+                             enqueue_job(job);
+                           },
+                           .on_delete = enqueue_job});
+  auto enqueue_owner = [this](const std::shared_ptr<const cache::PodInfo>& pod) {
+    const std::string key = JobKeyOfPod(*pod);
+    if (!key.empty()) queue_->Add(key);
+  };
+  pods_->AddEventHandlers({.on_add = enqueue_owner,
+                           .on_update = [enqueue_owner](const auto&, const auto& pod) {
+                             enqueue_owner(pod);
+                           },
+                           .on_delete = enqueue_owner});
+}
+
+Manager::~Manager() { Stop(); }
+
+int Manager::health_port() const { return health_port_.load(); }
+
+kube::Status Manager::Run() {
+  metrics::HttpServer server(options_.health_address);
+  server.Handle("/healthz", [] { return metrics::HttpResponse{200, "text/plain", "ok\n"}; });
+  server.Handle("/readyz", [this] {
+    if (ready_.load()) return metrics::HttpResponse{200, "text/plain", "ok\n"};
+    return metrics::HttpResponse{503, "text/plain", "caches not synced\n"};
+  });
+  if (auto started = server.Start(); !started) return started;
+  health_port_ = server.port();
+
+  const auto begin = clock_.Now();
+  pods_->Start();
+  nodes_->Start();
+  jobs_->Start();
+  const auto timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.cache_sync_timeout);
+  const bool synced =
+      pods_->WaitForSync(timeout) && nodes_->WaitForSync(timeout) && jobs_->WaitForSync(timeout);
+  {
+    std::lock_guard<std::mutex> guard(stop_mu_);
+    if (stop_requested_) return {};
+  }
+  if (!synced) {
+    return std::unexpected(kube::Error::Transport(
+        "caches did not sync within " + std::to_string(options_.cache_sync_timeout.count()) +
+        "s; is the API server reachable and the TPUJob CRD installed (kubectl apply -f crds/)?"));
+  }
+  spdlog::info("msg=\"caches synced\" pods={} nodes={} tpujobs={} duration_ms={}",
+               pods_->store().Size(), nodes_->store().Size(), jobs_->store().Size(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count());
+
+  std::vector<std::thread> workers;
+  for (int i = 0; i < std::max(1, options_.workers); ++i) workers.emplace_back([this] { Worker(); });
+  ready_ = true;
+  {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    stop_cv_.wait(lock, [this] { return stop_requested_; });
+  }
+  ready_ = false;
+  spdlog::info("msg=\"shutting down: draining the work queue\" in_flight={}",
+               queue_->Stats().in_flight);
+  queue_->ShutDownWithDrain();
+  for (auto& worker : workers) worker.join();
+  jobs_->Stop();
+  nodes_->Stop();
+  pods_->Stop();
+  server.Stop();
+  spdlog::info("msg=\"stopped\"");
+  return {};
+}
+
+void Manager::Stop() {
+  {
+    std::lock_guard<std::mutex> guard(stop_mu_);
+    if (stop_requested_) return;
+    stop_requested_ = true;
+  }
+  stop_cv_.notify_all();
+  pods_->Stop();
+  nodes_->Stop();
+  jobs_->Stop();
+}
+
+void Manager::Worker() {
+  while (auto key = queue_->Get()) {
+    auto result = ReconcileJob(*key);
+    if (!result) {
+      spdlog::warn("msg=\"reconcile failed, will retry\" tpujob={} retries={} error={}", *key,
+                   queue_->NumRequeues(*key), LogQuote(result.error().ToString()));
+      queue_->AddRateLimited(*key);
+    } else {
+      queue_->Forget(*key);
+      if (result->requeue_after) queue_->AddAfter(*key, *result->requeue_after);
+    }
+    queue_->Done(*key);
+  }
+}
+
+kube::Result<ReconcileResult> Manager::ReconcileJob(const std::string& key) {
+  auto job = jobs_->store().Get(key);
+  if (job == nullptr) {
+    spdlog::info("msg=\"TPUJob gone\" tpujob={}", key);
+    return ReconcileResult{};
+  }
+  const auto pods = pods_->store().ByIndex(cache::kPodsByJobIndex, key);
+  const std::string phase = job->status.is_object() ? job->status.value("phase", "") : "";
+  spdlog::info("msg=\"observed TPUJob\" tpujob={} uid={} generation={} phase={} pods={}", key,
+               job->uid, job->generation, phase.empty() ? "<none>" : phase, pods.size());
+  return ReconcileResult{};
+}
+
+}  // namespace tpujob::controller

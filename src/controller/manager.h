@@ -1,0 +1,75 @@
+// Manager: wires the informers (Pods, Nodes, TPUJobs), the work queue, the reconcile workers and
+// the health endpoints, as controller-runtime's manager does.
+//
+// Start-up order: informers start; /healthz answers at once; workers start only after every
+// cache has synced, and only then does /readyz turn 200. Event handlers only enqueue keys.
+// Stop() shuts the queue down, lets in-flight reconciles finish (drain), stops the informers
+// and the HTTP server; Run() then returns.
+//
+// Thread-safety: Stop() may be called from any thread, once Run() is running or before.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/clock.h"
+#include "cache/reflector.h"
+#include "kube/client.h"
+#include "workqueue/queue.h"
+
+namespace tpujob::controller {
+
+struct ManagerOptions {
+  std::string watch_namespace;  // "" = all namespaces
+  int workers = 4;
+  std::string health_address = ":8081";
+  std::chrono::seconds cache_sync_timeout{120};
+};
+
+// The outcome of one reconcile, as in controller-runtime: an error means a rate-limited retry,
+// `requeue_after` a timer.
+struct ReconcileResult {
+  std::optional<Duration> requeue_after;
+};
+
+class Manager {
+ public:
+  Manager(kube::Client& client, ManagerOptions options, Clock& clock = Clock::Real());
+  ~Manager();
+
+  // Blocks until Stop(). Returns an error when the endpoints cannot listen or the caches do not
+  // sync within the timeout.
+  kube::Status Run();
+  void Stop();
+
+  bool Ready() const { return ready_.load(); }
+  int health_port() const;
+
+  cache::Informer<cache::PodInfo>& pods() { return *pods_; }
+  cache::Informer<cache::NodeInfo>& nodes() { return *nodes_; }
+  cache::Informer<cache::TPUJobInfo>& jobs() { return *jobs_; }
+
+ private:
+  kube::Result<ReconcileResult> ReconcileJob(const std::string& key);
+  void Worker();
+
+  kube::Client& client_;
+  ManagerOptions options_;
+  Clock& clock_;
+  std::unique_ptr<cache::Informer<cache::PodInfo>> pods_;
+  std::unique_ptr<cache::Informer<cache::NodeInfo>> nodes_;
+  std::unique_ptr<cache::Informer<cache::TPUJobInfo>> jobs_;
+  std::unique_ptr<workqueue::WorkQueue> queue_;
+  std::atomic<bool> ready_{false};
+  std::atomic<int> health_port_{0};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;
+};
+
+}  // namespace tpujob::controller

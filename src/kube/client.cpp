@@ -1,0 +1,425 @@
+// The HTTP adapter: the only file that talks to cpprestsdk. Every exception it can throw is
+// caught here and turned into a kube::Error.
+
+#include "kube/client.h"
+
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio/ssl.hpp>
+#include <cpprest/containerstream.h>
+#include <cpprest/http_client.h>
+#include <mutex>
+#include <utility>
+
+#include "base/backoff.h"
+#include "base/token_bucket.h"
+
+namespace tpujob::kube {
+namespace {
+
+namespace http = web::http;
+
+// Adds every certificate of a PEM bundle to the context's trust store.
+bool AddCertificateAuthorities(SSL_CTX* ctx, const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return false;
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, cert) == 1) ++added;
+    X509_free(cert);
+  }
+  ERR_clear_error();  // the loop ends on a "no start line" error, which is expected
+  BIO_free(bio);
+  return added > 0;
+}
+
+std::string_view PatchContentType(PatchType type) {
+  switch (type) {
+    case PatchType::kMerge:
+      return "application/merge-patch+json";
+    case PatchType::kJson:
+      return "application/json-patch+json";
+    case PatchType::kStrategicMerge:
+      return "application/strategic-merge-patch+json";
+    case PatchType::kApply:
+      return "application/apply-patch+yaml";
+  }
+  return "application/merge-patch+json";
+}
+
+class QueryBuilder {
+ public:
+  QueryBuilder& Add(std::string_view key, std::string_view value) {
+    if (value.empty()) return *this;
+    query_ += query_.empty() ? '?' : '&';
+    query_ += key;
+    query_ += '=';
+    query_ += UrlEncode(value);
+    return *this;
+  }
+  const std::string& str() const { return query_; }
+
+ private:
+  std::string query_;
+};
+
+// Sleeps on the real clock; used between retries.
+void SleepFor(Duration d) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock<std::mutex> lock(mu);
+  const TimePoint deadline = Clock::Real().Now() + d;
+  while (Clock::Real().Now() < deadline) Clock::Real().WaitUntil(cv, lock, deadline);
+}
+
+struct Request {
+  http::method method;
+  std::string verb;  // for logs and metrics: GET, LIST, WATCH, POST, PUT, PATCH, DELETE
+  const Resource* resource;
+  std::string path_and_query;
+  std::optional<std::string> body;
+  std::string content_type = "application/json";
+};
+
+class CppRestWatchStream;
+
+class CppRestClient final : public Client {
+ public:
+  CppRestClient(Config config, RequestObserver observer)
+      : config_(std::move(config)),
+        observer_(std::move(observer)),
+        limiter_(config_.qps, config_.burst),
+        client_(MakeClient(config_.request_timeout)),
+        watch_client_(MakeClient(std::chrono::minutes(15))) {}
+
+  Result<Json> Get(const Resource& r, const std::string& ns, const std::string& name,
+                   const std::string& subresource) override {
+    return DoJson({http::methods::GET, "GET", &r, r.ObjectPath(ns, name, subresource), {}});
+  }
+
+  Result<Json> List(const Resource& r, const std::string& ns,
+                    const ListOptions& options) override {
+    QueryBuilder q;
+    q.Add("labelSelector", options.label_selector)
+        .Add("fieldSelector", options.field_selector)
+        .Add("resourceVersion", options.resource_version)
+        .Add("resourceVersionMatch", options.resource_version_match)
+        .Add("continue", options.continue_token);
+    if (options.limit > 0) q.Add("limit", std::to_string(options.limit));
+    return DoJson({http::methods::GET, "LIST", &r, r.CollectionPath(ns) + q.str(), {}});
+  }
+
+  Result<std::unique_ptr<WatchStream>> Watch(const Resource& r, const std::string& ns,
+                                             const WatchOptions& options) override;
+
+  Result<Json> Create(const Resource& r, const std::string& ns, const Json& object,
+                      const WriteOptions& options) override {
+    QueryBuilder q;
+    q.Add("fieldManager", options.field_manager);
+    return DoJson(
+        {http::methods::POST, "POST", &r, r.CollectionPath(ns) + q.str(), object.dump()});
+  }
+
+  Result<Json> Update(const Resource& r, const std::string& ns, const Json& object,
+                      const WriteOptions& options) override {
+    const std::string name = object.value("/metadata/name"_json_pointer, std::string{});
+    if (name.empty()) return std::unexpected(Error::Config("update: object has no metadata.name"));
+    QueryBuilder q;
+    q.Add("fieldManager", options.field_manager);
+    return DoJson({http::methods::PUT, "PUT", &r,
+                   r.ObjectPath(ns, name, options.subresource) + q.str(), object.dump()});
+  }
+
+  Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                     PatchType type, const Json& body, const PatchOptions& options) override {
+    QueryBuilder q;
+    q.Add("fieldManager", options.field_manager);
+    if (type == PatchType::kApply && options.force) q.Add("force", "true");
+    Request request{http::methods::PATCH, "PATCH", &r,
+                    r.ObjectPath(ns, name, options.subresource) + q.str(), body.dump()};
+    request.content_type = PatchContentType(type);
+    return DoJson(std::move(request));
+  }
+
+  Result<Json> Delete(const Resource& r, const std::string& ns, const std::string& name,
+                      const DeleteOptions& options) override {
+    Json body = {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}};
+    if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
+    if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
+    if (options.precondition_uid) body["preconditions"]["uid"] = *options.precondition_uid;
+    if (options.precondition_resource_version) {
+      body["preconditions"]["resourceVersion"] = *options.precondition_resource_version;
+    }
+    return DoJson({http::methods::DEL, "DELETE", &r, r.ObjectPath(ns, name), body.dump()});
+  }
+
+ private:
+  friend class CppRestWatchStream;
+
+  std::unique_ptr<http::client::http_client> MakeClient(std::chrono::seconds timeout) {
+    http::client::http_client_config http_config;
+    http_config.set_timeout(timeout);
+    http_config.set_validate_certificates(!config_.insecure_skip_tls_verify);
+    http_config.set_max_redirects(0);
+    if (config_.insecure_skip_tls_verify) {
+      spdlog::warn("msg=\"TLS verification is disabled by the kubeconfig\" server={}",
+                   config_.server);
+    }
+    const std::string ca = config_.ca_pem;
+    const std::string cert = config_.client_cert_pem;
+    const std::string key = config_.client_key_pem;
+    http_config.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
+      SSL_CTX* native = ctx.native_handle();
+      if (!ca.empty() && !AddCertificateAuthorities(native, ca)) {
+        spdlog::error("msg=\"no usable certificate in the configured CA bundle\"");
+      }
+      if (!cert.empty() && !key.empty()) {
+        boost::system::error_code ec;
+        ctx.use_certificate_chain(boost::asio::buffer(cert), ec);
+        if (!ec) ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem, ec);
+        if (ec) spdlog::error("msg=\"client certificate rejected\" error=\"{}\"", ec.message());
+      }
+    });
+    try {
+      return std::make_unique<http::client::http_client>(
+          utility::conversions::to_string_t(config_.server), http_config);
+    } catch (const std::exception& e) {
+      spdlog::error("msg=\"invalid API server address\" server={} error=\"{}\"", config_.server,
+                    e.what());
+      return nullptr;
+    }
+  }
+
+  // Builds the cpprest request with authentication and content headers.
+  Result<http::http_request> BuildRequest(const Request& request) {
+    http::http_request req(request.method);
+    req.set_request_uri(utility::conversions::to_string_t(request.path_and_query));
+    req.headers().add(U("Accept"), U("application/json"));
+    req.headers().add(U("User-Agent"), utility::conversions::to_string_t(config_.user_agent));
+    if (config_.token) {
+      auto token = config_.token->Token();
+      if (!token) return std::unexpected(token.error());
+      req.headers().add(U("Authorization"), utility::conversions::to_string_t("Bearer " + *token));
+    }
+    if (request.body) {
+      req.set_body(*request.body, std::string(request.content_type));
+    }
+    return req;
+  }
+
+  void Observe(const Request& request, int status, TimePoint start) {
+    if (observer_.on_request) {
+      observer_.on_request(request.verb, request.resource->plural, status,
+                           Clock::Real().Now() - start);
+    }
+  }
+
+  // One round trip. On success returns the body; on an HTTP error the parsed Error.
+  Result<std::string> RoundTrip(const Request& request) {
+    if (client_ == nullptr) return std::unexpected(Error::Config("invalid server " + config_.server));
+    auto req = BuildRequest(request);
+    if (!req) return std::unexpected(req.error());
+    const TimePoint start = Clock::Real().Now();
+    try {
+      http::http_response response = client_->request(*req).get();
+      std::string body = response.extract_utf8string(true).get();
+      const int status = response.status_code();
+      Observe(request, status, start);
+      if (status >= 200 && status < 300) return body;
+      std::string retry_after;
+      auto it = response.headers().find(U("Retry-After"));
+      if (it != response.headers().end()) retry_after = utility::conversions::to_utf8string(it->second);
+      return std::unexpected(ErrorFromResponse(status, body, retry_after));
+    } catch (const std::exception& e) {
+      Observe(request, 0, start);
+      return std::unexpected(Error::Transport(e.what()));
+    }
+  }
+
+  Result<std::string> DoWithRetries(const Request& request) {
+    Backoff backoff({.initial = std::chrono::milliseconds(100),
+                     .max = std::chrono::seconds(10),
+                     .factor = 2.0,
+                     .jitter = 0.5});
+    for (int attempt = 0;; ++attempt) {
+      limiter_.Wait();
+      auto result = RoundTrip(request);
+      if (result || !result.error().IsRetryable() || attempt >= config_.max_retries) {
+        return result;
+      }
+      Duration delay = backoff.Next();
+      if (result.error().retry_after) {
+        delay = std::max<Duration>(delay, *result.error().retry_after);
+      }
+      spdlog::warn("msg=\"retrying API request\" verb={} path={} attempt={} delay_ms={} error=\"{}\"",
+                   request.verb, request.path_and_query, attempt + 1,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(delay).count(),
+                   result.error().ToString());
+      SleepFor(delay);
+    }
+  }
+
+  Result<Json> DoJson(Request request) {
+    auto body = DoWithRetries(request);
+    if (!body) return std::unexpected(body.error());
+    Json parsed = Json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) {
+      return std::unexpected(Error::Decode(request.verb + " " + request.path_and_query +
+                                           ": response is not JSON: " + body->substr(0, 200)));
+    }
+    return parsed;
+  }
+
+  Config config_;
+  RequestObserver observer_;
+  TokenBucket limiter_;
+  std::unique_ptr<http::client::http_client> client_;
+  std::unique_ptr<http::client::http_client> watch_client_;
+};
+
+// A watch: the response body read chunk by chunk as the server streams it.
+class CppRestWatchStream final : public WatchStream {
+ public:
+  CppRestWatchStream(http::http_response response, pplx::cancellation_token_source cancel)
+      : response_(std::move(response)), body_(response_.body()), cancel_(std::move(cancel)) {}
+
+  ~CppRestWatchStream() override { Cancel(); }
+
+  Result<std::optional<WatchEvent>> Next() override {
+    while (true) {
+      if (!ready_.empty()) {
+        Result<WatchEvent> event = std::move(ready_.front());
+        ready_.erase(ready_.begin());
+        if (!event) return std::unexpected(event.error());
+        return std::optional<WatchEvent>(std::move(*event));
+      }
+      if (cancelled_) {
+        Error cancelled;
+        cancelled.kind = ErrorKind::kCancelled;
+        cancelled.message = "watch cancelled";
+        return std::unexpected(std::move(cancelled));
+      }
+      if (ended_) return std::optional<WatchEvent>{};
+      try {
+        // A read of N bytes from cpprest's producer/consumer buffer completes only once N bytes
+        // are there, so ask for what is already buffered, or for one byte to wait for more.
+        const size_t available = body_.streambuf().in_avail();
+        const size_t want = available > 0 ? std::min<size_t>(available, 1 << 20) : 1;
+        concurrency::streams::container_buffer<std::string> chunk;
+        const size_t n = body_.read(chunk, want).get();
+        if (n == 0) {
+          ended_ = true;
+          if (decoder_.pending_bytes() > 0) {
+            return std::unexpected(Error::Decode("watch stream ended inside an event"));
+          }
+          continue;
+        }
+        ready_ = decoder_.Feed(chunk.collection());
+      } catch (const std::exception& e) {
+        ended_ = true;
+        if (cancelled_) continue;
+        return std::unexpected(Error::Transport(std::string("watch stream broken: ") + e.what()));
+      }
+    }
+  }
+
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    cancel_.cancel();
+    try {
+      body_.close().wait();
+    } catch (const std::exception&) {
+      // Closing an already-broken stream throws; there is nothing left to release.
+    }
+  }
+
+ private:
+  http::http_response response_;
+  concurrency::streams::istream body_;
+  pplx::cancellation_token_source cancel_;
+  WatchDecoder decoder_;
+  std::vector<Result<WatchEvent>> ready_;
+  std::atomic<bool> cancelled_{false};
+  bool ended_ = false;
+};
+
+Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, const std::string& ns,
+                                                          const WatchOptions& options) {
+  QueryBuilder q;
+  q.Add("watch", "1")
+      .Add("labelSelector", options.label_selector)
+      .Add("fieldSelector", options.field_selector)
+      .Add("resourceVersion", options.resource_version);
+  if (options.allow_bookmarks) q.Add("allowWatchBookmarks", "true");
+  if (options.timeout_seconds) q.Add("timeoutSeconds", std::to_string(*options.timeout_seconds));
+  Request request{http::methods::GET, "WATCH", &r, r.CollectionPath(ns) + q.str(), {}};
+  if (watch_client_ == nullptr) {
+    return std::unexpected(Error::Config("invalid server " + config_.server));
+  }
+  auto req = BuildRequest(request);
+  if (!req) return std::unexpected(req.error());
+  limiter_.Wait();
+  const TimePoint start = Clock::Real().Now();
+  pplx::cancellation_token_source cancel;
+  try {
+    http::http_response response = watch_client_->request(*req, cancel.get_token()).get();
+    const int status = response.status_code();
+    Observe(request, status, start);
+    if (status != 200) {
+      std::string body = response.extract_utf8string(true).get();
+      return std::unexpected(ErrorFromResponse(status, body));
+    }
+    return std::unique_ptr<WatchStream>(
+        std::make_unique<CppRestWatchStream>(std::move(response), std::move(cancel)));
+  } catch (const std::exception& e) {
+    Observe(request, 0, start);
+    return std::unexpected(Error::Transport(e.what()));
+  }
+}
+
+}  // namespace
+
+Result<ListAllResult> ListAll(Client& client, const Resource& r, const std::string& ns,
+                              ListOptions options) {
+  ListAllResult result;
+  const ListOptions first = options;
+  bool restarted = false;
+  while (true) {
+    auto page = client.List(r, ns, options);
+    if (!page) {
+      // A continue token expires after etcd compaction; start again once without paging so a
+      // busy cluster still yields a consistent list.
+      if (page.error().IsGone() && !options.continue_token.empty() && !restarted) {
+        restarted = true;
+        result = {};
+        options = first;
+        options.limit = 0;
+        continue;
+      }
+      return std::unexpected(page.error());
+    }
+    ++result.pages;
+    Json& items = (*page)["items"];
+    if (items.is_array()) {
+      for (Json& item : items) result.items.push_back(std::move(item));
+    }
+    const Json& metadata = (*page)["metadata"];
+    result.resource_version = metadata.value("resourceVersion", std::string{});
+    options.continue_token = metadata.value("continue", std::string{});
+    if (options.continue_token.empty()) return result;
+    // Later pages are served from the first page's snapshot; a version may not be repeated.
+    options.resource_version.clear();
+    options.resource_version_match.clear();
+  }
+}
+
+std::unique_ptr<Client> NewClient(Config config, RequestObserver observer) {
+  return std::make_unique<CppRestClient>(std::move(config), std::move(observer));
+}
+
+}  // namespace tpujob::kube

@@ -1,0 +1,470 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "cache/reflector.h"
+#include "fake_client.h"
+
+namespace tpujob::cache {
+namespace {
+
+using kube::FakeClient;
+using kube::Resource;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAreArray;
+
+constexpr auto kWait = seconds(10);  // bound on waiting for the reflector thread; never reached
+
+Json PodJson(const std::string& ns, const std::string& name, const std::string& node = "node-1",
+             const std::string& job = "job") {
+  return Json{
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"namespace", ns}, {"name", name}, {"labels", {{"tpujob.dev/job-name", job}}}}},
+      {"spec", {{"nodeName", node}, {"containers", {{{"name", "trainer"}}}}}},
+      {"status", {{"phase", "Running"}}}};
+}
+
+// Polls `condition` until it holds or `timeout` passes. Only for state a background thread
+// changes without any other signal (e.g. the resourceVersion after a bookmark).
+bool Eventually(const std::function<bool()>& condition, milliseconds timeout = kWait) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Records handler calls as "add ns/name", "update ns/name", "delete ns/name".
+class Recorder {
+ public:
+  EventHandlers<PodInfo> Handlers() {
+    return EventHandlers<PodInfo>{
+        .on_add = [this](const auto& pod) { Record("add " + pod->Key()); },
+        .on_update =
+            [this](const auto& old_pod, const auto& new_pod) {
+              EXPECT_EQ(old_pod->Key(), new_pod->Key());
+              EXPECT_NE(old_pod->resource_version, new_pod->resource_version);
+              Record("update " + new_pod->Key());
+            },
+        .on_delete = [this](const auto& pod) { Record("delete " + pod->Key()); },
+    };
+  }
+
+  // Waits (bounded) until at least `n` events were recorded.
+  bool AwaitCount(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWait, [&] { return events_.size() >= n; });
+  }
+
+  std::vector<std::string> events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  std::vector<std::string> EventsSince(size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::vector<std::string>(events_.begin() + static_cast<ptrdiff_t>(n), events_.end());
+  }
+
+ private:
+  void Record(std::string event) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(event));
+    }
+    cv_.notify_all();
+  }
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> events_;
+};
+
+class CacheReflectorTest : public ::testing::Test {
+ protected:
+  CacheReflectorTest() { AddPodIndexers(store_); }
+
+  ReflectorOptions Options() {
+    ReflectorOptions options;
+    options.seed = 42;
+    return options;
+  }
+
+  void StartReflector(ReflectorOptions options) {
+    reflector_ = std::make_unique<Reflector<PodInfo>>(fake_, pods_, store_, options, clock_);
+    reflector_->AddEventHandlers(recorder_.Handlers());
+    reflector_->Start();
+  }
+  void StartReflector() { StartReflector(Options()); }
+
+  // Starts and waits for the first list and the watch that follows it.
+  void StartAndSync() {
+    StartReflector();
+    ASSERT_TRUE(reflector_->WaitForSync(kWait));
+    ASSERT_TRUE(fake_.AwaitWatchCalls(1));
+  }
+
+  std::vector<std::string> StoreKeys() const {
+    std::vector<std::string> keys;
+    for (const auto& pod : store_.List()) keys.push_back(pod->Key());
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  }
+  std::vector<std::string> TruthKeys() const {
+    std::vector<std::string> keys;
+    for (const Json& pod : fake_.StoredAll(pods_)) {
+      keys.push_back(pod["metadata"]["namespace"].get<std::string>() + "/" +
+                     pod["metadata"]["name"].get<std::string>());
+    }
+    return keys;
+  }
+
+  const Resource pods_ = Resource::Pods();
+  FakeClient fake_;
+  FakeClock clock_;
+  Store<PodInfo> store_;
+  Recorder recorder_;
+  Recorder late_recorder_;
+  std::unique_ptr<Reflector<PodInfo>> reflector_;  // last: stopped before the rest goes
+};
+
+TEST_F(CacheReflectorTest, InitialPaginatedListFillsStoreAndSyncs) {
+  for (int i = 0; i < 1234; ++i) {
+    fake_.Upsert(pods_,
+                 PodJson("team", "pod-" + std::to_string(i), "node-" + std::to_string(i % 7)));
+  }
+  const std::string list_version = fake_.CurrentResourceVersion();
+  StartReflector();
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  EXPECT_TRUE(reflector_->HasSynced());
+  EXPECT_EQ(store_.Size(), 1234u);
+  EXPECT_EQ(store_.ByIndex(kPodsByJobIndex, "team/job").size(), 1234u);
+  EXPECT_EQ(store_.ByIndex(kPodsByNodeIndex, "node-3").size(), 176u);
+  EXPECT_EQ(reflector_->LastSyncResourceVersion(), list_version);
+
+  const std::vector<kube::ListOptions> lists = fake_.list_calls();
+  ASSERT_EQ(lists.size(), 3u);  // 500 + 500 + 234
+  for (const kube::ListOptions& list : lists) EXPECT_EQ(list.limit, 500);
+  EXPECT_TRUE(lists[0].continue_token.empty());
+  EXPECT_FALSE(lists[1].continue_token.empty());
+  EXPECT_FALSE(lists[2].continue_token.empty());
+  EXPECT_EQ(reflector_->stats().list_pages, 3u);
+  EXPECT_EQ(reflector_->stats().lists, 1u);
+  ASSERT_TRUE(recorder_.AwaitCount(1234));
+  EXPECT_EQ(recorder_.events().size(), 1234u);
+
+  // Then a watch from the list's resourceVersion, with bookmarks and a spread timeout.
+  ASSERT_TRUE(fake_.AwaitWatchCalls(1));
+  const kube::WatchOptions watch = fake_.watch_calls()[0];
+  EXPECT_EQ(watch.resource_version, list_version);
+  EXPECT_TRUE(watch.allow_bookmarks);
+  ASSERT_TRUE(watch.timeout_seconds.has_value());
+  EXPECT_GE(*watch.timeout_seconds, 300);
+  EXPECT_LE(*watch.timeout_seconds, 600);
+}
+
+TEST_F(CacheReflectorTest, WatchEventsAppliedInOrder) {
+  fake_.Upsert(pods_, PodJson("team", "a", "node-1"));
+  fake_.Upsert(pods_, PodJson("team", "b", "node-1"));
+  StartAndSync();
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+
+  fake_.Upsert(pods_, PodJson("team", "c", "node-2"));               // ADDED
+  fake_.Upsert(pods_, PodJson("team", "a", "node-2", "other-job"));  // MODIFIED: moved, relabelled
+  fake_.Remove(pods_, "team", "b");                                  // DELETED
+  fake_.Upsert(pods_, PodJson("team", "c", "node-3"));               // MODIFIED again
+  ASSERT_TRUE(recorder_.AwaitCount(6));
+  EXPECT_THAT(recorder_.EventsSince(2),
+              ElementsAre("add team/c", "update team/a", "delete team/b", "update team/c"));
+  EXPECT_THAT(StoreKeys(), ElementsAre("team/a", "team/c"));
+  EXPECT_EQ(store_.Get("team/c")->node_name, "node-3");
+  EXPECT_EQ(store_.ByIndex(kPodsByNodeIndex, "node-1").size(), 0u);
+  EXPECT_EQ(store_.ByIndex(kPodsByNodeIndex, "node-2").size(), 1u);
+  EXPECT_EQ(store_.ByIndex(kPodsByJobIndex, "team/other-job").size(), 1u);
+  EXPECT_EQ(store_.ByIndex(kPodsByJobIndex, "team/job").size(), 1u);
+  EXPECT_EQ(reflector_->LastSyncResourceVersion(), fake_.CurrentResourceVersion());
+  EXPECT_EQ(reflector_->stats().events, 4u);
+  EXPECT_EQ(fake_.watch_calls().size(), 1u);  // one watch did it all
+}
+
+TEST_F(CacheReflectorTest, BookmarkAdvancesResourceVersionWithoutTouchingStore) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  StartAndSync();
+  ASSERT_TRUE(recorder_.AwaitCount(1));
+  const auto before = store_.Get("team/a");
+
+  fake_.SendBookmark(pods_, "5000");
+  ASSERT_TRUE(Eventually([&] { return reflector_->LastSyncResourceVersion() == "5000"; }));
+  EXPECT_EQ(store_.Get("team/a"), before);  // the very same snapshot
+  EXPECT_EQ(store_.Size(), 1u);
+  EXPECT_EQ(recorder_.events().size(), 1u);
+  EXPECT_EQ(reflector_->stats().bookmarks, 1u);
+
+  // The server ends the watch (its timeout): the reflector re-watches at once, from the bookmark.
+  fake_.EndWatches(pods_);
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, "5000");
+  EXPECT_EQ(fake_.list_calls().size(), 1u);  // no relist
+}
+
+TEST_F(CacheReflectorTest, WatchEndingAtOnceWithNothingInItBacksOff) {
+  StartAndSync();
+  fake_.EndWatches(pods_);  // zero events, zero time: a misbehaving server, not a timeout
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_EQ(fake_.watch_calls().size(), 1u);
+  clock_.Advance(seconds(2));
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+  EXPECT_EQ(reflector_->stats().watch_failures, 1u);
+}
+
+TEST_F(CacheReflectorTest, GoneDuringWatchRelistsAndReportsWhatChangedWhileDisconnected) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  fake_.Upsert(pods_, PodJson("team", "c"));
+  StartAndSync();
+  fake_.Upsert(pods_, PodJson("team", "live"));  // a watch event, so the watch was healthy
+  ASSERT_TRUE(recorder_.AwaitCount(4));
+
+  // Changes the reflector never hears about, then the history is compacted away.
+  fake_.Remove(pods_, "team", "b", /*notify=*/false);
+  fake_.Upsert(pods_, PodJson("team", "d"), /*notify=*/false);
+  fake_.Upsert(pods_, PodJson("team", "a", "node-9"), /*notify=*/false);
+  fake_.Compact();
+  fake_.SendGone(pods_);
+
+  ASSERT_TRUE(recorder_.AwaitCount(7));
+  EXPECT_THAT(recorder_.EventsSince(4),
+              UnorderedElementsAreArray({"add team/d", "update team/a", "delete team/b"}));
+  EXPECT_EQ(StoreKeys(), TruthKeys());
+  EXPECT_EQ(store_.Get("team/a")->node_name, "node-9");
+  EXPECT_EQ(store_.ByIndex(kPodsByNodeIndex, "node-9").size(), 1u);
+  EXPECT_EQ(reflector_->stats().gone, 1u);
+  EXPECT_EQ(reflector_->stats().lists, 2u);
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, fake_.CurrentResourceVersion());
+  EXPECT_EQ(reflector_->LastSyncResourceVersion(), fake_.CurrentResourceVersion());
+}
+
+TEST_F(CacheReflectorTest, GoneFromWatchCallRightAfterListBacksOffThenRelists) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  fake_.FailNextWatch(kube::GoneError());
+  StartAndSync();
+  // A 410 with no event since the list: relist, but only after a backoff delay, so a
+  // misbehaving server cannot make the reflector spin.
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+  fake_.Upsert(pods_, PodJson("team", "b"), /*notify=*/false);
+  clock_.Advance(seconds(2));  // the first delay is within [0.8s, 1.6s]
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_EQ(fake_.list_calls().size(), 2u);
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+  EXPECT_THAT(recorder_.events(), ElementsAre("add team/a", "add team/b"));
+  EXPECT_EQ(reflector_->stats().gone, 1u);
+}
+
+TEST_F(CacheReflectorTest, CompactedResourceVersionOnRewatchRelists) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  StartAndSync();
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+  const std::string seen = fake_.CurrentResourceVersion();
+  // The connection breaks; while the reflector backs off, history is compacted past it.
+  fake_.BreakWatches(pods_);
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  fake_.Remove(pods_, "team", "a");
+  fake_.Compact();
+  clock_.Advance(seconds(2));
+  // The re-watch from `seen` gets an ERROR 410 event, and the reflector relists.
+  ASSERT_TRUE(recorder_.AwaitCount(3));
+  EXPECT_EQ(recorder_.events().back(), "delete team/a");
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, seen);
+  EXPECT_EQ(StoreKeys(), TruthKeys());
+  EXPECT_EQ(reflector_->stats().lists, 2u);
+}
+
+TEST_F(CacheReflectorTest, TransientErrorBacksOffThenRewatchesFromLastResourceVersion) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  StartAndSync();
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+  const std::string last = fake_.CurrentResourceVersion();
+  ASSERT_EQ(reflector_->LastSyncResourceVersion(), last);
+
+  fake_.BreakWatches(pods_, kube::TransportError("connection reset by peer"));
+  ASSERT_TRUE(clock_.AwaitWaiters(1));  // parked in the backoff
+  clock_.Advance(milliseconds(799));    // below the smallest possible first delay
+  EXPECT_EQ(fake_.watch_calls().size(), 1u);
+  // Meanwhile an event the new watch must replay from history.
+  fake_.Upsert(pods_, PodJson("team", "c"));
+  clock_.Advance(milliseconds(801));  // 1.6s in all: the largest possible first delay
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, last);
+  ASSERT_TRUE(recorder_.AwaitCount(3));
+  EXPECT_EQ(recorder_.events().back(), "add team/c");
+  EXPECT_EQ(fake_.list_calls().size(), 1u);  // no relist for a transient error
+  EXPECT_EQ(reflector_->stats().watch_failures, 1u);
+
+  // A non-410 ERROR event is transient too.
+  fake_.SendError(pods_, kube::ApiError(500, "InternalError", "etcd leader changed"));
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  clock_.Advance(seconds(2));
+  ASSERT_TRUE(fake_.AwaitWatchCalls(3));
+  EXPECT_EQ(fake_.watch_calls()[2].resource_version, fake_.CurrentResourceVersion());
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+}
+
+TEST_F(CacheReflectorTest, BackoffGrowsWhileFailuresRepeat) {
+  ReflectorOptions options = Options();
+  options.backoff.jitter = 0;  // exact delays: 800ms, 1.6s, 3.2s
+  fake_.FailNextList(kube::TransportError("connection refused"));
+  fake_.FailNextWatch(kube::TransportError("connection refused"), 2);
+  StartReflector(options);
+
+  ASSERT_TRUE(fake_.AwaitListCalls(1));
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_FALSE(reflector_->HasSynced());
+  clock_.Advance(milliseconds(800));
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));  // the second list worked
+  ASSERT_TRUE(fake_.AwaitWatchCalls(1));        // and the first watch failed
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  clock_.Advance(milliseconds(1599));
+  EXPECT_EQ(fake_.watch_calls().size(), 1u);
+  clock_.Advance(milliseconds(1));
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));  // failed again
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  clock_.Advance(milliseconds(3199));
+  EXPECT_EQ(fake_.watch_calls().size(), 2u);
+  clock_.Advance(milliseconds(1));
+  ASSERT_TRUE(fake_.AwaitWatchCalls(3));
+  EXPECT_EQ(fake_.OpenWatches(pods_), 1);
+  EXPECT_EQ(reflector_->stats().list_failures, 1u);
+  EXPECT_EQ(reflector_->stats().watch_failures, 2u);
+}
+
+TEST_F(CacheReflectorTest, StopDuringBlockedWatchReturnsPromptly) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  StartAndSync();
+  ASSERT_EQ(fake_.OpenWatches(pods_), 1);
+  const auto start = std::chrono::steady_clock::now();
+  reflector_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(2));
+  EXPECT_EQ(fake_.OpenWatches(pods_), 0);  // the stream was cancelled and closed
+  reflector_->Stop();                      // idempotent
+  EXPECT_EQ(fake_.watch_calls().size(), 1u);
+}
+
+TEST_F(CacheReflectorTest, StopDuringBackoffReturnsWithoutTimePassing) {
+  fake_.FailNextList(kube::TransportError("connection refused"));
+  StartReflector();
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  reflector_.reset();  // the destructor stops and joins
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+}
+
+TEST_F(CacheReflectorTest, HandlersAddedLaterReplayTheStore) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  StartAndSync();
+  Recorder& late = late_recorder_;
+  reflector_->AddEventHandlers(late.Handlers());
+  EXPECT_THAT(late.events(), UnorderedElementsAreArray({"add team/a", "add team/b"}));
+  fake_.Remove(pods_, "team", "a");
+  ASSERT_TRUE(late.AwaitCount(3));
+  EXPECT_EQ(late.events().back(), "delete team/a");
+}
+
+TEST_F(CacheReflectorTest, UndecodableObjectsAreSkipped) {
+  fake_.Upsert(pods_, PodJson("team", "good"));
+  Json bad = PodJson("team", "bad");
+  bad["spec"]["containers"] = "not a list";
+  fake_.Upsert(pods_, bad);
+  StartAndSync();
+  EXPECT_THAT(StoreKeys(), ElementsAre("team/good"));
+  EXPECT_EQ(reflector_->stats().decode_errors, 1u);
+
+  Json bad_update = PodJson("team", "good");
+  bad_update["status"]["conditions"] = 7;
+  fake_.Upsert(pods_, bad_update);
+  fake_.Upsert(pods_, PodJson("team", "next"));
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+  EXPECT_THAT(recorder_.events(), ElementsAre("add team/good", "add team/next"));
+  EXPECT_EQ(reflector_->stats().decode_errors, 2u);
+  EXPECT_EQ(reflector_->LastSyncResourceVersion(), fake_.CurrentResourceVersion());
+  // A DELETED whose final state does not decode still removes the object.
+  fake_.Remove(pods_, "team", "bad");  // never stored: nothing to report
+  bad_update["metadata"]["name"] = "next";
+  fake_.Upsert(pods_, bad_update, /*notify=*/false);
+  fake_.Remove(pods_, "team", "next");
+  ASSERT_TRUE(recorder_.AwaitCount(3));
+  EXPECT_EQ(recorder_.events().back(), "delete team/next");
+  EXPECT_THAT(StoreKeys(), ElementsAre("team/good"));
+}
+
+TEST_F(CacheReflectorTest, PassesNamespaceSelectorsAndTimeoutToTheServer) {
+  fake_.Upsert(pods_, PodJson("team-a", "x", "node-1", "j1"));
+  fake_.Upsert(pods_, PodJson("team-a", "y", "node-1", "j2"));
+  fake_.Upsert(pods_, PodJson("team-b", "x", "node-1", "j1"));
+  ReflectorOptions options = Options();
+  options.ns = "team-a";
+  options.label_selector = "tpujob.dev/job-name=j1";
+  options.field_selector = "spec.nodeName=node-1";
+  options.page_size = 0;
+  options.min_watch_timeout = seconds(42);
+  options.max_watch_timeout = seconds(42);
+  StartReflector(options);
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  EXPECT_THAT(StoreKeys(), ElementsAre("team-a/x"));
+  ASSERT_TRUE(fake_.AwaitWatchCalls(1));
+  const kube::ListOptions list = fake_.list_calls()[0];
+  EXPECT_EQ(list.label_selector, "tpujob.dev/job-name=j1");
+  EXPECT_EQ(list.field_selector, "spec.nodeName=node-1");
+  EXPECT_EQ(list.limit, 0);
+  const kube::WatchOptions watch = fake_.watch_calls()[0];
+  EXPECT_EQ(watch.label_selector, "tpujob.dev/job-name=j1");
+  EXPECT_EQ(watch.field_selector, "spec.nodeName=node-1");
+  EXPECT_EQ(watch.timeout_seconds, 42);
+}
+
+TEST(CacheInformerTest, NodesSyncAndFollowEvents) {
+  FakeClient fake;
+  FakeClock clock;
+  const Resource nodes = Resource::Nodes();
+  fake.Upsert(nodes, Json{{"metadata", {{"name", "n1"}}}});
+  ReflectorOptions options;
+  options.seed = 1;
+  Informer<NodeInfo> informer(fake, nodes, options, clock);
+  AddNodeIndexers(informer.store());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> seen;
+  informer.AddEventHandlers(EventHandlers<NodeInfo>{
+      .on_add = {},
+      .on_update =
+          [&](const auto&, const auto& node) {
+            std::lock_guard<std::mutex> lock(mu);
+            seen.push_back(node->name + (node->unschedulable ? " cordoned" : ""));
+            cv.notify_all();
+          },
+      .on_delete = {},
+  });
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(kWait));
+  ASSERT_TRUE(fake.AwaitWatchCalls(1));
+  fake.Upsert(nodes, Json{{"metadata", {{"name", "n1"}}}, {"spec", {{"unschedulable", true}}}});
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return !seen.empty(); }));
+  EXPECT_THAT(seen, ElementsAre("n1 cordoned"));
+  EXPECT_TRUE(informer.store().Get("n1")->unschedulable);
+}
+
+}  // namespace
+}  // namespace tpujob::cache
