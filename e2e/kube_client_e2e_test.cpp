@@ -101,8 +101,8 @@ TEST(KubeClientE2E, WatchDeliversCreateUpdateDeleteInOrder) {
   ASSERT_TRUE(watch) << watch.error().ToString();
 
   ASSERT_EQ(Kubectl("create configmap w -n " + ns.name() + " --from-literal=k=1").exit_code, 0);
-  ASSERT_EQ(Kubectl("patch configmap w -n " + ns.name() + " -p '{\"data\":{\"k\":\"2\"}}'").exit_code,
-            0);
+  ASSERT_EQ(
+      Kubectl("patch configmap w -n " + ns.name() + " -p '{\"data\":{\"k\":\"2\"}}'").exit_code, 0);
   ASSERT_EQ(Kubectl("delete configmap w -n " + ns.name()).exit_code, 0);
 
   std::vector<std::pair<kube::WatchEventType, std::string>> seen;
@@ -121,15 +121,25 @@ TEST(KubeClientE2E, WatchDeliversCreateUpdateDeleteInOrder) {
 TEST(KubeClientE2E, WatchCancelUnblocksNext) {
   TestNamespace ns("client-cancel");
   auto client = kube::NewClient(AdminConfig());
+  auto list = client->List(Resource::ConfigMaps(), ns.name());
+  ASSERT_TRUE(list);
   kube::WatchOptions options;
+  options.resource_version = (*list)["metadata"]["resourceVersion"];
   options.timeout_seconds = 300;
   auto watch = client->Watch(Resource::ConfigMaps(), ns.name(), options);
   ASSERT_TRUE(watch) << watch.error().ToString();
+  // Nothing changes in the namespace, so Next() blocks until Cancel() from another thread ends
+  // it with an error; without Cancel it would block for the 300 s of the watch.
+  const auto start = std::chrono::steady_clock::now();
   std::thread canceller([&] { (*watch)->Cancel(); });
-  auto event = (*watch)->Next();
+  kube::Result<std::optional<kube::WatchEvent>> event;
+  do {
+    event = (*watch)->Next();
+  } while (event && event->has_value());  // skip anything that was already in flight
   canceller.join();
-  // Either the cancel landed before the read (kCancelled) or it broke the read in flight.
-  ASSERT_FALSE(event.has_value() && event->has_value());
+  ASSERT_FALSE(event.has_value()) << "the stream ended normally instead of being cancelled";
+  EXPECT_EQ(event.error().kind, kube::ErrorKind::kCancelled) << event.error().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(KubeClientE2E, WatchFromCompactedVersionIsGone) {
@@ -191,10 +201,12 @@ TEST(KubeClientE2E, ServerSideApplyCreatesUpdatesAndRecordsManager) {
   applied = client->Patch(Resource::ConfigMaps(), ns.name(), "ssa", kube::PatchType::kApply,
                           ConfigMap("ssa", "2"), options);
   ASSERT_TRUE(applied) << applied.error().ToString();
-  EXPECT_EQ(Trim(Kubectl("get configmap ssa -n " + ns.name() + " -o jsonpath={.data.value}").output),
-            "2");
-  const auto managers = Kubectl("get configmap ssa -n " + ns.name() +
-                                " --show-managed-fields -o jsonpath={.metadata.managedFields[*].manager}");
+  EXPECT_EQ(
+      Trim(Kubectl("get configmap ssa -n " + ns.name() + " -o jsonpath={.data.value}").output),
+      "2");
+  const auto managers =
+      Kubectl("get configmap ssa -n " + ns.name() +
+              " --show-managed-fields -o jsonpath={.metadata.managedFields[*].manager}");
   EXPECT_NE(managers.output.find("tpujob-e2e"), std::string::npos) << managers.output;
 
   // Another manager changing the same field without force conflicts.
@@ -216,8 +228,9 @@ TEST(KubeClientE2E, MergeAndJsonPatchAndDeletePreconditions) {
   ASSERT_TRUE(created);
   ASSERT_TRUE(client->Patch(Resource::ConfigMaps(), ns.name(), "p", kube::PatchType::kMerge,
                             Json{{"data", {{"merged", "yes"}}}}));
-  ASSERT_TRUE(client->Patch(Resource::ConfigMaps(), ns.name(), "p", kube::PatchType::kJson,
-                            Json::array({{{"op", "replace"}, {"path", "/data/value"}, {"value", "j"}}})));
+  ASSERT_TRUE(
+      client->Patch(Resource::ConfigMaps(), ns.name(), "p", kube::PatchType::kJson,
+                    Json::array({{{"op", "replace"}, {"path", "/data/value"}, {"value", "j"}}})));
   auto got = client->Get(Resource::ConfigMaps(), ns.name(), "p");
   ASSERT_TRUE(got);
   EXPECT_EQ((*got)["data"]["merged"], "yes");
@@ -283,9 +296,9 @@ TEST(KubeClientE2E, BearerTokenAuthenticates) {
 
 TEST(KubeClientE2E, WrongCertificateAuthorityIsRefused) {
   const std::string dir = ClusterDir() + "/wrong-ca";
-  const auto made = RunCommand("mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes " +
-                               "-keyout " + dir + "/ca.key -out " + dir +
-                               "/ca.crt -days 1 -subj /CN=wrong-ca");
+  const auto made =
+      RunCommand("mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes " + "-keyout " +
+                 dir + "/ca.key -out " + dir + "/ca.crt -days 1 -subj /CN=wrong-ca");
   ASSERT_EQ(made.exit_code, 0) << made.output;
   std::ifstream in(dir + "/ca.crt");
   std::string wrong_ca((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

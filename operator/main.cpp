@@ -52,7 +52,8 @@ class SignalWaiter {
 
 int Run(const RunFlags& flags) {
   if (!tpujob::SetupLogging(flags.log_level)) {
-    std::fprintf(stderr, "error: unknown --log-level \"%s\" (want trace, debug, info, warn or error)\n",
+    std::fprintf(stderr,
+                 "error: unknown --log-level \"%s\" (want trace, debug, info, warn or error)\n",
                  flags.log_level.c_str());
     return 2;
   }
@@ -96,7 +97,8 @@ int Run(const RunFlags& flags) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "tpujob-operator runs TPU training jobs (TPUJob, tpujob.dev/v1alpha1) on Kubernetes and keeps "
+      "tpujob-operator runs TPU training jobs (TPUJob, tpujob.dev/v1alpha1) on Kubernetes and "
+      "keeps "
       "them alive through hardware faults, maintenance events and capacity shortages.",
       "tpujob-operator"};
   app.require_subcommand(1);
@@ -109,8 +111,9 @@ int main(int argc, char** argv) {
                   "account, then ~/.kube/config.");
   run->add_option("--context", flags.context,
                   "kubeconfig context to use. Default: the file's current-context.");
-  run->add_option("--namespace", flags.watch_namespace,
-                  "Only manage TPUJobs (and their pods) in this namespace. Default: all namespaces.");
+  run->add_option(
+      "--namespace", flags.watch_namespace,
+      "Only manage TPUJobs (and their pods) in this namespace. Default: all namespaces.");
   run->add_option("--health-address", flags.health_address,
                   "host:port serving /healthz (alive) and /readyz (caches synced).")
       ->capture_default_str();
@@ -121,7 +124,8 @@ int main(int argc, char** argv) {
                   "Client-side limit on API requests per second; 0 disables the limit.")
       ->check(CLI::Range(0.0, 100000.0))
       ->capture_default_str();
-  run->add_option("--kube-api-burst", flags.burst, "Requests allowed above the QPS limit in a burst.")
+  run->add_option("--kube-api-burst", flags.burst,
+                  "Requests allowed above the QPS limit in a burst.")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   run->add_option("--cache-sync-timeout", flags.cache_sync_timeout_seconds,

@@ -60,6 +60,9 @@ void Reflector<T>::Stop() {
     if (stream_) stream_->Cancel();
   }
   wake_.notify_all();
+  // Concurrent Stop() calls (a signal handler thread and the shutdown path, say) must not both
+  // join: the second waits here until the first has joined.
+  std::lock_guard<std::mutex> join_lock(join_mu_);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
@@ -119,42 +122,72 @@ void Reflector<T>::Run() {
 
 template <typename T>
 bool Reflector<T>::ListAndReplace() {
+  // Pages are decoded as they arrive, so only one page of JSON is in memory at a time: a whole
+  // LIST of 20k pods as JSON documents would be hundreds of megabytes (hence not kube::ListAll).
   kube::ListOptions list_options;
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
   list_options.limit = options_.page_size;
-  kube::Result<kube::ListAllResult> listed =
-      kube::ListAll(client_, resource_, options_.ns, list_options);
-  if (!listed) {
-    spdlog::warn("reflector {}: list failed: {}", options_.name, listed.error().ToString());
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.list_failures;
-    return false;
-  }
   std::vector<Ptr> objects;
-  objects.reserve(listed->items.size());
+  std::string version;
+  uint64_t pages = 0;
   uint64_t decode_errors = 0;
-  for (const Json& item : listed->items) {
-    kube::Result<T> decoded = T::FromJson(item);
-    if (!decoded) {
-      ++decode_errors;
-      spdlog::warn("reflector {}: skipping {}: {}", options_.name, MetadataString(item, "name"),
-                   decoded.error().message);
-      continue;
+  bool restarted = false;
+  while (true) {
+    kube::Result<Json> page = client_.List(resource_, options_.ns, list_options);
+    if (!page) {
+      // A continue token expires after etcd compaction: start over once from a new snapshot.
+      if (page.error().IsGone() && !list_options.continue_token.empty() && !restarted) {
+        spdlog::info("reflector {}: continue token expired, restarting the list", options_.name);
+        restarted = true;
+        list_options.continue_token.clear();
+        objects.clear();
+        pages = 0;
+        decode_errors = 0;
+        continue;
+      }
+      spdlog::warn("reflector {}: list failed: {}", options_.name, page.error().ToString());
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.list_failures;
+      return false;
     }
-    objects.push_back(std::make_shared<const T>(std::move(*decoded)));
+    ++pages;
+    const Json* items = nullptr;
+    if (page->is_object()) {
+      auto it = page->find("items");
+      if (it != page->end() && it->is_array()) items = &*it;
+    }
+    version = MetadataString(*page, "resourceVersion");
+    if (items == nullptr || version.empty()) {
+      spdlog::warn("reflector {}: list answer without items or resourceVersion", options_.name);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.list_failures;
+      return false;
+    }
+    objects.reserve(objects.size() + items->size());
+    for (const Json& item : *items) {
+      kube::Result<T> decoded = T::FromJson(item);
+      if (!decoded) {
+        ++decode_errors;
+        spdlog::warn("reflector {}: skipping {}: {}", options_.name, MetadataString(item, "name"),
+                     decoded.error().message);
+        continue;
+      }
+      objects.push_back(std::make_shared<const T>(std::move(*decoded)));
+    }
+    list_options.continue_token = MetadataString(*page, "continue");
+    if (list_options.continue_token.empty()) break;
+    if (stopping()) return false;
   }
-  listed->items.clear();
-  listed->items.shrink_to_fit();  // the JSON documents are the bulk of a list's memory
   {
     std::lock_guard<std::mutex> handlers_lock(handlers_mu_);
-    typename Store<T>::Delta delta = store_.Replace(std::move(objects), listed->resource_version);
+    typename Store<T>::Delta delta = store_.Replace(std::move(objects), version);
     {
       // Bookkeeping first, so a handler already sees the reflector synced at this version.
       std::lock_guard<std::mutex> lock(mu_);
-      last_resource_version_ = listed->resource_version;
+      last_resource_version_ = version;
       ++stats_.lists;
-      stats_.list_pages += static_cast<uint64_t>(listed->pages);
+      stats_.list_pages += pages;
       stats_.decode_errors += decode_errors;
       synced_.store(true, std::memory_order_release);
     }
@@ -174,8 +207,8 @@ bool Reflector<T>::ListAndReplace() {
   }
   wake_.notify_all();
   events_since_list_ = 0;
-  spdlog::debug("reflector {}: listed {} objects at resourceVersion {}", options_.name,
-                store_.Size(), listed->resource_version);
+  spdlog::debug("reflector {}: listed {} objects in {} pages at resourceVersion {}", options_.name,
+                store_.Size(), pages, version);
   return true;
 }
 

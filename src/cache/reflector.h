@@ -1,9 +1,11 @@
 // Reflector: keeps a Store in step with the API server by LIST then WATCH, as client-go's
 // tools/cache/reflector.go does.
 //
-//   1. LIST every page (kube::ListAll, `page_size` items per request) and Replace the store
-//      atomically; differences from the previous content go to the handlers as synthetic
-//      add/update/delete events. HasSynced() turns true after the first successful list.
+//   1. LIST every page (`page_size` items per request, each page decoded into projections as
+//      it arrives so only one page of JSON is ever held; an expired continue token restarts the
+//      list once) and Replace the store atomically; differences from the previous content go to
+//      the handlers as synthetic add/update/delete events. HasSynced() turns true after the
+//      first successful list.
 //   2. WATCH from the list's resourceVersion with bookmarks, with a server timeout drawn at
 //      random from [min_watch_timeout, max_watch_timeout] so many watches do not expire
 //      together. Each ADDED/MODIFIED/DELETED event updates the store and then the handlers; a
@@ -75,8 +77,8 @@ struct EventHandlers {
 };
 
 struct ReflectorStats {
-  uint64_t lists = 0;  // successful LISTs (each may span several pages)
-  uint64_t list_pages = 0;
+  uint64_t lists = 0;       // successful LISTs (each may span several pages)
+  uint64_t list_pages = 0;  // pages of the successful LISTs
   uint64_t list_failures = 0;
   uint64_t watches = 0;         // watches opened
   uint64_t watch_failures = 0;  // failed Watch() calls and broken streams
@@ -154,6 +156,7 @@ class Reflector {
   uint64_t events_since_list_ = 0;
 
   std::atomic<bool> synced_{false};
+  std::mutex join_mu_;  // serialises joining thread_
   std::thread thread_;
 };
 

@@ -339,7 +339,7 @@ kube::Result<LabelSelector> LabelSelector::Parse(std::string_view text) {
 kube::Result<LabelSelector> LabelSelector::FromJson(const nlohmann::json& json) {
   LabelSelector selector;
   if (json.is_null()) return selector;
-  const std::string text = json.dump();
+  const std::string text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   auto error = [&](std::string what) { return std::unexpected(SelectorError(text, what)); };
   if (!json.is_object()) return error("expected an object");
   auto add = [&](LabelRequirement r) -> kube::Status {

@@ -40,28 +40,26 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   cache::ReflectorOptions job_options;
   job_options.name = "tpujobs";
   job_options.ns = options_.watch_namespace;
-  jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(
-      client_, kube::Resource::TPUJobs(), job_options, clock_);
+  jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(client_, kube::Resource::TPUJobs(),
+                                                               job_options, clock_);
 
   queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
 
   auto enqueue_job = [this](const std::shared_ptr<const cache::TPUJobInfo>& job) {
     queue_->Add(cache::ObjectKey(job->ns, job->name));
   };
-  jobs_->AddEventHandlers({.on_add = enqueue_job,
-                           .on_update = [enqueue_job](const auto&, const auto& job) {
-                             enqueue_job(job);
-                           },
-                           .on_delete = enqueue_job});
+  jobs_->AddEventHandlers(
+      {.on_add = enqueue_job,
+       .on_update = [enqueue_job](const auto&, const auto& job) { enqueue_job(job); },
+       .on_delete = enqueue_job});
   auto enqueue_owner = [this](const std::shared_ptr<const cache::PodInfo>& pod) {
     const std::string key = JobKeyOfPod(*pod);
     if (!key.empty()) queue_->Add(key);
   };
-  pods_->AddEventHandlers({.on_add = enqueue_owner,
-                           .on_update = [enqueue_owner](const auto&, const auto& pod) {
-                             enqueue_owner(pod);
-                           },
-                           .on_delete = enqueue_owner});
+  pods_->AddEventHandlers(
+      {.on_add = enqueue_owner,
+       .on_update = [enqueue_owner](const auto&, const auto& pod) { enqueue_owner(pod); },
+       .on_delete = enqueue_owner});
 }
 
 Manager::~Manager() { Stop(); }
@@ -100,7 +98,8 @@ kube::Status Manager::Run() {
                std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count());
 
   std::vector<std::thread> workers;
-  for (int i = 0; i < std::max(1, options_.workers); ++i) workers.emplace_back([this] { Worker(); });
+  for (int i = 0; i < std::max(1, options_.workers); ++i)
+    workers.emplace_back([this] { Worker(); });
   ready_ = true;
   {
     std::unique_lock<std::mutex> lock(stop_mu_);

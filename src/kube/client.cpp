@@ -9,11 +9,17 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <functional>
+#include <mutex>
+#include <utility>
+
+// cpprestsdk defines a macro `U` that breaks fmt (used by spdlog) when it comes first, so its
+// headers are included last and kept out of clang-format's include sorting.
+// clang-format off
 #include <boost/asio/ssl.hpp>
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
-#include <mutex>
-#include <utility>
+// clang-format on
 
 #include "base/backoff.h"
 #include "base/token_bucket.h"
@@ -77,6 +83,33 @@ void SleepFor(Duration d) {
   while (Clock::Real().Now() < deadline) Clock::Real().WaitUntil(cv, lock, deadline);
 }
 
+using HttpClientPtr = std::shared_ptr<http::client::http_client>;
+
+// Holds an http_client whose pooled connections can be thrown away. After a transport error the
+// pool may be full of connections the server has closed (it restarted, say), and cpprestsdk
+// would hand them out one per retry; starting a fresh client gives the retry a new connection.
+// Requests in flight keep their (old) client alive through the shared_ptr.
+class HttpClientSlot {
+ public:
+  explicit HttpClientSlot(std::function<HttpClientPtr()> make) : make_(std::move(make)) {
+    current_ = make_();
+  }
+  HttpClientPtr Get() {
+    std::lock_guard<std::mutex> guard(mu_);
+    return current_;
+  }
+  // Replaces `broken` unless another thread already did.
+  void Discard(const HttpClientPtr& broken) {
+    std::lock_guard<std::mutex> guard(mu_);
+    if (current_ == broken) current_ = make_();
+  }
+
+ private:
+  std::function<HttpClientPtr()> make_;
+  std::mutex mu_;
+  HttpClientPtr current_;
+};
+
 struct Request {
   http::method method;
   std::string verb;  // for logs and metrics: GET, LIST, WATCH, POST, PUT, PATCH, DELETE
@@ -94,16 +127,15 @@ class CppRestClient final : public Client {
       : config_(std::move(config)),
         observer_(std::move(observer)),
         limiter_(config_.qps, config_.burst),
-        client_(MakeClient(config_.request_timeout)),
-        watch_client_(MakeClient(std::chrono::minutes(15))) {}
+        client_([this] { return MakeClient(config_.request_timeout); }),
+        watch_client_([this] { return MakeClient(std::chrono::minutes(15)); }) {}
 
   Result<Json> Get(const Resource& r, const std::string& ns, const std::string& name,
                    const std::string& subresource) override {
     return DoJson({http::methods::GET, "GET", &r, r.ObjectPath(ns, name, subresource), {}});
   }
 
-  Result<Json> List(const Resource& r, const std::string& ns,
-                    const ListOptions& options) override {
+  Result<Json> List(const Resource& r, const std::string& ns, const ListOptions& options) override {
     QueryBuilder q;
     q.Add("labelSelector", options.label_selector)
         .Add("fieldSelector", options.field_selector)
@@ -121,8 +153,7 @@ class CppRestClient final : public Client {
                       const WriteOptions& options) override {
     QueryBuilder q;
     q.Add("fieldManager", options.field_manager);
-    return DoJson(
-        {http::methods::POST, "POST", &r, r.CollectionPath(ns) + q.str(), object.dump()});
+    return DoJson({http::methods::POST, "POST", &r, r.CollectionPath(ns) + q.str(), object.dump()});
   }
 
   Result<Json> Update(const Resource& r, const std::string& ns, const Json& object,
@@ -161,7 +192,7 @@ class CppRestClient final : public Client {
  private:
   friend class CppRestWatchStream;
 
-  std::unique_ptr<http::client::http_client> MakeClient(std::chrono::seconds timeout) {
+  HttpClientPtr MakeClient(std::chrono::seconds timeout) {
     http::client::http_client_config http_config;
     http_config.set_timeout(timeout);
     http_config.set_validate_certificates(!config_.insecure_skip_tls_verify);
@@ -186,7 +217,7 @@ class CppRestClient final : public Client {
       }
     });
     try {
-      return std::make_unique<http::client::http_client>(
+      return std::make_shared<http::client::http_client>(
           utility::conversions::to_string_t(config_.server), http_config);
     } catch (const std::exception& e) {
       spdlog::error("msg=\"invalid API server address\" server={} error=\"{}\"", config_.server,
@@ -221,22 +252,26 @@ class CppRestClient final : public Client {
 
   // One round trip. On success returns the body; on an HTTP error the parsed Error.
   Result<std::string> RoundTrip(const Request& request) {
-    if (client_ == nullptr) return std::unexpected(Error::Config("invalid server " + config_.server));
+    HttpClientPtr client = client_.Get();
+    if (client == nullptr)
+      return std::unexpected(Error::Config("invalid server " + config_.server));
     auto req = BuildRequest(request);
     if (!req) return std::unexpected(req.error());
     const TimePoint start = Clock::Real().Now();
     try {
-      http::http_response response = client_->request(*req).get();
+      http::http_response response = client->request(*req).get();
       std::string body = response.extract_utf8string(true).get();
       const int status = response.status_code();
       Observe(request, status, start);
       if (status >= 200 && status < 300) return body;
       std::string retry_after;
       auto it = response.headers().find(U("Retry-After"));
-      if (it != response.headers().end()) retry_after = utility::conversions::to_utf8string(it->second);
+      if (it != response.headers().end())
+        retry_after = utility::conversions::to_utf8string(it->second);
       return std::unexpected(ErrorFromResponse(status, body, retry_after));
     } catch (const std::exception& e) {
       Observe(request, 0, start);
+      client_.Discard(client);
       return std::unexpected(Error::Transport(e.what()));
     }
   }
@@ -256,10 +291,11 @@ class CppRestClient final : public Client {
       if (result.error().retry_after) {
         delay = std::max<Duration>(delay, *result.error().retry_after);
       }
-      spdlog::warn("msg=\"retrying API request\" verb={} path={} attempt={} delay_ms={} error=\"{}\"",
-                   request.verb, request.path_and_query, attempt + 1,
-                   std::chrono::duration_cast<std::chrono::milliseconds>(delay).count(),
-                   result.error().ToString());
+      spdlog::warn(
+          "msg=\"retrying API request\" verb={} path={} attempt={} delay_ms={} error=\"{}\"",
+          request.verb, request.path_and_query, attempt + 1,
+          std::chrono::duration_cast<std::chrono::milliseconds>(delay).count(),
+          result.error().ToString());
       SleepFor(delay);
     }
   }
@@ -278,8 +314,8 @@ class CppRestClient final : public Client {
   Config config_;
   RequestObserver observer_;
   TokenBucket limiter_;
-  std::unique_ptr<http::client::http_client> client_;
-  std::unique_ptr<http::client::http_client> watch_client_;
+  HttpClientSlot client_;
+  HttpClientSlot watch_client_;
 };
 
 // A watch: the response body read chunk by chunk as the server streams it.
@@ -358,16 +394,15 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
   if (options.allow_bookmarks) q.Add("allowWatchBookmarks", "true");
   if (options.timeout_seconds) q.Add("timeoutSeconds", std::to_string(*options.timeout_seconds));
   Request request{http::methods::GET, "WATCH", &r, r.CollectionPath(ns) + q.str(), {}};
-  if (watch_client_ == nullptr) {
-    return std::unexpected(Error::Config("invalid server " + config_.server));
-  }
+  HttpClientPtr client = watch_client_.Get();
+  if (client == nullptr) return std::unexpected(Error::Config("invalid server " + config_.server));
   auto req = BuildRequest(request);
   if (!req) return std::unexpected(req.error());
   limiter_.Wait();
   const TimePoint start = Clock::Real().Now();
   pplx::cancellation_token_source cancel;
   try {
-    http::http_response response = watch_client_->request(*req, cancel.get_token()).get();
+    http::http_response response = client->request(*req, cancel.get_token()).get();
     const int status = response.status_code();
     Observe(request, status, start);
     if (status != 200) {
@@ -378,6 +413,7 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
         std::make_unique<CppRestWatchStream>(std::move(response), std::move(cancel)));
   } catch (const std::exception& e) {
     Observe(request, 0, start);
+    watch_client_.Discard(client);
     return std::unexpected(Error::Transport(e.what()));
   }
 }

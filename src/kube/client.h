@@ -12,10 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "kube/config.h"
 #include "kube/error.h"
@@ -47,20 +46,20 @@ enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
 
 struct PatchOptions {
   std::string field_manager = "tpujob-operator";
-  bool force = false;             // server-side apply: take ownership of conflicting fields
-  std::string subresource;        // "" or "status"
+  bool force = false;       // server-side apply: take ownership of conflicting fields
+  std::string subresource;  // "" or "status"
 };
 
 struct DeleteOptions {
   std::optional<int64_t> grace_period_seconds;
-  std::string propagation_policy;           // "Foreground" | "Background" | "Orphan" | ""
+  std::string propagation_policy;  // "Foreground" | "Background" | "Orphan" | ""
   std::optional<std::string> precondition_uid;
   std::optional<std::string> precondition_resource_version;
 };
 
 struct WriteOptions {
   std::string field_manager = "tpujob-operator";
-  std::string subresource;        // "" or "status" (update only)
+  std::string subresource;  // "" or "status" (update only)
 };
 
 // One open watch. Destroying it closes the connection.

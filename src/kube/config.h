@@ -39,20 +39,20 @@ class TokenSource {
 };
 
 struct Config {
-  std::string server;             // "https://127.0.0.1:6443"
-  std::string tls_server_name;    // SNI / verification name override; empty = host of `server`
-  std::string ca_pem;             // PEM bundle; empty = system trust store
-  std::string client_cert_pem;    // client certificate authentication
+  std::string server;           // "https://127.0.0.1:6443"
+  std::string tls_server_name;  // SNI / verification name override; empty = host of `server`
+  std::string ca_pem;           // PEM bundle; empty = system trust store
+  std::string client_cert_pem;  // client certificate authentication
   std::string client_key_pem;
   std::shared_ptr<TokenSource> token;  // bearer token authentication; null = none
   bool insecure_skip_tls_verify = false;
   std::string default_namespace = "default";
-  std::string source;             // where this came from, for logs ("kubeconfig /x, context y")
+  std::string source;  // where this came from, for logs ("kubeconfig /x, context y")
 
-  double qps = 50;                // client-side limit; <= 0 disables it
+  double qps = 50;  // client-side limit; <= 0 disables it
   int burst = 100;
   std::chrono::seconds request_timeout{30};
-  int max_retries = 5;            // for 429, 5xx and transport errors; 0 = no retries
+  int max_retries = 5;  // for 429, 5xx and transport errors; 0 = no retries
   std::string user_agent = "tpujob-operator";
 };
 

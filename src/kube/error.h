@@ -18,10 +18,11 @@ enum class ErrorKind { kApi, kTransport, kDecode, kConfig, kCancelled };
 
 struct Error {
   ErrorKind kind = ErrorKind::kApi;
-  int http_status = 0;      // 0 unless kind == kApi
-  std::string reason;       // metav1.Status reason, e.g. "NotFound", "Conflict", "Expired"
-  std::string message;      // human-readable, from the server or from us
-  std::optional<std::chrono::seconds> retry_after;  // Retry-After header or details.retryAfterSeconds
+  int http_status = 0;  // 0 unless kind == kApi
+  std::string reason;   // metav1.Status reason, e.g. "NotFound", "Conflict", "Expired"
+  std::string message;  // human-readable, from the server or from us
+  std::optional<std::chrono::seconds>
+      retry_after;  // Retry-After header or details.retryAfterSeconds
 
   bool IsNotFound() const { return http_status == 404; }
   bool IsConflict() const { return http_status == 409 && reason != "AlreadyExists"; }

@@ -7,9 +7,9 @@
 namespace tpujob::kube {
 
 struct Resource {
-  std::string group;     // "" for the core group
-  std::string version;   // "v1", "v1alpha1"
-  std::string plural;    // "pods", "tpujobs"
+  std::string group;    // "" for the core group
+  std::string version;  // "v1", "v1alpha1"
+  std::string plural;   // "pods", "tpujobs"
   bool namespaced = true;
 
   // "/api/v1" or "/apis/<group>/<version>".

@@ -3,11 +3,10 @@
 // that split and join lines arbitrarily.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kube/error.h"
 

@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+// cpprestsdk's `U` macro breaks fmt when it comes first: keep it last.
+// clang-format off
 #include <cpprest/http_listener.h>
+// clang-format on
 
 namespace tpujob::metrics {
 namespace {
@@ -48,16 +51,16 @@ void HttpServer::Handle(const std::string& path, HttpHandler handler) {
 kube::Status HttpServer::Start() {
   const auto colon = address_.rfind(':');
   if (colon == std::string::npos) {
-    return std::unexpected(kube::Error::Config("listen address \"" + address_ +
-                                               "\" is not host:port"));
+    return std::unexpected(
+        kube::Error::Config("listen address \"" + address_ + "\" is not host:port"));
   }
   std::string host = address_.substr(0, colon);
   if (host.empty()) host = "0.0.0.0";
   try {
     port_ = std::stoi(address_.substr(colon + 1));
   } catch (const std::exception&) {
-    return std::unexpected(kube::Error::Config("listen address \"" + address_ +
-                                               "\" has no valid port"));
+    return std::unexpected(
+        kube::Error::Config("listen address \"" + address_ + "\" has no valid port"));
   }
   if (port_ == 0) port_ = PickFreePort();
   try {
@@ -78,8 +81,7 @@ kube::Status HttpServer::Start() {
     impl_->listener.open().wait();
   } catch (const std::exception& e) {
     impl_.reset();
-    return std::unexpected(
-        kube::Error::Config("cannot listen on " + address_ + ": " + e.what()));
+    return std::unexpected(kube::Error::Config("cannot listen on " + address_ + ": " + e.what()));
   }
   spdlog::info("msg=\"serving HTTP\" address={}:{}", host, port_);
   return {};

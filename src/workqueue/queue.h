@@ -122,10 +122,10 @@ class WorkQueue {
   std::condition_variable work_available_;  // Get waits here (on the clock when keys are delayed)
   std::condition_variable drained_;         // ShutDownWithDrain waits here
 
-  std::deque<std::string> queue_;              // ready keys, in order; each also in dirty_
-  std::unordered_set<std::string> dirty_;      // keys that need processing
+  std::deque<std::string> queue_;               // ready keys, in order; each also in dirty_
+  std::unordered_set<std::string> dirty_;       // keys that need processing
   std::unordered_set<std::string> processing_;  // keys handed out by Get, not yet Done
-  Deadlines waiting_;                          // delayed keys by deadline, FIFO among equals
+  Deadlines waiting_;                           // delayed keys by deadline, FIFO among equals
   std::unordered_map<std::string, Deadlines::iterator> waiting_by_key_;
   std::unordered_map<std::string, TimePoint> added_at_;    // for on_queue_latency
   std::unordered_map<std::string, TimePoint> started_at_;  // for on_work_duration

@@ -1,5 +1,3 @@
-#include "base/backoff.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -7,6 +5,8 @@
 #include <limits>
 #include <random>
 #include <set>
+
+#include "base/backoff.h"
 
 namespace tpujob {
 namespace {

@@ -1,5 +1,3 @@
-#include "base/clock.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,6 +5,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "base/clock.h"
 
 namespace tpujob {
 namespace {

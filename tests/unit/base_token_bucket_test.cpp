@@ -1,10 +1,10 @@
-#include "base/token_bucket.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
+
+#include "base/token_bucket.h"
 
 namespace tpujob {
 namespace {

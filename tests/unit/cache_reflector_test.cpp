@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -169,6 +170,40 @@ TEST_F(CacheReflectorTest, InitialPaginatedListFillsStoreAndSyncs) {
   ASSERT_TRUE(watch.timeout_seconds.has_value());
   EXPECT_GE(*watch.timeout_seconds, 300);
   EXPECT_LE(*watch.timeout_seconds, 600);
+}
+
+TEST_F(CacheReflectorTest, ExpiredContinueTokenRestartsTheListOnce) {
+  for (int i = 0; i < 1234; ++i) fake_.Upsert(pods_, PodJson("team", "pod-" + std::to_string(i)));
+  fake_.FailListCall(2, kube::GoneError());  // the second page's continue token has expired
+  StartReflector();
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  EXPECT_EQ(store_.Size(), 1234u);
+  const std::vector<kube::ListOptions> lists = fake_.list_calls();
+  ASSERT_EQ(lists.size(), 5u);  // page 1, the failed page 2, then pages 1-3 again
+  EXPECT_TRUE(lists[2].continue_token.empty());
+  EXPECT_EQ(lists[2].limit, 500);
+  EXPECT_EQ(reflector_->stats().lists, 1u);
+  EXPECT_EQ(reflector_->stats().list_pages, 3u);
+  EXPECT_EQ(reflector_->stats().list_failures, 0u);
+  ASSERT_TRUE(recorder_.AwaitCount(1234));
+  EXPECT_EQ(recorder_.events().size(), 1234u);  // nothing from the abandoned page twice
+}
+
+TEST_F(CacheReflectorTest, FailedOrMalformedListBacksOffThenRelists) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  fake_.FailNextList(kube::ApiError(500, "InternalError"));
+  fake_.InjectListAnswer(Json{{"kind", "List"}, {"metadata", Json::object()}});  // no items
+  StartReflector();
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_FALSE(reflector_->HasSynced());
+  clock_.Advance(seconds(2));
+  ASSERT_TRUE(fake_.AwaitListCalls(2));
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_FALSE(reflector_->HasSynced());
+  EXPECT_EQ(reflector_->stats().list_failures, 2u);
+  clock_.Advance(seconds(4));
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  EXPECT_THAT(StoreKeys(), ElementsAre("team/a"));
 }
 
 TEST_F(CacheReflectorTest, WatchEventsAppliedInOrder) {
@@ -360,6 +395,26 @@ TEST_F(CacheReflectorTest, StopDuringBlockedWatchReturnsPromptly) {
   EXPECT_EQ(fake_.OpenWatches(pods_), 0);  // the stream was cancelled and closed
   reflector_->Stop();                      // idempotent
   EXPECT_EQ(fake_.watch_calls().size(), 1u);
+}
+
+TEST_F(CacheReflectorTest, ConcurrentStopsBothReturn) {
+  // A signal-handling thread and the shutdown path may stop the same reflector at once; both
+  // calls must return (joining one thread twice would hang or crash).
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  StartAndSync();
+  std::atomic<int> returned{0};
+  std::thread first([&] {
+    reflector_->Stop();
+    ++returned;
+  });
+  std::thread second([&] {
+    reflector_->Stop();
+    ++returned;
+  });
+  first.join();
+  second.join();
+  EXPECT_EQ(returned.load(), 2);
+  EXPECT_EQ(fake_.OpenWatches(pods_), 0);
 }
 
 TEST_F(CacheReflectorTest, StopDuringBackoffReturnsWithoutTimePassing) {

@@ -171,6 +171,17 @@ class FakeClient : public Client {
   // --- Failures -------------------------------------------------------------------------------
 
   void FailNextList(Error error, int times = 1) { FailNext("list", std::move(error), times); }
+  // The next LIST call returns `answer` verbatim (after any injected failure).
+  void InjectListAnswer(Json answer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_answers_.push_back(std::move(answer));
+  }
+  // The `nth` LIST call from now on (1 = the next one) fails with `error`, e.g. a 410 for an
+  // expired continue token in the middle of a paginated list.
+  void FailListCall(size_t nth, Error error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_call_failures_[list_calls_.size() + nth] = std::move(error);
+  }
   void FailNextWatch(Error error, int times = 1) { FailNext("watch", std::move(error), times); }
   // verb: "get", "list", "watch", "create", "update", "patch", "delete".
   void FailNext(const std::string& verb, Error error, int times = 1) {
@@ -227,6 +238,16 @@ class FakeClient : public Client {
     list_calls_.push_back(options);
     changed_.notify_all();
     if (auto error = TakeFailure("list")) return std::unexpected(*error);
+    if (auto it = list_call_failures_.find(list_calls_.size()); it != list_call_failures_.end()) {
+      Error error = std::move(it->second);
+      list_call_failures_.erase(it);
+      return std::unexpected(std::move(error));
+    }
+    if (!list_answers_.empty()) {
+      Json answer = std::move(list_answers_.front());
+      list_answers_.pop_front();
+      return answer;
+    }
     std::string after;
     std::string list_version = std::to_string(resource_version_);
     if (!options.continue_token.empty()) {
@@ -624,6 +645,8 @@ class FakeClient : public Client {
   uint64_t token_generation_ = 0;
   bool gone_from_watch_call_ = false;
   std::map<std::string, std::deque<Error>> failures_;
+  std::map<size_t, Error> list_call_failures_;  // by 1-based index into list_calls_
+  std::deque<Json> list_answers_;
   std::vector<ListOptions> list_calls_;
   std::vector<WatchOptions> watch_calls_;
   std::vector<Action> actions_;

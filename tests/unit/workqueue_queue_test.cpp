@@ -1,5 +1,3 @@
-#include "workqueue/queue.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "workqueue/queue.h"
 #include "workqueue/rate_limiter.h"
 
 namespace tpujob::workqueue {
@@ -180,8 +179,8 @@ TEST(WorkqueueConcurrencyTest, NoKeyProcessedConcurrentlyAndNoAddLost) {
 
   std::mutex mu;
   std::set<std::string> in_progress;
-  std::map<std::string, int> version;       // bumped by producers before each Add
-  std::map<std::string, int> last_seen;     // version seen by the latest run of each key
+  std::map<std::string, int> version;    // bumped by producers before each Add
+  std::map<std::string, int> last_seen;  // version seen by the latest run of each key
   int overlaps = 0;
   int runs = 0;
 

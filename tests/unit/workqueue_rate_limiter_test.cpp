@@ -1,5 +1,3 @@
-#include "workqueue/rate_limiter.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "workqueue/rate_limiter.h"
 
 namespace tpujob::workqueue {
 namespace {
