@@ -148,10 +148,12 @@ TEST(CacheE2E, RelistsAfterCompactionMakesItsVersionGone) {
   ASSERT_TRUE(pods.WaitForSync(std::chrono::seconds(30)));
   const auto lists_before = pods.stats().lists;
 
-  // Compact etcd past the reflector's version, then restart the API server so its watch cache
-  // is rebuilt from the compacted store: the reflector's re-watch gets 410 and must relist.
-  const auto result = RunCommand(ClusterScript() + " compact --dir " + ClusterDir() + " && " +
-                                 ClusterScript() + " restart-apiserver --dir " + ClusterDir());
+  // With the API server down (so the reflector can see nothing more, not even a bookmark),
+  // compact etcd past every version handed out so far; the restarted server rebuilds its watch
+  // cache from the compacted store, so the reflector's re-watch gets 410 and must relist.
+  const std::string cluster = ClusterScript() + " --dir " + ClusterDir() + " ";
+  const auto result = RunCommand(cluster + "kill-apiserver && " + cluster + "compact && " +
+                                 cluster + "start-apiserver");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   ASSERT_EQ(Kubectl("delete pod g0 g1 -n " + ns.name() + " --grace-period=0 --force").exit_code, 0);
   ASSERT_TRUE(client->Create(Resource::Pods(), ns.name(), Pod("after", "0")));

@@ -96,6 +96,12 @@ class TestNamespace {
     name_ = prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
     const CommandResult r = Kubectl("create namespace " + name_);
     EXPECT_EQ(r.exit_code, 0) << r.output;
+    // Pods are refused until the namespace has its default ServiceAccount. The
+    // controller-manager creates it, but can lag far behind after the API server restarts the
+    // tests provoke, so create it here when it is not there yet ("already exists" is fine).
+    const CommandResult sa = Kubectl("create serviceaccount default -n " + name_);
+    EXPECT_TRUE(sa.exit_code == 0 || sa.output.find("already exists") != std::string::npos)
+        << sa.output;
   }
   ~TestNamespace() { Kubectl("delete namespace " + name_ + " --wait=false"); }
   const std::string& name() const { return name_; }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Benchmarks that print numbers (nothing here asserts a target):
+#   - API write throughput of a plain client creating pods (the machine's raw ceiling);
+#   - RSS of `tpujob-operator run` with no pods cached and with POD_COUNT (10,000) pods cached,
+#     and the bytes per cached pod; the time to sync the caches at that size.
+# Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
+set -euo pipefail
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${TPUJOB_BENCH_DIR:-/tmp/tpujob-bench}
+pods=${POD_COUNT:-10000}
+operator="$root/$build/tpujob-operator"
+bench="$root/$build/tpujob-bench"
+bin=$("$root/e2e/tools/build.sh")
+
+cleanup() {
+  [[ -n ${op_pid:-} ]] && kill -9 "$op_pid" 2>/dev/null || true
+  "$root/e2e/cluster" down --dir "$dir" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+kubeconfig=$("$root/e2e/cluster" up --dir "$dir")
+kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+kubectl apply -f "$root/crds/" >/dev/null
+kubectl wait --for=condition=Established crd/tpujobs.tpujob.dev --timeout=30s >/dev/null
+kubectl create namespace bench >/dev/null
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start_operator() {  # start_operator LOG: starts it and waits until /readyz answers 200
+  "$operator" run --kubeconfig "$kubeconfig" --health-address "127.0.0.1:$port" >"$1" 2>&1 &
+  op_pid=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "operator not ready; log:" >&2; tail -20 "$1" >&2; exit 1
+}
+stop_operator() { kill -TERM "$op_pid"; wait "$op_pid" || true; op_pid=; }
+
+"$bench" create-nodes --kubeconfig "$kubeconfig" --count 20 >/dev/null
+
+start_operator "$dir/operator-empty.log"
+rss_empty=$(rss_kib "$op_pid")
+stop_operator
+
+echo "== creating $pods pods with a plain client (16 threads, no client-side limit)"
+"$bench" create-pods --kubeconfig "$kubeconfig" --namespace bench --count "$pods" --jobs 100 --nodes 20
+running=0
+for _ in $(seq 1 600); do
+  running=$(kubectl get pods -n bench --field-selector=status.phase=Running --no-headers 2>/dev/null | wc -l)
+  ((running >= pods)) && break
+  sleep 1
+done
+echo "pods Running (KWOK): $running"
+
+start_operator "$dir/operator-full.log"
+rss_full=$(rss_kib "$op_pid")
+synced=$(grep -o 'caches synced.*' "$dir/operator-full.log" | head -1)
+stop_operator
+
+echo
+echo "== tpujob-operator run: memory"
+echo "RSS with 0 pods cached:        $rss_empty KiB"
+echo "RSS with $pods pods cached:  $rss_full KiB"
+awk -v e="$rss_empty" -v f="$rss_full" -v n="$pods" \
+  'BEGIN { printf "bytes per cached pod:          %.0f\n", (f - e) * 1024 / n }'
+echo "sync: $synced"
