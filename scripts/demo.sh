@@ -19,7 +19,7 @@ trap cleanup EXIT
 say "Starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK)"
 kubeconfig=$("$root/e2e/cluster" up --dir "$dir")
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-kubectl get --raw /version | grep gitVersion
+echo "kube-apiserver /readyz: $(kubectl get --raw /readyz)"
 
 say "Installing the TPUJob CRD"
 kubectl apply -f "$root/crds/"
