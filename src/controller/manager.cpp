@@ -69,10 +69,10 @@ int Manager::health_port() const { return health_port_.load(); }
 
 kube::Status Manager::Run() {
   metrics::HttpServer server(options_.health_address);
-  server.Handle("/healthz", [] { return metrics::HttpResponse{200, "text/plain", "ok\n"}; });
+  server.Handle("/healthz", [] { return metrics::HttpResponse{200, "text/plain", "ok\n", {}}; });
   server.Handle("/readyz", [this] {
-    if (ready_.load()) return metrics::HttpResponse{200, "text/plain", "ok\n"};
-    return metrics::HttpResponse{503, "text/plain", "caches not synced\n"};
+    if (ready_.load()) return metrics::HttpResponse{200, "text/plain", "ok\n", {}};
+    return metrics::HttpResponse{503, "text/plain", "caches not synced\n", {}};
   });
   if (auto started = server.Start(); !started) return started;
   health_port_ = server.port();

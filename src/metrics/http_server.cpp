@@ -74,9 +74,13 @@ kube::Status HttpServer::Start() {
         return;
       }
       HttpResponse response = it->second();
-      req.reply(static_cast<web::http::status_code>(response.status), response.body,
-                response.content_type)
-          .wait();
+      web::http::http_response reply(static_cast<web::http::status_code>(response.status));
+      reply.set_body(response.body, response.content_type);
+      for (const auto& [name, value] : response.headers) {
+        reply.headers().add(utility::conversions::to_string_t(name),
+                            utility::conversions::to_string_t(value));
+      }
+      req.reply(reply).wait();
     });
     impl_->listener.open().wait();
   } catch (const std::exception& e) {

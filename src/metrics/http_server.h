@@ -18,6 +18,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  std::map<std::string, std::string> headers;  // extra response headers
 };
 
 using HttpHandler = std::function<HttpResponse()>;
