@@ -63,24 +63,30 @@ int Parallel(int count, const std::function<bool(int)>& operation) {
   return ok;
 }
 
-cache::ReflectorOptions OptionsFor(const std::string& ns) {
+// Creates pods <prefix>0..<prefix>count-1 in parallel; returns how many were created.
+int CreatePods(kube::Client& client, const std::string& ns, const std::string& prefix, int count) {
+  return Parallel(count, [&](int i) {
+    return client.Create(Resource::Pods(), ns, Pod(prefix + std::to_string(i), "0")).has_value();
+  });
+}
+
+// Pages of 100; `fast_backoff` shortens the reconnect backoff for tests that break the watch.
+cache::ReflectorOptions OptionsFor(const std::string& ns, bool fast_backoff = false) {
   cache::ReflectorOptions options;
   options.name = "e2e-pods";
   options.ns = ns;
   options.page_size = 100;
+  if (fast_backoff) {
+    options.backoff.initial = std::chrono::milliseconds(200);
+    options.backoff.max = std::chrono::seconds(2);
+  }
   return options;
 }
 
 TEST(CacheE2E, StoreMatchesKubectlAfterBurstOf1000Changes) {
   TestNamespace ns("cache-burst");
   auto client = kube::NewClient(AdminConfig());
-  ASSERT_EQ(Parallel(150,
-                     [&](int i) {
-                       return client
-                           ->Create(Resource::Pods(), ns.name(), Pod("p" + std::to_string(i), "0"))
-                           .has_value();
-                     }),
-            150);
+  ASSERT_EQ(CreatePods(*client, ns.name(), "p", 150), 150);
 
   cache::Informer<cache::PodInfo> pods(*client, Resource::Pods(), OptionsFor(ns.name()));
   std::atomic<int> adds{0}, updates{0}, deletes{0};
@@ -93,10 +99,7 @@ TEST(CacheE2E, StoreMatchesKubectlAfterBurstOf1000Changes) {
   EXPECT_GE(pods.stats().list_pages, 2u);  // 150 pods in pages of 100
 
   // 1000 changes: 400 creates, 400 label updates, 200 deletes.
-  const int created = Parallel(400, [&](int i) {
-    return client->Create(Resource::Pods(), ns.name(), Pod("q" + std::to_string(i), "0"))
-        .has_value();
-  });
+  const int created = CreatePods(*client, ns.name(), "q", 400);
   const int updated = Parallel(400, [&](int i) {
     const std::string name = i < 150 ? "p" + std::to_string(i) : "q" + std::to_string(i);
     return client
@@ -133,17 +136,9 @@ TEST(CacheE2E, StoreMatchesKubectlAfterBurstOf1000Changes) {
 TEST(CacheE2E, RelistsAfterCompactionMakesItsVersionGone) {
   TestNamespace ns("cache-gone");
   auto client = kube::NewClient(AdminConfig());
-  ASSERT_EQ(Parallel(20,
-                     [&](int i) {
-                       return client
-                           ->Create(Resource::Pods(), ns.name(), Pod("g" + std::to_string(i), "0"))
-                           .has_value();
-                     }),
-            20);
-  cache::ReflectorOptions options = OptionsFor(ns.name());
-  options.backoff.initial = std::chrono::milliseconds(200);
-  options.backoff.max = std::chrono::seconds(2);
-  cache::Informer<cache::PodInfo> pods(*client, Resource::Pods(), options);
+  ASSERT_EQ(CreatePods(*client, ns.name(), "g", 20), 20);
+  cache::Informer<cache::PodInfo> pods(*client, Resource::Pods(),
+                                       OptionsFor(ns.name(), /*fast_backoff=*/true));
   pods.Start();
   ASSERT_TRUE(pods.WaitForSync(std::chrono::seconds(30)));
   const auto lists_before = pods.stats().lists;
@@ -170,10 +165,8 @@ TEST(CacheE2E, RelistsAfterCompactionMakesItsVersionGone) {
 TEST(CacheE2E, NothingMissedWhenApiServerIsKilledMidWatch) {
   TestNamespace ns("cache-restart");
   auto client = kube::NewClient(AdminConfig());
-  cache::ReflectorOptions options = OptionsFor(ns.name());
-  options.backoff.initial = std::chrono::milliseconds(200);
-  options.backoff.max = std::chrono::seconds(2);
-  cache::Informer<cache::PodInfo> pods(*client, Resource::Pods(), options);
+  cache::Informer<cache::PodInfo> pods(*client, Resource::Pods(),
+                                       OptionsFor(ns.name(), /*fast_backoff=*/true));
   pods.Start();
   ASSERT_TRUE(pods.WaitForSync(std::chrono::seconds(30)));
 

@@ -203,6 +203,17 @@ Metadata ReadMetadata(Reader& reader, const Json& object, const Path& root) {
   return meta;
 }
 
+// Copies the identity every projection carries (namespace when it has one, name, uid,
+// resourceVersion, labels) out of the metadata just read.
+template <typename T>
+void CopyIdentity(Reader& reader, const Metadata& meta, const Path& meta_at, T& out) {
+  if constexpr (requires { out.ns; }) out.ns = InternedString::Intern(meta.ns);
+  out.name = meta.name;
+  out.uid = meta.uid;
+  out.resource_version = meta.resource_version;
+  out.labels = reader.StringMap(*meta.object, "labels", meta_at, KeepAll);
+}
+
 // Runs `decode` and turns any exception nlohmann_json might still raise into a decode error.
 template <typename T, typename Decode>
 kube::Result<T> Guarded(std::string_view kind, const Json& object, Decode decode) {
@@ -519,11 +530,7 @@ kube::Result<PodInfo> PodInfo::FromJson(const Json& object) {
     Metadata meta = ReadMetadata(reader, object, root);
     if (!reader.ok()) return std::unexpected(reader.error());
     const Path meta_at = root.Child("metadata");
-    pod.ns = InternedString::Intern(meta.ns);
-    pod.name = meta.name;
-    pod.uid = meta.uid;
-    pod.resource_version = meta.resource_version;
-    pod.labels = reader.StringMap(*meta.object, "labels", meta_at, KeepAll);
+    CopyIdentity(reader, meta, meta_at, pod);
     pod.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
     pod.deletion_grace_period_seconds =
         reader.Int(*meta.object, "deletionGracePeriodSeconds", meta_at);
@@ -618,10 +625,7 @@ kube::Result<NodeInfo> NodeInfo::FromJson(const Json& object) {
     Metadata meta = ReadMetadata(reader, object, root);
     if (!reader.ok()) return std::unexpected(reader.error());
     const Path meta_at = root.Child("metadata");
-    node.name = meta.name;
-    node.uid = meta.uid;
-    node.resource_version = meta.resource_version;
-    node.labels = reader.StringMap(*meta.object, "labels", meta_at, KeepAll);
+    CopyIdentity(reader, meta, meta_at, node);
     node.annotations = reader.StringMap(
         *meta.object, "annotations", meta_at,
         [](std::string_view key) { return key.starts_with(kOperatorAnnotationPrefix); });
@@ -700,12 +704,8 @@ kube::Result<TPUJobInfo> TPUJobInfo::FromJson(const Json& object) {
     Metadata meta = ReadMetadata(reader, object, root);
     if (!reader.ok()) return std::unexpected(reader.error());
     const Path meta_at = root.Child("metadata");
-    job.ns = InternedString::Intern(meta.ns);
-    job.name = meta.name;
-    job.uid = meta.uid;
-    job.resource_version = meta.resource_version;
+    CopyIdentity(reader, meta, meta_at, job);
     job.generation = reader.Int(*meta.object, "generation", meta_at).value_or(0);
-    job.labels = reader.StringMap(*meta.object, "labels", meta_at, KeepAll);
     job.annotations =
         reader.StringMap(*meta.object, "annotations", meta_at,
                          [](std::string_view key) { return key != kLastAppliedAnnotation; });
