@@ -1,0 +1,306 @@
+#include "policy/job_spec.h"
+
+#include <charconv>
+#include <limits>
+
+namespace tpujob::policy {
+namespace {
+
+using Error = std::unexpected<std::string>;
+
+// Reads an integer member, accepting only JSON integers within [lo, hi]. `out` is left alone
+// when the member is absent or null.
+std::optional<std::string> ReadInt(const Json& object, std::string_view key, std::string_view path,
+                                   int64_t lo, int64_t hi, int64_t& out) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) return std::string(path) + ": must be an integer";
+  const int64_t value = it->get<int64_t>();
+  if (value < lo || value > hi) {
+    return std::string(path) + ": " + std::to_string(value) + " is outside [" + std::to_string(lo) +
+           ", " + std::to_string(hi) + "]";
+  }
+  out = value;
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadString(const Json& object, std::string_view key,
+                                      std::string_view path, std::string& out) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return std::string(path) + ": must be a string";
+  out = it->get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadBool(const Json& object, std::string_view key, std::string_view path,
+                                    bool& out) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return std::string(path) + ": must be true or false";
+  out = it->get<bool>();
+  return std::nullopt;
+}
+
+const Json* Member(const Json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<std::string> ReadReplica(const Json& specs, std::string_view type, int64_t max,
+                                       std::optional<ReplicaSpec>& out) {
+  const Json* replica = Member(specs, type);
+  if (replica == nullptr) return std::nullopt;
+  const std::string path = "spec.replicaSpecs." + std::string(type);
+  if (!replica->is_object()) return path + ": must be an object";
+  ReplicaSpec spec;
+  int64_t replicas = type == "Master" ? 1 : 0;
+  if (auto e = ReadInt(*replica, "replicas", path + ".replicas", 1, max, replicas)) return e;
+  if (replicas < 1) return path + ".replicas: is required";
+  spec.replicas = static_cast<int32_t>(replicas);
+  const Json* tmpl = Member(*replica, "template");
+  if (tmpl == nullptr || !tmpl->is_object()) return path + ".template: is required";
+  const Json* pod_spec = Member(*tmpl, "spec");
+  const Json* containers = pod_spec != nullptr ? Member(*pod_spec, "containers") : nullptr;
+  if (containers == nullptr || !containers->is_array() || containers->empty()) {
+    return path + ".template.spec.containers: at least one container is required";
+  }
+  for (size_t i = 0; i < containers->size(); ++i) {
+    const Json& c = (*containers)[i];
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) {
+      return path + ".template.spec.containers[" + std::to_string(i) + "].name: is required";
+    }
+  }
+  spec.template_ = *tmpl;
+  out = std::move(spec);
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadCodes(const Json& codes, std::string_view key, std::string_view path,
+                                     std::set<int32_t>& out) {
+  const Json* list = Member(codes, key);
+  if (list == nullptr) return std::nullopt;
+  if (!list->is_array()) return std::string(path) + ": must be a list of exit codes";
+  out.clear();
+  for (const Json& code : *list) {
+    if (!code.is_number_integer() || code.get<int64_t>() < 1 || code.get<int64_t>() > 255) {
+      return std::string(path) + ": " + code.dump() + " is not an exit code between 1 and 255";
+    }
+    out.insert(code.get<int32_t>());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view ToString(ReplicaType type) {
+  return type == ReplicaType::kMaster ? "Master" : "Worker";
+}
+std::string_view LowerName(ReplicaType type) {
+  return type == ReplicaType::kMaster ? "master" : "worker";
+}
+std::string_view ToString(SuccessPolicy policy) {
+  return policy == SuccessPolicy::kMaster ? "Master" : "AllWorkers";
+}
+std::string_view ToString(ExitClass c) {
+  return c == ExitClass::kPermanent ? "permanent" : "retryable";
+}
+
+int64_t TpuSpec::TopologyChips() const {
+  int64_t product = 1;
+  size_t start = 0;
+  while (start <= topology.size()) {
+    const size_t end = std::min(topology.find('x', start), topology.size());
+    int64_t dim = 0;
+    const auto [ptr, ec] = std::from_chars(topology.data() + start, topology.data() + end, dim);
+    if (ec != std::errc() || ptr != topology.data() + end || dim <= 0) return 0;
+    if (product > std::numeric_limits<int32_t>::max() / dim) return 0;
+    product *= dim;
+    start = end + 1;
+  }
+  return product;
+}
+
+std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
+  JobSpec out;
+  const Json& spec = job.spec;
+  if (!spec.is_object()) return Error("spec: is required");
+
+  int64_t value = 0;
+  if (auto e = ReadInt(spec, "priority", "spec.priority", std::numeric_limits<int32_t>::min(),
+                       std::numeric_limits<int32_t>::max(), value)) {
+    return Error(*e);
+  }
+  out.priority = static_cast<int32_t>(value);
+  if (auto e = ReadString(spec, "priorityClassName", "spec.priorityClassName",
+                          out.priority_class_name)) {
+    return Error(*e);
+  }
+  value = 0;
+  if (auto e = ReadInt(spec, "queueTimeoutSeconds", "spec.queueTimeoutSeconds", 1,
+                       std::numeric_limits<int64_t>::max(), value)) {
+    return Error(*e);
+  }
+  if (value > 0) out.queue_timeout_seconds = value;
+
+  // TPU slice.
+  const Json* tpu = Member(spec, "tpu");
+  if (tpu == nullptr || !tpu->is_object()) return Error("spec.tpu: is required");
+  if (auto e = ReadString(*tpu, "accelerator", "spec.tpu.accelerator", out.tpu.accelerator)) {
+    return Error(*e);
+  }
+  if (out.tpu.accelerator.empty()) return Error("spec.tpu.accelerator: is required");
+  if (auto e = ReadString(*tpu, "topology", "spec.tpu.topology", out.tpu.topology)) {
+    return Error(*e);
+  }
+  if (out.tpu.TopologyChips() <= 0) {
+    return Error("spec.tpu.topology: \"" + out.tpu.topology +
+                 "\" is not a topology such as 2x4 or 4x4x4");
+  }
+  value = 0;
+  if (auto e = ReadInt(*tpu, "chipsPerWorker", "spec.tpu.chipsPerWorker", 1, 8, value)) {
+    return Error(*e);
+  }
+  if (value == 0) return Error("spec.tpu.chipsPerWorker: is required");
+  out.tpu.chips_per_worker = static_cast<int32_t>(value);
+
+  // Replicas.
+  const Json* specs = Member(spec, "replicaSpecs");
+  if (specs == nullptr || !specs->is_object()) return Error("spec.replicaSpecs: is required");
+  for (const char* ps : {"PS", "ParameterServer"}) {
+    if (Member(*specs, ps) != nullptr) {
+      return Error(std::string("spec.replicaSpecs.") + ps +
+                   ": parameter servers are not supported with TPUs; use Master and Worker "
+                   "replicas");
+    }
+  }
+  for (const auto& [key, unused] : specs->items()) {
+    if (key != "Master" && key != "Worker") {
+      return Error("spec.replicaSpecs." + key + ": unknown replica type (Master or Worker)");
+    }
+  }
+  if (auto e = ReadReplica(*specs, "Master", 1, out.master)) return Error(*e);
+  std::optional<ReplicaSpec> worker;
+  if (auto e = ReadReplica(*specs, "Worker", 4096, worker)) return Error(*e);
+  if (!worker) return Error("spec.replicaSpecs.Worker: is required");
+  out.worker = std::move(*worker);
+  const int64_t chips = out.tpu.TopologyChips();
+  if (int64_t{out.worker.replicas} * out.tpu.chips_per_worker != chips) {
+    return Error("spec.replicaSpecs.Worker.replicas: " + std::to_string(out.worker.replicas) +
+                 " workers of " + std::to_string(out.tpu.chips_per_worker) +
+                 " chips do not make a " + out.tpu.topology + " slice (" + std::to_string(chips) +
+                 " chips)");
+  }
+
+  std::string policy = "Master";
+  if (auto e = ReadString(spec, "successPolicy", "spec.successPolicy", policy)) return Error(*e);
+  if (policy == "Master") {
+    out.success_policy = SuccessPolicy::kMaster;
+  } else if (policy == "AllWorkers") {
+    out.success_policy = SuccessPolicy::kAllWorkers;
+  } else {
+    return Error("spec.successPolicy: \"" + policy + "\" is not Master or AllWorkers");
+  }
+
+  // Fault tolerance.
+  FaultTolerance& ft = out.fault_tolerance;
+  std::optional<int32_t> spec_retries;
+  if (const Json* f = Member(spec, "faultTolerance"); f != nullptr) {
+    if (!f->is_object()) return Error("spec.faultTolerance: must be an object");
+    value = -1;
+    if (auto e = ReadInt(*f, "maxJobRetries", "spec.faultTolerance.maxJobRetries", 0, 3, value)) {
+      return Error(*e);
+    }
+    if (value >= 0) spec_retries = static_cast<int32_t>(value);
+    value = ft.max_worker_restarts;
+    if (auto e = ReadInt(*f, "maxWorkerRestarts", "spec.faultTolerance.maxWorkerRestarts", 0, 100,
+                         value)) {
+      return Error(*e);
+    }
+    ft.max_worker_restarts = static_cast<int32_t>(value);
+    if (auto e = ReadBool(*f, "cordonFaultyNodes", "spec.faultTolerance.cordonFaultyNodes",
+                          ft.cordon_faulty_nodes)) {
+      return Error(*e);
+    }
+    if (auto e = ReadInt(*f, "maintenanceGracePeriodSeconds",
+                         "spec.faultTolerance.maintenanceGracePeriodSeconds", 0, 3600,
+                         ft.maintenance_grace_period_seconds)) {
+      return Error(*e);
+    }
+    if (const Json* codes = Member(*f, "exitCodes"); codes != nullptr) {
+      if (!codes->is_object()) return Error("spec.faultTolerance.exitCodes: must be an object");
+      if (auto e = ReadCodes(*codes, "permanent", "spec.faultTolerance.exitCodes.permanent",
+                             ft.exit_codes.permanent)) {
+        return Error(*e);
+      }
+      if (auto e = ReadCodes(*codes, "retryable", "spec.faultTolerance.exitCodes.retryable",
+                             ft.exit_codes.retryable)) {
+        return Error(*e);
+      }
+      const bool explicit_permanent = Member(*codes, "permanent") != nullptr;
+      for (int32_t code : ft.exit_codes.retryable) {
+        if (!ft.exit_codes.permanent.contains(code)) continue;
+        if (explicit_permanent) {
+          return Error("spec.faultTolerance.exitCodes: " + std::to_string(code) +
+                       " is listed both permanent and retryable");
+        }
+        ft.exit_codes.permanent.erase(code);  // overrides a default
+      }
+    }
+    if (const Json* pre = Member(*f, "preflight"); pre != nullptr) {
+      if (!pre->is_object()) return Error("spec.faultTolerance.preflight: must be an object");
+      if (auto e = ReadBool(*pre, "enabled", "spec.faultTolerance.preflight.enabled",
+                            ft.preflight_enabled)) {
+        return Error(*e);
+      }
+      if (const Json* checks = Member(*pre, "checks"); checks != nullptr) {
+        if (!checks->is_array())
+          return Error("spec.faultTolerance.preflight.checks: must be a list");
+        for (const Json& c : *checks) {
+          if (!c.is_string()) return Error("spec.faultTolerance.preflight.checks: must be names");
+          ft.preflight_checks.push_back(c.get<std::string>());
+        }
+      }
+      if (const Json* t = Member(*pre, "thresholds"); t != nullptr) ft.preflight_thresholds = *t;
+    }
+  }
+
+  // The annotation shorthand for maxJobRetries.
+  std::optional<int32_t> annotation_retries;
+  if (auto text = job.annotations.Get(kJobRetryAnnotation)) {
+    int32_t parsed = -1;
+    const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), parsed);
+    if (ec != std::errc() || ptr != text->data() + text->size() || parsed < 0 || parsed > 3) {
+      return Error("annotation " + std::string(kJobRetryAnnotation) + ": \"" + std::string(*text) +
+                   "\" is not a number between 0 and 3 (the maximum re-issues of the job; 0 "
+                   "turns re-issue off)");
+    }
+    annotation_retries = parsed;
+  }
+  if (spec_retries && annotation_retries && *spec_retries != *annotation_retries) {
+    return Error("annotation " + std::string(kJobRetryAnnotation) + " (\"" +
+                 std::to_string(*annotation_retries) +
+                 "\") disagrees with spec.faultTolerance.maxJobRetries (" +
+                 std::to_string(*spec_retries) + "); set one of them");
+  }
+  ft.max_job_retries = spec_retries.value_or(annotation_retries.value_or(0));
+
+  if (const Json* cp = Member(spec, "checkpoint"); cp != nullptr) {
+    if (!cp->is_object()) return Error("spec.checkpoint: must be an object");
+    if (auto e = ReadString(*cp, "path", "spec.checkpoint.path", out.checkpoint_path)) {
+      return Error(*e);
+    }
+  }
+  return out;
+}
+
+ExitClass ClassifyExit(const ExitCodeRules& rules, int32_t code, std::string_view reason) {
+  if (rules.retryable.contains(code)) return ExitClass::kRetryable;
+  if (rules.permanent.contains(code)) return ExitClass::kPermanent;
+  if (rules.permanent_reasons.contains(reason)) return ExitClass::kPermanent;
+  return ExitClass::kRetryable;
+}
+
+}  // namespace tpujob::policy

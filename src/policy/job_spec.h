@@ -1,0 +1,100 @@
+// The TPUJob spec as the reconciler uses it: decoded from the cached JSON, defaults applied,
+// and checked for everything the CRD schema cannot express.
+//
+// The API server already enforces the schema (types, enums, bounds, CEL rules), so most
+// problems never reach the operator. What remains is reported, never thrown: ParseJobSpec()
+// returns a message fit for the `Valid=False` condition, naming the field at fault.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/objects.h"
+
+namespace tpujob::policy {
+
+using Json = nlohmann::json;
+
+// The annotation that is shorthand for spec.faultTolerance.maxJobRetries ("1".."3"; "0" = off).
+inline constexpr std::string_view kJobRetryAnnotation = "fault-tolerance/job-retry-num";
+
+enum class ReplicaType { kMaster, kWorker };
+std::string_view ToString(ReplicaType type);   // "Master", "Worker"
+std::string_view LowerName(ReplicaType type);  // "master", "worker" (used in pod names)
+
+enum class SuccessPolicy { kMaster, kAllWorkers };
+std::string_view ToString(SuccessPolicy policy);
+
+struct ReplicaSpec {
+  int32_t replicas = 0;
+  Json template_ = Json::object();  // a PodTemplateSpec: {metadata, spec}
+};
+
+// How a non-zero exit of a worker's container is treated.
+enum class ExitClass { kRetryable, kPermanent };
+std::string_view ToString(ExitClass c);
+
+struct ExitCodeRules {
+  // Codes that fail the job at once. Default: 1 (an uncaught exception in the training program)
+  // and 137 (SIGKILL, which the kernel's OOM killer sends).
+  std::set<int32_t> permanent = {1, 137};
+  // Codes that restart the worker in place. Default: every non-zero code not listed permanent;
+  // listing a code here overrides a default permanent one.
+  std::set<int32_t> retryable;
+  // Container termination reasons that are permanent whatever the code ("OOMKilled").
+  std::set<std::string, std::less<>> permanent_reasons = {"OOMKilled"};
+};
+
+struct FaultTolerance {
+  int32_t max_job_retries = 0;  // re-issues of the whole job; 0 = off
+  int32_t max_worker_restarts = 5;
+  ExitCodeRules exit_codes;
+  bool cordon_faulty_nodes = true;
+  int64_t maintenance_grace_period_seconds = 300;
+  bool preflight_enabled = false;
+  std::vector<std::string> preflight_checks;  // "dns", "disk", "ulimit", "accelerator"
+  Json preflight_thresholds = Json::object();
+};
+
+struct TpuSpec {
+  std::string accelerator;  // node label cloud.google.com/gke-tpu-accelerator
+  std::string topology;     // node label cloud.google.com/gke-tpu-topology, e.g. "2x4"
+  int32_t chips_per_worker = 0;
+  // The product of the topology's dimensions: chips in the slice.
+  int64_t TopologyChips() const;
+};
+
+struct JobSpec {
+  int32_t priority = 0;
+  std::string priority_class_name;
+  std::optional<int64_t> queue_timeout_seconds;  // absent: default (1800 for re-issued jobs)
+  TpuSpec tpu;
+  std::optional<ReplicaSpec> master;
+  ReplicaSpec worker;
+  SuccessPolicy success_policy = SuccessPolicy::kMaster;
+  FaultTolerance fault_tolerance;
+  std::string checkpoint_path;
+
+  int32_t Replicas(ReplicaType type) const {
+    return type == ReplicaType::kMaster ? (master ? master->replicas : 0) : worker.replicas;
+  }
+  const ReplicaSpec* Replica(ReplicaType type) const {
+    return type == ReplicaType::kMaster ? (master ? &*master : nullptr) : &worker;
+  }
+};
+
+// Decodes and validates a job. On error the message names the field and what is wrong, e.g.
+// "annotation fault-tolerance/job-retry-num: \"five\" is not a number between 0 and 3".
+std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job);
+
+// Classifies the exit of one container. `code` 0 is never passed here.
+ExitClass ClassifyExit(const ExitCodeRules& rules, int32_t code, std::string_view reason);
+
+}  // namespace tpujob::policy

@@ -1,0 +1,256 @@
+#include "policy/job_status.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "cache/objects.h"
+
+namespace tpujob::policy {
+namespace {
+
+WallTime Truncate(WallTime t) { return std::chrono::floor<std::chrono::seconds>(t); }
+
+std::optional<WallTime> ReadTime(const Json& object, std::string_view key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return std::nullopt;
+  auto parsed = cache::ParseRfc3339(it->get_ref<const std::string&>());
+  if (!parsed) return std::nullopt;
+  return Truncate(*parsed);
+}
+
+std::string ReadString(const Json& object, std::string_view key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+template <typename Int>
+Int ReadInt(const Json& object, std::string_view key, Int fallback = 0) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_number_integer() ? it->get<Int>() : fallback;
+}
+
+void PutTime(Json& out, const char* key, const std::optional<WallTime>& t) {
+  if (t) out[key] = cache::FormatRfc3339(*t);
+}
+
+void PutString(Json& out, const char* key, const std::string& value) {
+  if (!value.empty()) out[key] = value;
+}
+
+ReplicaCounts ReadCounts(const Json& j) {
+  ReplicaCounts c;
+  if (!j.is_object()) return c;
+  c.active = ReadInt<int32_t>(j, "active");
+  c.ready = ReadInt<int32_t>(j, "ready");
+  c.succeeded = ReadInt<int32_t>(j, "succeeded");
+  c.failed = ReadInt<int32_t>(j, "failed");
+  c.restarts = ReadInt<int32_t>(j, "restarts");
+  return c;
+}
+
+}  // namespace
+
+std::string_view ToString(Phase phase) {
+  switch (phase) {
+    case Phase::kNone:
+      return "";
+    case Phase::kQueued:
+      return "Queued";
+    case Phase::kStarting:
+      return "Starting";
+    case Phase::kRunning:
+      return "Running";
+    case Phase::kRestarting:
+      return "Restarting";
+    case Phase::kSucceeded:
+      return "Succeeded";
+    case Phase::kFailed:
+      return "Failed";
+  }
+  return "";
+}
+
+Phase ParsePhase(std::string_view text) {
+  for (Phase p : {Phase::kQueued, Phase::kStarting, Phase::kRunning, Phase::kRestarting,
+                  Phase::kSucceeded, Phase::kFailed}) {
+    if (ToString(p) == text) return p;
+  }
+  return Phase::kNone;
+}
+
+JobStatus JobStatus::FromJson(const Json& j) {
+  JobStatus s;
+  if (!j.is_object()) return s;
+  s.phase = ParsePhase(ReadString(j, "phase"));
+  if (auto it = j.find("conditions"); it != j.end() && it->is_array()) {
+    for (const Json& c : *it) {
+      if (!c.is_object()) continue;
+      Condition cond;
+      cond.type = ReadString(c, "type");
+      if (cond.type.empty()) continue;
+      cond.status = ReadString(c, "status");
+      cond.reason = ReadString(c, "reason");
+      cond.message = ReadString(c, "message");
+      cond.last_transition_time = ReadTime(c, "lastTransitionTime").value_or(WallTime{});
+      cond.observed_generation = ReadInt<int64_t>(c, "observedGeneration");
+      s.conditions.push_back(std::move(cond));
+    }
+  }
+  s.observed_generation = ReadInt<int64_t>(j, "observedGeneration");
+  s.attempt = ReadInt<int32_t>(j, "attempt");
+  s.job_retries = ReadInt<int32_t>(j, "jobRetries");
+  s.ready_workers = ReadString(j, "readyWorkers");
+  if (auto it = j.find("replicaStatuses"); it != j.end() && it->is_object()) {
+    for (const auto& [type, counts] : it->items()) s.replica_statuses[type] = ReadCounts(counts);
+  }
+  if (auto it = j.find("workerRestarts"); it != j.end() && it->is_object()) {
+    for (const auto& [replica, record] : it->items()) {
+      if (!record.is_object()) continue;
+      s.worker_restarts[replica] =
+          RestartRecord{ReadInt<int32_t>(record, "count"), ReadString(record, "podUID")};
+    }
+  }
+  s.queued_at = ReadTime(j, "queuedAt");
+  s.admitted_at = ReadTime(j, "admittedAt");
+  s.start_time = ReadTime(j, "startTime");
+  s.running_at = ReadTime(j, "runningAt");
+  s.completion_time = ReadTime(j, "completionTime");
+  if (auto it = j.find("queuePosition"); it != j.end() && it->is_number_integer()) {
+    s.queue_position = it->get<int32_t>();
+  }
+  if (auto it = j.find("reissued"); it != j.end() && it->is_boolean()) s.reissued = it->get<bool>();
+  if (auto it = j.find("faults"); it != j.end() && it->is_array()) {
+    for (const Json& f : *it) {
+      if (!f.is_object()) continue;
+      FaultRecord r;
+      r.time = ReadTime(f, "time").value_or(WallTime{});
+      r.attempt = ReadInt<int32_t>(f, "attempt");
+      r.kind = ReadString(f, "kind");
+      r.node = ReadString(f, "node");
+      r.pod = ReadString(f, "pod");
+      r.container = ReadString(f, "container");
+      r.item = ReadString(f, "item");
+      if (auto code = f.find("exitCode"); code != f.end() && code->is_number_integer()) {
+        r.exit_code = code->get<int32_t>();
+      }
+      r.reason = ReadString(f, "reason");
+      r.message = ReadString(f, "message");
+      r.action = ReadString(f, "action");
+      s.faults.push_back(std::move(r));
+    }
+  }
+  if (auto it = j.find("cordonedNodes"); it != j.end() && it->is_array()) {
+    for (const Json& n : *it) {
+      if (n.is_string()) s.cordoned_nodes.push_back(n.get<std::string>());
+    }
+  }
+  return s;
+}
+
+Json JobStatus::ToJson() const {
+  Json out = Json::object();
+  if (phase != Phase::kNone) out["phase"] = ToString(phase);
+  if (!conditions.empty()) {
+    Json list = Json::array();
+    for (const Condition& c : conditions) {
+      Json item = {{"type", c.type}, {"status", c.status}};
+      PutString(item, "reason", c.reason);
+      PutString(item, "message", c.message);
+      item["lastTransitionTime"] = cache::FormatRfc3339(c.last_transition_time);
+      if (c.observed_generation != 0) item["observedGeneration"] = c.observed_generation;
+      list.push_back(std::move(item));
+    }
+    out["conditions"] = std::move(list);
+  }
+  if (observed_generation != 0) out["observedGeneration"] = observed_generation;
+  if (attempt != 0) out["attempt"] = attempt;
+  if (job_retries != 0) out["jobRetries"] = job_retries;
+  PutString(out, "readyWorkers", ready_workers);
+  if (!replica_statuses.empty()) {
+    Json map = Json::object();
+    for (const auto& [type, c] : replica_statuses) {
+      map[type] = {{"active", c.active},
+                   {"ready", c.ready},
+                   {"succeeded", c.succeeded},
+                   {"failed", c.failed},
+                   {"restarts", c.restarts}};
+    }
+    out["replicaStatuses"] = std::move(map);
+  }
+  if (!worker_restarts.empty()) {
+    Json map = Json::object();
+    for (const auto& [replica, r] : worker_restarts) {
+      Json item = {{"count", r.count}};
+      PutString(item, "podUID", r.pod_uid);
+      map[replica] = std::move(item);
+    }
+    out["workerRestarts"] = std::move(map);
+  }
+  PutTime(out, "queuedAt", queued_at);
+  PutTime(out, "admittedAt", admitted_at);
+  PutTime(out, "startTime", start_time);
+  PutTime(out, "runningAt", running_at);
+  PutTime(out, "completionTime", completion_time);
+  if (queue_position) out["queuePosition"] = *queue_position;
+  if (reissued) out["reissued"] = true;
+  if (!faults.empty()) {
+    Json list = Json::array();
+    for (const FaultRecord& f : faults) {
+      Json item = {{"time", cache::FormatRfc3339(f.time)}};
+      if (f.attempt != 0) item["attempt"] = f.attempt;
+      PutString(item, "kind", f.kind);
+      PutString(item, "node", f.node);
+      PutString(item, "pod", f.pod);
+      PutString(item, "container", f.container);
+      PutString(item, "item", f.item);
+      if (f.exit_code) item["exitCode"] = *f.exit_code;
+      PutString(item, "reason", f.reason);
+      PutString(item, "message", f.message);
+      PutString(item, "action", f.action);
+      list.push_back(std::move(item));
+    }
+    out["faults"] = std::move(list);
+  }
+  if (!cordoned_nodes.empty()) out["cordonedNodes"] = cordoned_nodes;
+  return out;
+}
+
+const Condition* JobStatus::FindCondition(std::string_view type) const {
+  for (const Condition& c : conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+bool JobStatus::ConditionTrue(std::string_view type) const {
+  const Condition* c = FindCondition(type);
+  return c != nullptr && c->status == "True";
+}
+
+void JobStatus::SetCondition(std::string_view type, bool status, std::string_view reason,
+                             std::string_view message, WallTime now, int64_t generation) {
+  const std::string value = status ? "True" : "False";
+  for (Condition& c : conditions) {
+    if (c.type != type) continue;
+    if (c.status != value) c.last_transition_time = Truncate(now);
+    c.status = value;
+    c.reason = reason;
+    c.message = message;
+    c.observed_generation = generation;
+    return;
+  }
+  conditions.push_back(Condition{std::string(type), value, std::string(reason),
+                                 std::string(message), Truncate(now), generation});
+}
+
+void JobStatus::RemoveCondition(std::string_view type) {
+  std::erase_if(conditions, [&](const Condition& c) { return c.type == type; });
+}
+
+void JobStatus::AddFault(FaultRecord fault) {
+  fault.time = Truncate(fault.time);
+  faults.push_back(std::move(fault));
+  if (faults.size() > kMaxFaults) faults.erase(faults.begin(), faults.end() - kMaxFaults);
+}
+
+}  // namespace tpujob::policy

@@ -1,0 +1,118 @@
+// The TPUJob status as the reconciler reads and writes it.
+//
+// FromJson() is lenient (the status is the operator's own writing; a field it cannot read is
+// taken as absent) and ToJson() is canonical: FromJson(ToJson(s)) == s, with timestamps at whole
+// seconds as metav1.Time stores them. The reconciler compares the JSON it would write with
+// what the cache holds and skips the write when they are equal, so a reconcile that changes
+// nothing costs no API request.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+
+namespace tpujob::policy {
+
+using Json = nlohmann::json;
+
+enum class Phase { kNone, kQueued, kStarting, kRunning, kRestarting, kSucceeded, kFailed };
+std::string_view ToString(Phase phase);  // "" for kNone
+Phase ParsePhase(std::string_view text);
+inline bool IsTerminal(Phase phase) {
+  return phase == Phase::kSucceeded || phase == Phase::kFailed;
+}
+
+// Condition types and the reasons the operator uses (documented in docs/api.md).
+namespace condition {
+inline constexpr std::string_view kValid = "Valid";
+inline constexpr std::string_view kAdmitted = "Admitted";
+inline constexpr std::string_view kReady = "Ready";
+inline constexpr std::string_view kSucceeded = "Succeeded";
+inline constexpr std::string_view kFailed = "Failed";
+}  // namespace condition
+
+struct Condition {
+  std::string type;
+  std::string status;  // "True" | "False" | "Unknown"
+  std::string reason;
+  std::string message;
+  WallTime last_transition_time{};
+  int64_t observed_generation = 0;
+  friend bool operator==(const Condition&, const Condition&) = default;
+};
+
+struct ReplicaCounts {
+  int32_t active = 0;  // pods not terminated (including ones being deleted)
+  int32_t ready = 0;
+  int32_t succeeded = 0;
+  int32_t failed = 0;
+  int32_t restarts = 0;  // in-place restarts in the current attempt
+  friend bool operator==(const ReplicaCounts&, const ReplicaCounts&) = default;
+};
+
+// In-place restarts of one replica in the current attempt. `pod_uid` is the last failed pod
+// already counted, so that seeing it again (the cache lags the delete) does not count twice.
+struct RestartRecord {
+  int32_t count = 0;
+  std::string pod_uid;
+  friend bool operator==(const RestartRecord&, const RestartRecord&) = default;
+};
+
+struct FaultRecord {
+  WallTime time{};
+  int32_t attempt = 0;
+  std::string kind;  // "WorkerFailed", "PodFailed", ...
+  std::string node;
+  std::string pod;
+  std::string container;
+  std::string item;  // the pre-flight item, when one failed
+  std::optional<int32_t> exit_code;
+  std::string reason;
+  std::string message;
+  std::string action;  // "RestartWorker", "ReissueJob", "FailJob"
+  friend bool operator==(const FaultRecord&, const FaultRecord&) = default;
+};
+
+inline constexpr size_t kMaxFaults = 32;
+
+struct JobStatus {
+  Phase phase = Phase::kNone;
+  std::vector<Condition> conditions;
+  int64_t observed_generation = 0;
+  int32_t attempt = 0;
+  int32_t job_retries = 0;
+  std::string ready_workers;
+  std::map<std::string, ReplicaCounts, std::less<>> replica_statuses;  // "Master", "Worker"
+  std::map<std::string, RestartRecord, std::less<>> worker_restarts;   // "Worker-3"
+  std::optional<WallTime> queued_at;
+  std::optional<WallTime> admitted_at;
+  std::optional<WallTime> start_time;
+  std::optional<WallTime> running_at;
+  std::optional<WallTime> completion_time;
+  std::optional<int32_t> queue_position;
+  bool reissued = false;
+  std::vector<FaultRecord> faults;  // oldest first, at most kMaxFaults
+  std::vector<std::string> cordoned_nodes;
+
+  static JobStatus FromJson(const Json& status);
+  Json ToJson() const;
+
+  const Condition* FindCondition(std::string_view type) const;
+  bool ConditionTrue(std::string_view type) const;
+  // Sets a condition; lastTransitionTime changes only when the status does.
+  void SetCondition(std::string_view type, bool status, std::string_view reason,
+                    std::string_view message, WallTime now, int64_t generation);
+  void RemoveCondition(std::string_view type);
+  // Appends, dropping the oldest beyond kMaxFaults.
+  void AddFault(FaultRecord fault);
+
+  friend bool operator==(const JobStatus&, const JobStatus&) = default;
+};
+
+}  // namespace tpujob::policy

@@ -1,0 +1,486 @@
+#include "policy/lifecycle.h"
+
+#include <algorithm>
+#include <map>
+
+namespace tpujob::policy {
+namespace {
+
+// Messages end up in conditions, Events and faults[]; keep them readable and bounded.
+constexpr size_t kMaxMessage = 1024;
+
+std::string Bounded(std::string text) {
+  if (text.size() > kMaxMessage) {
+    // Cut at a character boundary: a split UTF-8 sequence would make the JSON invalid.
+    size_t cut = kMaxMessage - 3;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text.resize(cut);
+    text += "...";
+  }
+  return text;
+}
+
+std::string Describe(const ObservedPod& p) {
+  std::string out = std::string(LowerName(p.type)) + "-" + std::to_string(p.index);
+  return out + " (pod " + p.pod->name + ")";
+}
+
+std::string DescribeExit(const Termination& t) {
+  std::string out;
+  if (!t.container.empty()) {
+    out = std::string(t.init_container ? "init container " : "container ") + t.container;
+    if (t.exit_code) out += " exited with code " + std::to_string(*t.exit_code);
+    if (!t.reason.empty()) out += " (" + t.reason + ")";
+  } else {
+    out = "pod failed";
+    if (!t.reason.empty()) out += " (" + t.reason + ")";
+  }
+  if (!t.message.empty()) out += ": " + t.message;
+  return out;
+}
+
+class Decider {
+ public:
+  explicit Decider(const LifecycleInput& in)
+      : in_(in), job_(*in.job), gen_(job_.generation), now_(in.now) {
+    plan_.status = JobStatus::FromJson(job_.status);
+  }
+
+  Plan Run() {
+    JobStatus& s = plan_.status;
+    if (job_.deleting()) return std::move(plan_);  // the garbage collector removes the children
+    s.observed_generation = gen_;
+
+    if (!in_.spec->has_value()) {
+      Invalid(in_.spec->error());
+      return std::move(plan_);
+    }
+    const JobSpec& spec = **in_.spec;
+    spec_ = &spec;
+    const Condition* valid = s.FindCondition(condition::kValid);
+    if (valid != nullptr && valid->status == "False") {
+      Event(false, "SpecValid", "the spec is valid again");
+    }
+    s.SetCondition(condition::kValid, true, "SpecValid", "the spec is valid", now_, gen_);
+    if (s.phase == Phase::kFailed) {
+      const Condition* failed = s.FindCondition(condition::kFailed);
+      if (failed != nullptr && failed->reason == "InvalidSpec") {
+        // The job never started; now that its spec is fixed it goes through the queue.
+        s.phase = Phase::kNone;
+        s.RemoveCondition(condition::kFailed);
+      }
+    }
+
+    for (const cache::PodInfo* stray : in_.strays) {
+      Delete(*stray, std::nullopt, "its labels do not identify a replica");
+    }
+
+    if (IsTerminal(s.phase)) {
+      StopActivePods("the job has finished");
+      return std::move(plan_);
+    }
+
+    if (s.phase == Phase::kNone) {
+      s.phase = Phase::kQueued;
+      s.attempt = std::max(1, s.attempt);
+      s.queued_at = now_;
+      s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason, in_.not_admitted_message,
+                     now_, gen_);
+      Event(false, "Queued", "attempt " + std::to_string(s.attempt) + " queued");
+      UpdateCounts();
+      return std::move(plan_);
+    }
+
+    // Pods of an earlier attempt are removed whatever the phase; nothing of the current attempt
+    // is created while one is left.
+    bool old_left = false;
+    for (const ObservedPod& p : in_.pods) {
+      if (p.attempt == s.attempt) continue;
+      old_left = true;
+      if (!p.pod->deleting()) {
+        Delete(*p.pod, std::nullopt, "it belongs to attempt " + std::to_string(p.attempt));
+      }
+    }
+
+    const bool admitted = s.ConditionTrue(condition::kAdmitted);
+    if (s.phase == Phase::kQueued || !admitted) {
+      if (old_left) {
+        UpdateCounts();
+        return std::move(plan_);
+      }
+      if (s.phase != Phase::kQueued) {
+        // Restarting after a re-issue: the old attempt is gone; queue the new one.
+        s.phase = Phase::kQueued;
+        s.queued_at = now_;
+        s.SetCondition(
+            condition::kAdmitted, false, "Reissued",
+            "attempt " + std::to_string(s.attempt) + " waits for capacity with first priority",
+            now_, gen_);
+        Event(false, "Queued",
+              "attempt " + std::to_string(s.attempt) + " queued with first priority");
+        UpdateCounts();
+        return std::move(plan_);
+      }
+      if (!in_.admit) {
+        s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason,
+                       in_.not_admitted_message, now_, gen_);
+        UpdateCounts();
+        return std::move(plan_);
+      }
+      s.phase = Phase::kStarting;
+      s.admitted_at = now_;
+      if (!s.start_time) s.start_time = now_;
+      s.queue_position.reset();
+      const int total = spec.Replicas(ReplicaType::kMaster) + spec.worker.replicas;
+      s.SetCondition(condition::kAdmitted, true, "Admitted",
+                     "attempt " + std::to_string(s.attempt) + " admitted", now_, gen_);
+      Event(false, "Admitted",
+            "attempt " + std::to_string(s.attempt) + " admitted: creating " +
+                std::to_string(total) + " pods");
+    }
+
+    Active(old_left);
+    return std::move(plan_);
+  }
+
+ private:
+  void Event(bool warning, std::string reason, std::string message) {
+    plan_.events.push_back({warning, std::move(reason), Bounded(std::move(message))});
+  }
+
+  void Delete(const cache::PodInfo& pod, std::optional<int64_t> grace, std::string why) {
+    for (const PodToDelete& d : plan_.remove) {
+      if (d.uid == pod.uid) return;
+    }
+    plan_.remove.push_back({pod.name, pod.uid, grace, std::move(why)});
+  }
+
+  // Stops every pod still holding resources; terminated pods stay for their logs.
+  void StopActivePods(const std::string& why) {
+    for (const ObservedPod& p : in_.pods) {
+      if (!p.pod->terminated() && !p.pod->deleting()) Delete(*p.pod, std::nullopt, why);
+    }
+  }
+
+  void Invalid(const std::string& message) {
+    JobStatus& s = plan_.status;
+    const Condition* valid = s.FindCondition(condition::kValid);
+    if (valid == nullptr || valid->status != "False" || valid->message != message) {
+      Event(true, "InvalidSpec", message);
+    }
+    s.SetCondition(condition::kValid, false, "InvalidSpec", message, now_, gen_);
+    // A job that never started fails visibly (kubectl get shows Failed) but not for good: once
+    // the spec is fixed it is queued. A job already running keeps its pods and waits for a fix.
+    if (s.phase == Phase::kNone || s.phase == Phase::kQueued) {
+      s.phase = Phase::kFailed;
+      s.SetCondition(condition::kFailed, true, "InvalidSpec", message, now_, gen_);
+    }
+  }
+
+  void Finish(bool success, const std::string& reason, const std::string& message) {
+    JobStatus& s = plan_.status;
+    s.phase = success ? Phase::kSucceeded : Phase::kFailed;
+    s.completion_time = now_;
+    s.SetCondition(success ? condition::kSucceeded : condition::kFailed, true, reason, message,
+                   now_, gen_);
+    s.SetCondition(condition::kReady, false, success ? "JobSucceeded" : "JobFailed",
+                   "the job has finished", now_, gen_);
+    Event(!success, success ? "Succeeded" : "Failed", message);
+    StopActivePods(success ? "the job succeeded" : "the job failed");
+  }
+
+  void Fault(const ObservedPod& p, const Termination& t, std::string action) {
+    FaultRecord f;
+    f.time = now_;
+    f.attempt = plan_.status.attempt;
+    f.kind = t.container.empty() ? "PodFailed"
+                                 : (t.init_container ? "InitContainerFailed" : "ContainerFailed");
+    f.node = std::string(p.pod->node_name.view());
+    f.pod = p.pod->name;
+    f.container = t.container;
+    f.exit_code = t.exit_code;
+    f.reason = t.reason;
+    f.message = Bounded(t.message);
+    f.action = std::move(action);
+    plan_.status.AddFault(std::move(f));
+  }
+
+  // The job's current attempt is admitted: converge its pods.
+  void Active(bool old_left) {
+    JobStatus& s = plan_.status;
+    const JobSpec& spec = *spec_;
+    std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*> current;
+    for (const ObservedPod& p : in_.pods) {
+      if (p.attempt != s.attempt) continue;
+      if (p.index < 0 || p.index >= spec.Replicas(p.type)) {
+        if (!p.pod->deleting()) Delete(*p.pod, std::nullopt, "no such replica in the spec");
+        continue;
+      }
+      current[{p.type, p.index}] = &p;
+    }
+
+    struct Failure {
+      const ObservedPod* pod;
+      Termination termination;
+    };
+    std::vector<Failure> failures;
+    std::vector<PodToCreate> missing;
+    int expected = 0, done = 0;
+    const ObservedPod* decider = nullptr;
+    bool decider_succeeded = false;
+    int workers_succeeded = 0;
+    for (ReplicaType type : {ReplicaType::kMaster, ReplicaType::kWorker}) {
+      for (int32_t i = 0; i < spec.Replicas(type); ++i) {
+        ++expected;
+        const bool is_decider = spec.success_policy == SuccessPolicy::kMaster &&
+                                (type == ReplicaType::kMaster ||
+                                 (!spec.master && type == ReplicaType::kWorker && i == 0));
+        auto it = current.find({type, i});
+        if (it == current.end()) {
+          missing.push_back({type, i});
+          continue;
+        }
+        const ObservedPod& p = *it->second;
+        if (is_decider) decider = &p;
+        if (p.pod->deleting()) continue;
+        Termination t;
+        switch (ObservePod(*p.pod, &t)) {
+          case PodState::kSucceeded:
+            ++done;
+            if (type == ReplicaType::kWorker) ++workers_succeeded;
+            if (is_decider) decider_succeeded = true;
+            break;
+          case PodState::kReady:
+            ++done;
+            break;
+          case PodState::kFailed:
+            failures.push_back({&p, std::move(t)});
+            break;
+          case PodState::kPending:
+            break;
+        }
+      }
+    }
+    (void)decider;
+
+    // 1. A permanent failure ends the job at once.
+    for (const Failure& f : failures) {
+      const std::string key = ReplicaKey(f.pod->type, f.pod->index);
+      if (auto it = s.worker_restarts.find(key);
+          it != s.worker_restarts.end() && it->second.pod_uid == f.pod->pod->uid) {
+        continue;  // already counted
+      }
+      if (!f.termination.exit_code ||
+          ClassifyExit(spec.fault_tolerance.exit_codes, *f.termination.exit_code,
+                       f.termination.reason) != ExitClass::kPermanent) {
+        continue;
+      }
+      Fault(*f.pod, f.termination, "FailJob");
+      Finish(false, "PermanentError",
+             Describe(*f.pod) + ": " + DescribeExit(f.termination) + "; exit code " +
+                 std::to_string(*f.termination.exit_code) +
+                 " is permanent, the job is not retried");
+      s.worker_restarts.erase(key);
+      UpdateCounts();
+      return;
+    }
+
+    // 2. Success.
+    if (spec.success_policy == SuccessPolicy::kMaster && decider_succeeded) {
+      Finish(true, "MasterSucceeded",
+             std::string(spec.master ? "the master" : "worker 0") + " exited 0" +
+                 (expected > 1 ? "; the remaining pods are stopped" : ""));
+      UpdateCounts();
+      return;
+    }
+    if (spec.success_policy == SuccessPolicy::kAllWorkers &&
+        workers_succeeded == spec.worker.replicas) {
+      Finish(true, "AllWorkersSucceeded",
+             "all " + std::to_string(spec.worker.replicas) + " workers exited 0");
+      UpdateCounts();
+      return;
+    }
+
+    // 3. Retryable failures: restart in place within the worker's budget, then re-issue.
+    bool restarted = false;
+    for (const Failure& f : failures) {
+      const std::string key = ReplicaKey(f.pod->type, f.pod->index);
+      RestartRecord& record = s.worker_restarts[key];
+      if (record.pod_uid == f.pod->pod->uid) {
+        // Counted before the operator could delete it (or the cache lags the delete).
+        Delete(*f.pod->pod, std::nullopt, "it failed and is restarted");
+        continue;
+      }
+      const int32_t max_restarts = spec.fault_tolerance.max_worker_restarts;
+      if (record.count < max_restarts) {
+        record.count++;
+        record.pod_uid = f.pod->pod->uid;
+        Fault(*f.pod, f.termination, "RestartWorker");
+        Event(true, "WorkerRestarted",
+              Describe(*f.pod) + ": " + DescribeExit(f.termination) + "; restarting it in place (" +
+                  std::to_string(record.count) + " of " + std::to_string(max_restarts) +
+                  " restarts)");
+        Delete(*f.pod->pod, std::nullopt, "it failed and is restarted");
+        restarted = true;
+        continue;
+      }
+      const std::string why = Describe(*f.pod) + ": " + DescribeExit(f.termination) +
+                              "; it has used its " + std::to_string(max_restarts) + " restarts";
+      Reissue(*f.pod, f.termination, why);
+      return;
+    }
+    if (restarted && s.phase == Phase::kRunning) s.phase = Phase::kRestarting;
+
+    // 4. Create what is missing, once no pod of an earlier attempt is left.
+    if (!old_left && !missing.empty()) {
+      plan_.ensure_service = true;
+      plan_.create = missing;
+    }
+
+    // 5. Running when every replica is up.
+    const int total = expected;
+    if (done == total && !restarted) {
+      if (s.phase != Phase::kRunning) {
+        s.phase = Phase::kRunning;
+        s.running_at = now_;
+        Event(false, "Running",
+              "all " + std::to_string(total) + " pods of attempt " + std::to_string(s.attempt) +
+                  " are ready");
+      }
+      s.SetCondition(condition::kReady, true, "AllWorkersReady",
+                     std::to_string(total) + " of " + std::to_string(total) + " pods ready", now_,
+                     gen_);
+    } else {
+      s.SetCondition(condition::kReady, false, "WorkersNotReady",
+                     std::to_string(done) + " of " + std::to_string(total) + " pods ready", now_,
+                     gen_);
+    }
+    UpdateCounts();
+  }
+
+  void Reissue(const ObservedPod& culprit, const Termination& t, const std::string& why) {
+    JobStatus& s = plan_.status;
+    const int32_t max_retries = spec_->fault_tolerance.max_job_retries;
+    if (s.job_retries >= max_retries) {
+      Fault(culprit, t, "FailJob");
+      Finish(false, "RetriesExhausted",
+             why + (max_retries == 0
+                        ? "; re-issue is off (spec.faultTolerance.maxJobRetries or annotation " +
+                              std::string(kJobRetryAnnotation) + ")"
+                        : "; the job was already re-issued " + std::to_string(s.job_retries) +
+                              " times (maxJobRetries " + std::to_string(max_retries) + ")"));
+      UpdateCounts();
+      return;
+    }
+    Fault(culprit, t, "ReissueJob");
+    s.job_retries++;
+    s.attempt++;
+    s.reissued = true;
+    s.worker_restarts.clear();
+    s.phase = Phase::kRestarting;
+    s.admitted_at.reset();
+    s.running_at.reset();
+    s.SetCondition(condition::kAdmitted, false, "Reissued",
+                   "attempt " + std::to_string(s.attempt) +
+                       " waits for the pods of the previous attempt to be gone",
+                   now_, gen_);
+    s.SetCondition(condition::kReady, false, "Reissued", why, now_, gen_);
+    Event(true, "Reissued",
+          why + "; re-issuing the job as attempt " + std::to_string(s.attempt) + " (retry " +
+              std::to_string(s.job_retries) + " of " + std::to_string(max_retries) + ")");
+    for (const ObservedPod& p : in_.pods) {
+      if (!p.pod->deleting()) Delete(*p.pod, std::nullopt, "the job is re-issued");
+    }
+    UpdateCounts();
+  }
+
+  // replicaStatuses and readyWorkers from the pods of the current attempt.
+  void UpdateCounts() {
+    JobStatus& s = plan_.status;
+    std::map<std::string, ReplicaCounts, std::less<>> counts;
+    if (spec_ != nullptr) {
+      if (spec_->master) counts["Master"];
+      counts["Worker"];
+    }
+    for (const ObservedPod& p : in_.pods) {
+      if (p.attempt != s.attempt) continue;
+      ReplicaCounts& c = counts[std::string(ToString(p.type))];
+      Termination t;
+      const PodState state = ObservePod(*p.pod, &t);
+      if (state == PodState::kSucceeded) {
+        c.succeeded++;
+      } else if (state == PodState::kFailed) {
+        c.failed++;
+      } else {
+        c.active++;
+        if (state == PodState::kReady && !p.pod->deleting()) c.ready++;
+      }
+    }
+    std::erase_if(s.worker_restarts, [](const auto& entry) { return entry.second.count == 0; });
+    for (const auto& [key, record] : s.worker_restarts) {
+      const std::string type = key.substr(0, key.find('-'));
+      counts[type].restarts += record.count;
+    }
+    s.replica_statuses = std::move(counts);
+    if (spec_ != nullptr) {
+      s.ready_workers = std::to_string(s.replica_statuses["Worker"].ready) + "/" +
+                        std::to_string(spec_->worker.replicas);
+    }
+  }
+
+  const LifecycleInput& in_;
+  const cache::TPUJobInfo& job_;
+  const int64_t gen_;
+  const WallTime now_;
+  const JobSpec* spec_ = nullptr;
+  Plan plan_;
+};
+
+}  // namespace
+
+std::string ReplicaKey(ReplicaType type, int32_t index) {
+  return std::string(ToString(type)) + "-" + std::to_string(index);
+}
+
+PodState ObservePod(const cache::PodInfo& pod, Termination* termination) {
+  Termination t;
+  auto failed_container = [&](const std::vector<cache::ContainerInfo>& list, bool init) {
+    for (const cache::ContainerInfo& c : list) {
+      if (c.state == cache::ContainerState::kTerminated && c.exit_code != 0) {
+        t.container = std::string(c.name.view());
+        t.init_container = init;
+        t.exit_code = c.exit_code;
+        t.reason = std::string(c.reason.view());
+        t.message = c.message;
+        return true;
+      }
+    }
+    return false;
+  };
+  auto fail = [&] {
+    if (termination != nullptr) *termination = std::move(t);
+    return PodState::kFailed;
+  };
+  if (pod.phase == cache::PodPhase::kSucceeded) return PodState::kSucceeded;
+  // A container that exited non-zero fails its replica at once (restartPolicy is Never), even
+  // while sidecars keep the pod running.
+  if (failed_container(pod.init_containers, true) || failed_container(pod.containers, false)) {
+    return fail();
+  }
+  if (pod.phase == cache::PodPhase::kFailed) {
+    t.reason = pod.reason.empty() ? "PodFailed" : std::string(pod.reason.view());
+    t.message = pod.message;
+    return fail();
+  }
+  if (!pod.containers.empty() &&
+      std::all_of(pod.containers.begin(), pod.containers.end(), [](const auto& c) {
+        return c.state == cache::ContainerState::kTerminated && c.exit_code == 0;
+      })) {
+    return PodState::kSucceeded;
+  }
+  return pod.ready ? PodState::kReady : PodState::kPending;
+}
+
+Plan Decide(const LifecycleInput& input) { return Decider(input).Run(); }
+
+}  // namespace tpujob::policy

@@ -1,0 +1,98 @@
+// The TPUJob lifecycle as a pure function: from a snapshot of one job (its spec, its last
+// written status and the pods it owns) to a Plan (the status to write, pods to create and
+// delete, Events to record). No I/O and no clock: the caller passes `now`.
+//
+// The controller commits a Plan in a fixed order: first the status (with the job's
+// resourceVersion as a precondition, so a decision taken on a stale cache is refused by the
+// API server), then Events, deletions and creations. Every decision that must be counted once
+// (a worker restart, a re-issue) is recorded in the status before the action that follows
+// from it, and Decide() recognises an action already taken (the failed pod already counted,
+// the old attempt's pods already deleting), so the operator can be killed between any two
+// requests and converge without duplicating anything.
+//
+// Phases: Queued -> Starting -> Running -> Succeeded | Failed, with Restarting while a worker
+// is restarted in place (same attempt) or while the previous attempt's pods are removed before
+// a re-issued attempt queues again. A new attempt's pods are created only once no pod of an
+// earlier attempt is left; pod names are deterministic (<job>-worker-<i>), so the API server
+// itself also refuses a second pod for one worker id.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "policy/job_spec.h"
+#include "policy/job_status.h"
+
+namespace tpujob::policy {
+
+// A pod of the job, with the identity its labels carry.
+struct ObservedPod {
+  const cache::PodInfo* pod = nullptr;
+  ReplicaType type = ReplicaType::kWorker;
+  int32_t index = 0;
+  int32_t attempt = 0;
+};
+
+struct LifecycleInput {
+  const cache::TPUJobInfo* job = nullptr;
+  const std::expected<JobSpec, std::string>* spec = nullptr;
+  // Pods controlled by this job (owner uid matches) whose labels identify them.
+  std::vector<ObservedPod> pods;
+  // Pods controlled by this job whose labels do not identify them: removed.
+  std::vector<const cache::PodInfo*> strays;
+  WallTime now{};
+  // Whether the queue admits the current attempt now, and if not, why.
+  bool admit = true;
+  std::string not_admitted_reason = "Queued";
+  std::string not_admitted_message = "waiting for capacity";
+};
+
+struct PodToCreate {
+  ReplicaType type = ReplicaType::kWorker;
+  int32_t index = 0;
+  friend bool operator==(const PodToCreate&, const PodToCreate&) = default;
+};
+
+struct PodToDelete {
+  std::string name;
+  std::string uid;  // sent as a precondition: never delete a newer pod of the same name
+  std::optional<int64_t> grace_period_seconds;
+  std::string why;  // for the log
+};
+
+struct EventToRecord {
+  bool warning = false;
+  std::string reason;
+  std::string message;
+};
+
+struct Plan {
+  JobStatus status;  // the status to write; the caller skips the write when it is unchanged
+  bool ensure_service = false;
+  std::vector<PodToCreate> create;  // pods of status.attempt to create
+  std::vector<PodToDelete> remove;
+  std::vector<EventToRecord> events;
+};
+
+Plan Decide(const LifecycleInput& input);
+
+// What a pod's status says about the replica it runs.
+enum class PodState { kPending, kReady, kSucceeded, kFailed };
+struct Termination {
+  std::string container;  // empty when the pod failed without a container exit (eviction)
+  bool init_container = false;
+  std::optional<int32_t> exit_code;
+  std::string reason;
+  std::string message;
+};
+PodState ObservePod(const cache::PodInfo& pod, Termination* termination);
+
+// "Worker-3": the key of workerRestarts and of log lines.
+std::string ReplicaKey(ReplicaType type, int32_t index);
+
+}  // namespace tpujob::policy
