@@ -4,12 +4,19 @@
 //     creates N pods labelled as J TPUJobs' workers, bound round-robin to the KWOK nodes
 //     bench-node-0..M-1, with 16 threads and no client-side rate limit, and prints the rate.
 //   tpujob-bench create-nodes --kubeconfig K --count M
+//   tpujob-bench gang --kubeconfig K --namespace NS --name J --workers W --topology T [--finish]
+//     creates a TPUJob of W workers and reports the time until the operator created all its
+//     pods (seen through a watch opened before the create); with --finish it then drives the
+//     job to success (worker 0 exits 0), waits for Succeeded, deletes it and waits until its
+//     pods are gone: one job's whole life
 //     creates M KWOK-managed fake TPU nodes.
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -46,6 +53,120 @@ int Parallel(int count, int threads, const std::function<bool(int)>& work) {
   return failures;
 }
 
+// Milliseconds since `start`.
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Polls `condition` every 10 ms for up to `seconds`.
+bool WaitFor(const std::function<bool()>& condition, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+int Gang(const std::string& kubeconfig, const std::string& ns, const std::string& name, int workers,
+         const std::string& topology, int chips, bool finish) {
+  auto client = Connect(kubeconfig);
+  tpujob::kube::ListOptions by_job;
+  by_job.label_selector = "tpujob.dev/job-name=" + name;
+  const std::string selector = by_job.label_selector;
+  auto listed = client->List(Resource::Pods(), ns, by_job);
+  if (!listed) {
+    std::fprintf(stderr, "error: %s\n", listed.error().ToString().c_str());
+    return 1;
+  }
+  tpujob::kube::WatchOptions watch_options;
+  watch_options.label_selector = selector;
+  watch_options.resource_version = listed->value("/metadata/resourceVersion"_json_pointer, "");
+  auto watch = client->Watch(Resource::Pods(), ns, watch_options);
+  if (!watch) {
+    std::fprintf(stderr, "error: %s\n", watch.error().ToString().c_str());
+    return 1;
+  }
+  Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
+  Json job = {{"apiVersion", "tpujob.dev/v1alpha1"},
+              {"kind", "TPUJob"},
+              {"metadata", {{"name", name}}},
+              {"spec",
+               {{"tpu",
+                 {{"accelerator", "tpu-v5-lite-podslice"},
+                  {"topology", topology},
+                  {"chipsPerWorker", chips}}},
+                {"replicaSpecs",
+                 {{"Worker",
+                   {{"replicas", workers},
+                    {"template", {{"spec", {{"containers", Json::array({container})}}}}}}}}}}}};
+  const auto start = std::chrono::steady_clock::now();
+  auto created = client->Create(Resource::TPUJobs(), ns, job);
+  if (!created) {
+    std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+    return 1;
+  }
+  std::set<std::string> seen;
+  while (static_cast<int>(seen.size()) < workers) {
+    auto event = (*watch)->Next();
+    if (!event || !*event) {
+      std::fprintf(stderr, "error: the pod watch ended after %zu pods\n", seen.size());
+      return 1;
+    }
+    if ((*event)->type == tpujob::kube::WatchEventType::kAdded) {
+      seen.insert((*event)->object.value("/metadata/name"_json_pointer, ""));
+    }
+  }
+  std::printf("%s: all %d pods created %.0f ms after the TPUJob was created\n", name.c_str(),
+              workers, MsSince(start));
+  if (!finish) return 0;
+
+  const auto phase = [&] {
+    auto got = client->Get(Resource::TPUJobs(), ns, name);
+    return got ? got->value("/status/phase"_json_pointer, std::string()) : std::string();
+  };
+  if (!WaitFor([&] { return phase() == "Running"; }, 120)) {
+    std::fprintf(stderr, "error: %s never Running\n", name.c_str());
+    return 1;
+  }
+  Json status = {
+      {"status",
+       {{"phase", "Succeeded"},
+        {"containerStatuses",
+         Json::array(
+             {{{"name", "trainer"},
+               {"ready", false},
+               {"restartCount", 0},
+               {"image", "trainer:latest"},
+               {"imageID", ""},
+               {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}}})}}}};
+  tpujob::kube::PatchOptions status_options;
+  status_options.subresource = "status";
+  auto patched = client->Patch(Resource::Pods(), ns, name + "-worker-0",
+                               tpujob::kube::PatchType::kMerge, status, status_options);
+  if (!patched) {
+    std::fprintf(stderr, "error: %s\n", patched.error().ToString().c_str());
+    return 1;
+  }
+  if (!WaitFor([&] { return phase() == "Succeeded"; }, 120)) {
+    std::fprintf(stderr, "error: %s never Succeeded\n", name.c_str());
+    return 1;
+  }
+  tpujob::kube::DeleteOptions foreground;
+  foreground.propagation_policy = "Foreground";
+  client->Delete(Resource::TPUJobs(), ns, name, foreground);
+  const bool gone = WaitFor(
+      [&] {
+        auto pods = client->List(Resource::Pods(), ns, by_job);
+        return pods && (*pods)["items"].empty() && !client->Get(Resource::TPUJobs(), ns, name);
+      },
+      120);
+  std::printf("%s: Running -> Succeeded -> deleted, children gone: %s\n", name.c_str(),
+              gone ? "yes" : "NO");
+  return gone ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,10 +181,22 @@ int main(int argc, char** argv) {
   pods->add_option("--jobs", jobs)->capture_default_str();
   pods->add_option("--nodes", nodes)->capture_default_str();
   pods->add_option("--threads", threads)->capture_default_str();
+  std::string name = "gang", topology = "16x16";
+  int workers = 64, chips = 4;
+  bool finish = false;
+  auto* gang = app.add_subcommand("gang", "Time a TPUJob's gang creation (and its whole life).");
+  gang->add_option("--kubeconfig", kubeconfig)->required();
+  gang->add_option("--namespace", ns)->capture_default_str();
+  gang->add_option("--name", name)->capture_default_str();
+  gang->add_option("--workers", workers)->capture_default_str();
+  gang->add_option("--topology", topology)->capture_default_str();
+  gang->add_option("--chips-per-worker", chips)->capture_default_str();
+  gang->add_flag("--finish", finish, "Drive the job to success and delete it.");
   auto* node_cmd = app.add_subcommand("create-nodes", "Create KWOK-managed fake TPU nodes.");
   node_cmd->add_option("--kubeconfig", kubeconfig)->required();
   node_cmd->add_option("--count", nodes)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, finish);
 
   auto client = Connect(kubeconfig);
   const auto start = std::chrono::steady_clock::now();

@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "base/logging.h"
@@ -71,7 +74,22 @@ int Run(const RunFlags& flags) {
                TPUJOB_VERSION, config->server, tpujob::LogQuote(config->source),
                flags.watch_namespace.empty() ? "<all>" : flags.watch_namespace, flags.workers);
 
-  auto client = tpujob::kube::NewClient(*config);
+  // Every API request the operator makes, by verb and resource: logged at shutdown, so the cost
+  // of a workload can be read from the log.
+  struct RequestCounts {
+    std::mutex mu;
+    std::map<std::string, uint64_t> by_kind;
+    uint64_t total = 0;
+  };
+  auto counts = std::make_shared<RequestCounts>();
+  tpujob::kube::RequestObserver observer;
+  observer.on_request = [counts](std::string_view verb, std::string_view resource, int,
+                                 tpujob::Duration) {
+    std::lock_guard<std::mutex> guard(counts->mu);
+    ++counts->total;
+    ++counts->by_kind[std::string(verb) + "_" + std::string(resource)];
+  };
+  auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;
   options.watch_namespace = flags.watch_namespace;
   options.workers = flags.workers;
@@ -90,6 +108,12 @@ int Run(const RunFlags& flags) {
   }
   // Run() returned because of a signal; the signal thread has finished.
   signal_thread.join();
+  {
+    std::lock_guard<std::mutex> guard(counts->mu);
+    std::string detail;
+    for (const auto& [kind, n] : counts->by_kind) detail += " " + kind + "=" + std::to_string(n);
+    spdlog::info("msg=\"api requests\" total={}{}", counts->total, detail);
+  }
   return 0;
 }
 

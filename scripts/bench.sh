@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks that print numbers (nothing here asserts a target):
+#   - gang creation: time from creating a 64-worker TPUJob to all its pods created by the
+#     operator (5 runs, median), and the API requests the operator made for each job's whole
+#     life (create, Running, success, delete);
 #   - API write throughput of a plain client creating pods (the machine's raw ceiling);
 #   - RSS of `tpujob-operator run` with no pods cached and with POD_COUNT (10,000) pods cached,
 #     and the bytes per cached pod; the time to sync the caches at that size.
@@ -39,6 +42,41 @@ start_operator() {  # start_operator LOG: starts it and waits until /readyz answ
 stop_operator() { kill -TERM "$op_pid"; wait "$op_pid" || true; op_pid=; }
 
 "$bench" create-nodes --kubeconfig "$kubeconfig" --count 20 >/dev/null
+
+echo "== gang creation: a 64-worker TPUJob (16x16 slice, 4 chips per worker), 5 runs"
+for i in $(seq 0 15); do
+  cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: gang-host-$i
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice, cloud.google.com/gke-tpu-topology: 16x16}
+status:
+  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
+  allocatable: *r
+EOF
+done | kubectl apply -f - >/dev/null
+kubectl create namespace gang >/dev/null
+times=()
+for run in 1 2 3 4 5; do
+  "$operator" run --kubeconfig "$kubeconfig" --namespace gang --health-address 127.0.0.1:0 \
+    >"$dir/operator-gang-$run.log" 2>&1 &
+  op_pid=$!
+  out=$("$bench" gang --kubeconfig "$kubeconfig" --namespace gang --name "gang-$run" \
+    --workers 64 --topology 16x16 --finish)
+  echo "$out"
+  times+=("$(sed -nE 's/.*created ([0-9]+) ms.*/\1/p' <<<"$out")")
+  stop_operator
+  # The operator's own count, minus the 3 LISTs and 3 WATCHes its caches always make.
+  grep -o 'msg="api requests".*' "$dir/operator-gang-$run.log" |
+    awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^total=/) { split($i, t, "="); n = t[2] } }
+         { print "  API requests for the job'"'"'s whole life: " n - 6 "   (" $0 ")" }' | cut -c1-240
+done
+median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 3p)
+echo "gang creation, 64 workers: median ${median} ms over 5 runs (${times[*]} ms)"
+echo
 
 start_operator "$dir/operator-empty.log"
 rss_empty=$(rss_kib "$op_pid")

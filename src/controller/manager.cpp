@@ -45,6 +45,9 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
                                                                job_options, clock_);
 
   queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
+  recorder_ = std::make_unique<EventRecorder>(client_, options_.events, clock_);
+  reconciler_ = std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(),
+                                                   *recorder_, options_.reconciler, clock_);
 
   auto enqueue_job = [this](const std::shared_ptr<const cache::TPUJobInfo>& job) {
     queue_->Add(cache::ObjectKey(job->ns, job->name));
@@ -117,6 +120,7 @@ kube::Status Manager::Run() {
   jobs_->Stop();
   nodes_->Stop();
   pods_->Stop();
+  recorder_->Flush(std::chrono::seconds(5));
   server.Stop();
   spdlog::info("msg=\"stopped\"");
   return {};
@@ -136,7 +140,14 @@ void Manager::Stop() {
 
 void Manager::Worker() {
   while (auto key = queue_->Get()) {
-    auto result = ReconcileJob(*key);
+    kube::Result<ReconcileResult> result;
+    try {
+      result = reconciler_->Reconcile(*key);
+    } catch (const std::exception& e) {
+      // A bug must not take the whole operator down with it: log, back off, retry the key.
+      spdlog::error("msg=\"reconcile threw\" tpujob={} error={}", *key, LogQuote(e.what()));
+      result = std::unexpected(kube::Error::Decode(e.what()));
+    }
     if (!result) {
       spdlog::warn("msg=\"reconcile failed, will retry\" tpujob={} retries={} error={}", *key,
                    queue_->NumRequeues(*key), LogQuote(result.error().ToString()));
@@ -147,19 +158,6 @@ void Manager::Worker() {
     }
     queue_->Done(*key);
   }
-}
-
-kube::Result<ReconcileResult> Manager::ReconcileJob(const std::string& key) {
-  auto job = jobs_->store().Get(key);
-  if (job == nullptr) {
-    spdlog::info("msg=\"TPUJob gone\" tpujob={}", key);
-    return ReconcileResult{};
-  }
-  const auto pods = pods_->store().ByIndex(cache::kPodsByJobIndex, key);
-  const std::string phase = job->status.is_object() ? job->status.value("phase", "") : "";
-  spdlog::info("msg=\"observed TPUJob\" tpujob={} uid={} generation={} phase={} pods={}", key,
-               job->uid, job->generation, phase.empty() ? "<none>" : phase, pods.size());
-  return ReconcileResult{};
 }
 
 }  // namespace tpujob::controller

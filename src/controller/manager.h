@@ -19,6 +19,8 @@
 
 #include "base/clock.h"
 #include "cache/reflector.h"
+#include "controller/event_recorder.h"
+#include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
 #include "workqueue/queue.h"
 
@@ -29,12 +31,8 @@ struct ManagerOptions {
   int workers = 4;
   std::string health_address = ":8081";
   std::chrono::seconds cache_sync_timeout{120};
-};
-
-// The outcome of one reconcile, as in controller-runtime: an error means a rate-limited retry,
-// `requeue_after` a timer.
-struct ReconcileResult {
-  std::optional<Duration> requeue_after;
+  TPUJobReconcilerOptions reconciler;
+  EventRecorderOptions events;
 };
 
 class Manager {
@@ -55,7 +53,6 @@ class Manager {
   cache::Informer<cache::TPUJobInfo>& jobs() { return *jobs_; }
 
  private:
-  kube::Result<ReconcileResult> ReconcileJob(const std::string& key);
   void Worker();
 
   kube::Client& client_;
@@ -65,6 +62,8 @@ class Manager {
   std::unique_ptr<cache::Informer<cache::NodeInfo>> nodes_;
   std::unique_ptr<cache::Informer<cache::TPUJobInfo>> jobs_;
   std::unique_ptr<workqueue::WorkQueue> queue_;
+  std::unique_ptr<EventRecorder> recorder_;
+  std::unique_ptr<TPUJobReconciler> reconciler_;
   std::atomic<bool> ready_{false};
   std::atomic<int> health_port_{0};
   std::mutex stop_mu_;

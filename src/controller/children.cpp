@@ -1,0 +1,268 @@
+#include "controller/children.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace tpujob::controller {
+namespace {
+
+using policy::ReplicaType;
+
+// object[key] as an object, replacing whatever else the template put there: the operator must
+// be able to write into it.
+Json& ObjectField(Json& object, const char* key) {
+  Json& field = object[key];
+  if (!field.is_object()) field = Json::object();
+  return field;
+}
+
+Json& ArrayField(Json& object, const char* key) {
+  Json& field = object[key];
+  if (!field.is_array()) field = Json::array();
+  return field;
+}
+
+// object[key] when it is a string, else "" (Json::value would throw on another type).
+std::string StringField(const Json& object, const char* key) {
+  if (!object.is_object()) return {};
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Json OwnerReference(const cache::TPUJobInfo& job) {
+  return Json{{"apiVersion", kTPUJobApiVersion},
+              {"kind", kTPUJobKind},
+              {"name", job.name},
+              {"uid", job.uid},
+              {"controller", true},
+              {"blockOwnerDeletion", true}};
+}
+
+std::vector<std::string> WorkerHostnameList(std::string_view job, const policy::JobSpec& spec) {
+  std::vector<std::string> hostnames;
+  const std::string service = ServiceName(job);
+  for (int32_t i = 0; i < spec.worker.replicas; ++i) {
+    hostnames.push_back(PodName(job, ReplicaType::kWorker, i) + "." + service);
+  }
+  return hostnames;
+}
+
+Json EnvVar(std::string name, std::string value) {
+  return Json{{"name", std::move(name)}, {"value", std::move(value)}};
+}
+
+// The variables every container of the pod gets, in the order they are declared.
+std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                              ReplicaType type, int32_t index, int32_t attempt) {
+  const bool worker = type == ReplicaType::kWorker;
+  const std::vector<std::string> hostnames = WorkerHostnameList(job.name, spec);
+
+  std::vector<Json> env;
+  env.push_back(EnvVar("TPUJOB_NAME", job.name));
+  env.push_back(EnvVar("TPUJOB_NAMESPACE", job.ns.str()));
+  env.push_back(EnvVar("TPUJOB_ATTEMPT", std::to_string(attempt)));
+  env.push_back(EnvVar("TPUJOB_REPLICA_TYPE", std::string(policy::ToString(type))));
+  env.push_back(EnvVar("TPUJOB_REPLICA_INDEX", std::to_string(index)));
+  if (worker) env.push_back(EnvVar("TPU_WORKER_ID", std::to_string(index)));
+  env.push_back(EnvVar("TPU_WORKER_HOSTNAMES", WorkerHostnames(job.name, spec)));
+  if (!spec.checkpoint_path.empty()) {
+    env.push_back(EnvVar("TPUJOB_CHECKPOINT_PATH", spec.checkpoint_path));
+  }
+  // What programs written for the older managed service read to find their TPU; the node name
+  // it named is the job here, and the pod's own worker id and peers complete the picture.
+  Json config{{"tpu_node_name", job.name},
+              {"namespace", job.ns.str()},
+              {"accelerator", spec.tpu.accelerator},
+              {"topology", spec.tpu.topology},
+              {"chips_per_worker", spec.tpu.chips_per_worker},
+              {"worker_count", spec.worker.replicas},
+              {"worker_hostnames", hostnames},
+              {"attempt", attempt}};
+  if (worker) config["worker_id"] = index;
+  env.push_back(EnvVar("TPU_CONFIG", config.dump()));
+  // The zone and the TPU host's health are properties of the node, so programs and their logs
+  // need its name.
+  env.push_back(
+      Json{{"name", "NODE_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}});
+  return env;
+}
+
+// Puts `env` first in the container's variables and drops the template's variables of the same
+// names: Kubernetes expands $(VAR) only from variables declared earlier, so the template's own
+// variables can build on the operator's.
+void SetEnv(Json& container, const std::vector<Json>& env) {
+  std::set<std::string, std::less<>> names;
+  Json merged = Json::array();
+  for (const Json& var : env) {
+    names.insert(StringField(var, "name"));
+    merged.push_back(var);
+  }
+  if (auto it = container.find("env"); it != container.end() && it->is_array()) {
+    for (const Json& var : *it) {
+      if (!names.contains(StringField(var, "name"))) merged.push_back(var);
+    }
+  }
+  container["env"] = std::move(merged);
+}
+
+// Whether `toleration` tolerates the TPU taint (key google.com/tpu, effect NoSchedule): an
+// Exists toleration of that key, or of every key, for that effect or for every effect.
+bool ToleratesTpuTaint(const Json& toleration) {
+  if (!toleration.is_object()) return false;
+  const std::string key = StringField(toleration, "key");
+  const std::string effect = StringField(toleration, "effect");
+  return (key == kTpuTaintKey || key.empty()) && StringField(toleration, "operator") == "Exists" &&
+         (effect.empty() || effect == "NoSchedule");
+}
+
+void AddTpuScheduling(Json& pod_spec, const policy::TpuSpec& tpu) {
+  Json& node_selector = ObjectField(pod_spec, "nodeSelector");
+  node_selector[std::string(kAcceleratorNodeLabel)] = tpu.accelerator;
+  node_selector[std::string(kTopologyNodeLabel)] = tpu.topology;
+
+  Json& tolerations = ArrayField(pod_spec, "tolerations");
+  if (std::none_of(tolerations.begin(), tolerations.end(), ToleratesTpuTaint)) {
+    tolerations.push_back(
+        Json{{"key", kTpuTaintKey}, {"operator", "Exists"}, {"effect", "NoSchedule"}});
+  }
+
+  // Extended resources need requests equal to limits; one container per pod holds the chips,
+  // as the TPU device plugin hands all of a host's chips to one container.
+  Json& containers = ArrayField(pod_spec, "containers");
+  if (containers.empty()) return;
+  if (!containers[0].is_object()) containers[0] = Json::object();
+  Json& resources = ObjectField(containers[0], "resources");
+  const std::string chips = std::to_string(tpu.chips_per_worker);
+  ObjectField(resources, "requests")[std::string(cache::kTpuResource)] = chips;
+  ObjectField(resources, "limits")[std::string(cache::kTpuResource)] = chips;
+}
+
+// A canonical non-negative decimal int32 ("0", "17"; not "", "-1", "01", "+1", "1x").
+std::optional<int32_t> ParseCanonicalInt(std::string_view text) {
+  if (text.empty() || (text.size() > 1 && text[0] == '0')) return std::nullopt;
+  if (!std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  int32_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::string PodName(std::string_view job, ReplicaType type, int32_t index) {
+  std::string name(job);
+  name += '-';
+  name += policy::LowerName(type);
+  name += '-';
+  name += std::to_string(index);
+  return name;
+}
+
+std::string ServiceName(std::string_view job) { return std::string(job); }
+
+std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec) {
+  std::string joined;
+  for (const std::string& hostname : WorkerHostnameList(job, spec)) {
+    if (!joined.empty()) joined += ',';
+    joined += hostname;
+  }
+  return joined;
+}
+
+Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, ReplicaType type,
+              int32_t index, int32_t attempt, const PodBuildOptions& options) {
+  (void)options;  // the pre-flight init container is not built yet
+  static const Json kEmptyTemplate = Json::object();
+  const policy::ReplicaSpec* replica = spec.Replica(type);
+  const Json& pod_template =
+      replica != nullptr && replica->template_.is_object() ? replica->template_ : kEmptyTemplate;
+  const Json template_metadata = pod_template.value("metadata", Json::object());
+  const std::string name = PodName(job.name, type, index);
+
+  Json labels = Json::object();
+  if (auto it = template_metadata.find("labels");
+      it != template_metadata.end() && it->is_object()) {
+    labels = *it;
+  }
+  labels[std::string(cache::kJobNameLabel)] = job.name;
+  labels[std::string(kReplicaTypeLabel)] = policy::ToString(type);
+  labels[std::string(kReplicaIndexLabel)] = std::to_string(index);
+  labels[std::string(kAttemptLabel)] = std::to_string(attempt);
+
+  Json metadata{{"name", name},
+                {"namespace", job.ns.str()},
+                {"labels", std::move(labels)},
+                {"ownerReferences", Json::array({OwnerReference(job)})}};
+  if (auto it = template_metadata.find("annotations");
+      it != template_metadata.end() && it->is_object() && !it->empty()) {
+    metadata["annotations"] = *it;
+  }
+
+  Json pod_spec = Json::object();
+  if (auto it = pod_template.find("spec"); it != pod_template.end() && it->is_object()) {
+    pod_spec = *it;
+  }
+  pod_spec["restartPolicy"] = "Never";
+  pod_spec["hostname"] = name;
+  pod_spec["subdomain"] = ServiceName(job.name);
+  if (type == ReplicaType::kWorker) AddTpuScheduling(pod_spec, spec.tpu);
+
+  const std::vector<Json> env = OperatorEnv(job, spec, type, index, attempt);
+  for (const char* list : {"initContainers", "containers"}) {
+    auto it = pod_spec.find(list);
+    if (it == pod_spec.end() || !it->is_array()) continue;
+    for (Json& container : *it) {
+      if (container.is_object()) SetEnv(container, env);
+    }
+  }
+
+  return Json{{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", std::move(metadata)},
+              {"spec", std::move(pod_spec)}};
+}
+
+Json BuildService(const cache::TPUJobInfo& job) {
+  const Json job_label{{std::string(cache::kJobNameLabel), job.name}};
+  // No ports: the API server accepts a headless Service without them, and DNS records for the
+  // pods' hostname.subdomain need none (JobSet's Service is built the same way).
+  return Json{
+      {"apiVersion", "v1"},
+      {"kind", "Service"},
+      {"metadata",
+       {{"name", ServiceName(job.name)},
+        {"namespace", job.ns.str()},
+        {"labels", job_label},
+        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+      {"spec",
+       {{"clusterIP", "None"}, {"selector", job_label}, {"publishNotReadyAddresses", true}}}};
+}
+
+std::optional<PodIdentity> IdentifyPod(const cache::PodInfo& pod) {
+  const std::optional<std::string_view> type_text = pod.labels.Get(kReplicaTypeLabel);
+  const std::optional<std::string_view> index_text = pod.labels.Get(kReplicaIndexLabel);
+  const std::optional<std::string_view> attempt_text = pod.labels.Get(kAttemptLabel);
+  if (!type_text || !index_text || !attempt_text) return std::nullopt;
+
+  PodIdentity identity;
+  if (*type_text == policy::ToString(ReplicaType::kMaster)) {
+    identity.type = ReplicaType::kMaster;
+  } else if (*type_text == policy::ToString(ReplicaType::kWorker)) {
+    identity.type = ReplicaType::kWorker;
+  } else {
+    return std::nullopt;
+  }
+  const std::optional<int32_t> index = ParseCanonicalInt(*index_text);
+  const std::optional<int32_t> attempt = ParseCanonicalInt(*attempt_text);
+  if (!index || !attempt || *attempt < 1) return std::nullopt;
+  identity.index = *index;
+  identity.attempt = *attempt;
+  return identity;
+}
+
+}  // namespace tpujob::controller

@@ -1,0 +1,87 @@
+// The objects the operator creates for a TPUJob, built as JSON by pure functions: one pod per
+// replica and attempt, and the headless Service that gives the pods stable DNS names.
+//
+// Identity lives in names and labels, never in memory, so the reconciler can recognise its
+// children after a restart: a pod is named `<job>-<replica>-<index>` (the same name in every
+// attempt, so two pods with one worker id cannot coexist) and labelled with the job, replica
+// type, index and attempt. IdentifyPod() reads the labels back from the cache.
+//
+// Pods get what TPU programs expect from their environment: the accelerator and topology node
+// selectors, the google.com/tpu request, the TPU taint's toleration, and the variables JAX and
+// the older managed service's programs read (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_CONFIG).
+// Everything else in the user's pod template is kept as written.
+//
+// All functions are pure and thread-safe. They never throw: a template field of the wrong type
+// is replaced where the operator must write into it and otherwise left alone, for the API
+// server to judge.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cache/objects.h"
+#include "policy/job_spec.h"
+
+namespace tpujob::controller {
+
+using Json = nlohmann::json;
+
+// Labels on every pod the operator creates (cache::kJobNameLabel as well).
+inline constexpr std::string_view kReplicaTypeLabel = "tpujob.dev/replica-type";    // "Master"
+inline constexpr std::string_view kReplicaIndexLabel = "tpujob.dev/replica-index";  // "0".."n-1"
+inline constexpr std::string_view kAttemptLabel = "tpujob.dev/attempt";             // "1", "2"
+// The node labels GKE puts on TPU nodes, which worker pods select on.
+inline constexpr std::string_view kAcceleratorNodeLabel = "cloud.google.com/gke-tpu-accelerator";
+inline constexpr std::string_view kTopologyNodeLabel = "cloud.google.com/gke-tpu-topology";
+// The taint GKE puts on TPU nodes so that only pods asking for TPUs land there.
+inline constexpr std::string_view kTpuTaintKey = "google.com/tpu";
+// The owner reference's API version and kind.
+inline constexpr std::string_view kTPUJobApiVersion = "tpujob.dev/v1alpha1";
+inline constexpr std::string_view kTPUJobKind = "TPUJob";
+
+// "<job>-worker-3", "<job>-master-0". Also the pod's hostname.
+std::string PodName(std::string_view job, policy::ReplicaType type, int32_t index);
+// The headless Service: named after the job, so pods resolve as "<pod>.<job>".
+std::string ServiceName(std::string_view job);
+// "<job>-worker-0.<job>,<job>-worker-1.<job>,...": the worker pods' hostnames under the
+// headless Service, resolvable from any pod of the namespace through its DNS search path.
+std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec);
+
+struct PodBuildOptions {
+  std::string preflight_image;  // reserved for the pre-flight init container; unused so far
+};
+
+// The pod for replica `type` #`index` of `attempt` (1, 2, ...). `spec.Replica(type)` must be
+// set; its template (metadata and spec) is the starting point. On top of it:
+//   - metadata: name, namespace, labels (template's plus the operator's, which win),
+//     annotations (template's), the job as controlling owner;
+//   - spec.restartPolicy Never (the operator restarts workers itself so it can count restarts),
+//     hostname = pod name, subdomain = the Service;
+//   - workers: accelerator/topology node selectors (other selectors kept), a toleration of the
+//     google.com/tpu taint unless one already covers it, and google.com/tpu = chipsPerWorker
+//     in the first container's requests and limits (other resources kept);
+//   - in every container and init container, the operator's environment variables first (so
+//     the template's own variables can refer to them as $(VAR)), replacing any template
+//     variable of the same name.
+Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy::ReplicaType type,
+              int32_t index, int32_t attempt, const PodBuildOptions& options = {});
+
+// The headless Service (clusterIP None, no ports) selecting every pod of the job, publishing
+// addresses of pods that are not ready yet: peers must resolve each other while they start.
+Json BuildService(const cache::TPUJobInfo& job);
+
+// What the labels set by BuildPod say about a cached pod. std::nullopt when a label is
+// missing or is not what BuildPod writes (a type other than Master/Worker, an index or attempt
+// that is not a canonical decimal number, an attempt below 1).
+struct PodIdentity {
+  policy::ReplicaType type = policy::ReplicaType::kWorker;
+  int32_t index = 0;
+  int32_t attempt = 0;
+  friend bool operator==(const PodIdentity&, const PodIdentity&) = default;
+};
+std::optional<PodIdentity> IdentifyPod(const cache::PodInfo& pod);
+
+}  // namespace tpujob::controller

@@ -1,0 +1,309 @@
+#include "controller/event_recorder.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "base/logging.h"
+#include "cache/objects.h"
+
+namespace tpujob::controller {
+namespace {
+
+// events/v1 limits: a note (message) of 1 KiB, a reason and a reportingInstance of 128
+// characters, and an object name, like any, of 253.
+constexpr size_t kMaxMessageBytes = 1024;
+constexpr size_t kMaxReasonBytes = 128;
+constexpr size_t kMaxInstanceBytes = 128;
+constexpr size_t kMaxNameBytes = 253;
+constexpr size_t kNameSuffixBytes = 17;  // ".<16 hex digits>"
+// As client-go's correlator cache: enough for every distinct event a busy operator emits
+// within the dedupe window, small enough not to matter.
+constexpr size_t kMaxAggregates = 4096;
+
+// Where events about cluster-scoped objects go, as client-go does.
+constexpr std::string_view kClusterScopedEventNamespace = "default";
+
+// Length of the well-formed UTF-8 sequence starting at text[at] (Unicode table 3-7: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or 0 if it is not one.
+size_t Utf8SequenceLength(std::string_view text, size_t at) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char low = 0x80;  // bounds of the second byte; later ones are always 80..BF
+  unsigned char high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (at + length > text.size()) return 0;
+  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
+  for (size_t i = 2; i < length; ++i) {
+    if (byte(at + i) < 0x80 || byte(at + i) > 0xBF) return 0;
+  }
+  return length;
+}
+
+// `text` as valid UTF-8 of at most `max_bytes`, cut between characters. Messages often quote
+// what a container wrote (termination messages, exit reasons) and the JSON encoder refuses
+// invalid UTF-8, so stray bytes become U+FFFD instead of failing the write.
+std::string ValidUtf8(std::string_view text, size_t max_bytes) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t length = Utf8SequenceLength(text, at);
+    const std::string_view piece = length > 0 ? text.substr(at, length) : kReplacement;
+    if (out.size() + piece.size() > max_bytes) break;
+    out += piece;
+    at += length > 0 ? length : 1;
+  }
+  return out;
+}
+
+std::string HostName() {
+  std::array<char, 256> buffer{};
+  if (gethostname(buffer.data(), buffer.size() - 1) == 0 && buffer[0] != '\0') {
+    return std::string(buffer.data());
+  }
+  const char* from_environment = std::getenv("HOSTNAME");
+  return from_environment != nullptr ? std::string(from_environment) : std::string("unknown");
+}
+
+EventRecorderOptions WithDefaults(EventRecorderOptions options) {
+  if (options.instance.empty()) options.instance = HostName();
+  options.instance = ValidUtf8(options.instance, kMaxInstanceBytes);
+  return options;
+}
+
+// "Pod/team/llm-worker-0", or "Node/node-1" for a cluster-scoped object: the form the log line
+// and the aggregation key use.
+std::string ObjectText(const ObjectRef& object) {
+  if (object.ns.empty()) return object.kind + "/" + object.name;
+  return object.kind + "/" + object.ns + "/" + object.name;
+}
+
+}  // namespace
+
+std::string_view ToString(EventType type) {
+  return type == EventType::kWarning ? "Warning" : "Normal";
+}
+
+EventRecorder::EventRecorder(kube::Client& client, EventRecorderOptions options, Clock& clock)
+    : client_(client),
+      options_(WithDefaults(std::move(options))),
+      clock_(clock),
+      rng_(options_.seed),
+      thread_([this] { Run(); }) {}
+
+EventRecorder::~EventRecorder() {
+  uint64_t unwritten = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    stop_deadline_ = std::chrono::steady_clock::now() + options_.stop_timeout;
+    unwritten = accepted_ - finished_;
+  }
+  work_.notify_all();
+  if (unwritten > 0) {
+    // Says why shutdown may take a moment: a slow API server holds it up to stop_timeout.
+    spdlog::info(
+        "msg=\"writing pending events before stopping\" pending={} timeout_ms={}", unwritten,
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.stop_timeout).count());
+  }
+  thread_.join();
+}
+
+void EventRecorder::Record(const ObjectRef& object, EventType type, std::string reason,
+                           std::string message) {
+  const std::string object_text = ObjectText(object);
+  const auto level = type == EventType::kWarning ? spdlog::level::warn : spdlog::level::info;
+  spdlog::log(level, "msg=\"event\" object={} type={} reason={} message={}", LogQuote(object_text),
+              ToString(type), LogQuote(reason), LogQuote(message));
+
+  Pending event{.object = object,
+                .type = type,
+                .reason = std::move(reason),
+                .message = std::move(message),
+                .at = clock_.Now(),
+                .wall_at = clock_.WallNow()};
+  bool queued = false;
+  bool first_drop = false;
+  uint64_t burst_ended = 0;  // drops of a burst that just ended
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.recorded;
+    if (queue_.size() < options_.max_pending) {
+      if (dropping_) burst_ended = burst_drops_;
+      dropping_ = false;
+      burst_drops_ = 0;
+      queue_.push_back(std::move(event));
+      ++accepted_;
+      queued = true;
+    } else {
+      ++stats_.dropped;
+      ++burst_drops_;
+      first_drop = !dropping_;
+      dropping_ = true;
+    }
+  }
+  if (queued) {
+    work_.notify_one();
+    if (burst_ended > 0) spdlog::info("msg=\"writing events again\" dropped={}", burst_ended);
+  } else if (first_drop) {
+    spdlog::warn(
+        "msg=\"dropping events: too many waiting to be written\" max_pending={} object={} "
+        "reason={}",
+        options_.max_pending, LogQuote(object_text), LogQuote(event.reason));
+  }
+}
+
+bool EventRecorder::Flush(Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = accepted_;
+  return progress_.wait_for(lock, timeout, [&] { return finished_ >= target; });
+}
+
+EventRecorder::Stats EventRecorder::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void EventRecorder::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything was written
+    if (stopping_ && std::chrono::steady_clock::now() >= stop_deadline_) {
+      const uint64_t abandoned = queue_.size();
+      queue_.clear();
+      stats_.dropped += abandoned;
+      finished_ += abandoned;
+      progress_.notify_all();
+      lock.unlock();
+      spdlog::warn("msg=\"stopped with events not written\" dropped={}", abandoned);
+      return;
+    }
+    Pending event = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    const Outcome outcome = Write(event);
+    lock.lock();
+    switch (outcome) {
+      case Outcome::kCreated:
+        ++stats_.written;
+        break;
+      case Outcome::kAggregated:
+        ++stats_.written;
+        ++stats_.aggregated;
+        break;
+      case Outcome::kFailed:
+        ++stats_.failed;
+        break;
+    }
+    ++finished_;
+    progress_.notify_all();
+  }
+}
+
+EventRecorder::Outcome EventRecorder::Write(const Pending& event) {
+  std::string message = ValidUtf8(event.message, kMaxMessageBytes);
+  AggregationKey key{event.object.uid, ObjectText(event.object), event.type,
+                     ValidUtf8(event.reason, kMaxReasonBytes), message};
+  auto it = aggregates_.find(key);
+  if (it != aggregates_.end() && event.at - it->second.last_seen <= options_.dedupe_window) {
+    Aggregate& aggregate = it->second;
+    const kube::Json patch{{"count", aggregate.count + 1},
+                           {"lastTimestamp", cache::FormatRfc3339(event.wall_at)}};
+    auto patched = client_.Patch(kube::Resource::Events(), aggregate.ns, aggregate.name,
+                                 kube::PatchType::kMerge, patch);
+    if (patched) {
+      ++aggregate.count;
+      aggregate.last_seen = event.at;
+      return Outcome::kAggregated;
+    }
+    if (!patched.error().IsNotFound()) {
+      spdlog::warn("msg=\"updating event failed\" event={}/{} reason={} error={}", aggregate.ns,
+                   aggregate.name, LogQuote(event.reason), LogQuote(patched.error().ToString()));
+      return Outcome::kFailed;
+    }
+    // Expired by the API server (or deleted): start a new one.
+    aggregates_.erase(it);
+  }
+  return Create(event, std::move(key), message);
+}
+
+EventRecorder::Outcome EventRecorder::Create(const Pending& event, AggregationKey key,
+                                             const std::string& message) {
+  const ObjectRef& object = event.object;
+  const std::string ns = object.ns.empty() ? std::string(kClusterScopedEventNamespace)
+                                           : ValidUtf8(object.ns, kMaxNameBytes);
+  // client-go names events "<object>.<unix nanoseconds in hex>"; a random suffix serves the
+  // same purpose without colliding when two events for one object share a timestamp.
+  std::array<char, kNameSuffixBytes + 1> suffix{};
+  std::snprintf(suffix.data(), suffix.size(), ".%016llx", static_cast<unsigned long long>(rng_()));
+  const std::string name =
+      ValidUtf8(object.name, kMaxNameBytes - kNameSuffixBytes) + std::string(suffix.data());
+
+  kube::Json involved{{"kind", ValidUtf8(object.kind, kMaxNameBytes)},
+                      {"name", ValidUtf8(object.name, kMaxNameBytes)}};
+  if (!object.api_version.empty()) {
+    involved["apiVersion"] = ValidUtf8(object.api_version, kMaxNameBytes);
+  }
+  if (!object.ns.empty()) involved["namespace"] = ns;
+  if (!object.uid.empty()) involved["uid"] = ValidUtf8(object.uid, kMaxNameBytes);
+  const std::string now = cache::FormatRfc3339(event.wall_at);
+  const kube::Json body{{"apiVersion", "v1"},
+                        {"kind", "Event"},
+                        {"metadata", {{"name", name}, {"namespace", ns}}},
+                        {"involvedObject", std::move(involved)},
+                        {"reason", std::get<3>(key)},
+                        {"message", message},
+                        {"type", ToString(event.type)},
+                        {"source", {{"component", options_.component}}},
+                        {"reportingComponent", options_.component},
+                        {"reportingInstance", options_.instance},
+                        {"firstTimestamp", now},
+                        {"lastTimestamp", now},
+                        {"count", 1}};
+  auto created = client_.Create(kube::Resource::Events(), ns, body);
+  if (!created) {
+    spdlog::warn("msg=\"writing event failed\" object={} reason={} error={}",
+                 LogQuote(std::get<1>(key)), LogQuote(event.reason),
+                 LogQuote(created.error().ToString()));
+    return Outcome::kFailed;
+  }
+  MakeRoomForAggregate(event.at);
+  aggregates_[std::move(key)] = Aggregate{ns, name, 1, event.at};
+  return Outcome::kCreated;
+}
+
+void EventRecorder::MakeRoomForAggregate(TimePoint now) {
+  if (aggregates_.size() < kMaxAggregates) return;
+  std::erase_if(aggregates_, [&](const auto& entry) {
+    return now - entry.second.last_seen > options_.dedupe_window;
+  });
+  if (aggregates_.size() < kMaxAggregates) return;
+  auto oldest = std::min_element(
+      aggregates_.begin(), aggregates_.end(),
+      [](const auto& a, const auto& b) { return a.second.last_seen < b.second.last_seen; });
+  aggregates_.erase(oldest);
+}
+
+}  // namespace tpujob::controller

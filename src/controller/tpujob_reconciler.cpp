@@ -1,0 +1,271 @@
+#include "controller/tpujob_reconciler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <thread>
+#include <vector>
+
+#include "base/logging.h"
+
+namespace tpujob::controller {
+namespace {
+
+// Runs fn(0..n-1) on up to `parallelism` threads and waits for all of them.
+void ParallelFor(size_t n, int parallelism, const std::function<void(size_t)>& fn) {
+  const size_t threads = std::min<size_t>(n, static_cast<size_t>(std::max(1, parallelism)));
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (size_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) fn(i);
+    });
+  }
+  for (auto& thread : pool) thread.join();
+}
+
+// resourceVersions are opaque by contract, but the API server's are etcd revisions: decimal
+// integers that grow. Compare numerically when both parse; otherwise only equality counts.
+bool AtLeast(std::string_view have, std::string_view want) {
+  if (have == want) return true;
+  uint64_t a = 0, b = 0;
+  auto ra = std::from_chars(have.data(), have.data() + have.size(), a);
+  auto rb = std::from_chars(want.data(), want.data() + want.size(), b);
+  if (ra.ec != std::errc() || rb.ec != std::errc()) return false;
+  return a >= b;
+}
+
+ObjectRef RefOf(const cache::TPUJobInfo& job) {
+  return ObjectRef{"tpujob.dev/v1alpha1", "TPUJob", std::string(job.ns.view()), job.name, job.uid};
+}
+
+}  // namespace
+
+nlohmann::json CreateMergePatch(const nlohmann::json& from, const nlohmann::json& to) {
+  if (!from.is_object() || !to.is_object()) return to;
+  nlohmann::json patch = nlohmann::json::object();
+  for (const auto& [key, value] : to.items()) {
+    auto it = from.find(key);
+    if (it == from.end()) {
+      patch[key] = value;
+    } else if (*it != value) {
+      patch[key] = (it->is_object() && value.is_object()) ? CreateMergePatch(*it, value) : value;
+    }
+  }
+  for (const auto& [key, value] : from.items()) {
+    if (!to.contains(key)) patch[key] = nullptr;
+  }
+  return patch;
+}
+
+TPUJobReconciler::TPUJobReconciler(kube::Client& client,
+                                   const cache::Store<cache::TPUJobInfo>& jobs,
+                                   const cache::Store<cache::PodInfo>& pods,
+                                   EventRecorder& recorder, TPUJobReconcilerOptions options,
+                                   Clock& clock)
+    : client_(client),
+      jobs_(jobs),
+      pods_(pods),
+      recorder_(recorder),
+      options_(std::move(options)),
+      clock_(clock) {}
+
+std::optional<Duration> TPUJobReconciler::Pending(const std::string& key,
+                                                  const cache::TPUJobInfo& job) {
+  std::lock_guard<std::mutex> guard(mu_);
+  auto it = expectations_.find(key);
+  if (it == expectations_.end()) return std::nullopt;
+  Expectations& e = it->second;
+  const TimePoint now = clock_.Now();
+  bool met =
+      e.job_resource_version.empty() || AtLeast(job.resource_version, e.job_resource_version);
+  for (auto name = e.created.begin(); met && name != e.created.end(); ++name) {
+    met = pods_.Get(cache::ObjectKey(job.ns, *name)) != nullptr;
+  }
+  if (met && !e.deleted.empty()) {
+    std::set<std::string> still;
+    for (const auto& pod : pods_.ByIndex(cache::kPodsByJobIndex, key)) {
+      if (!pod->deleting() && e.deleted.contains(pod->uid)) still.insert(pod->uid);
+    }
+    met = still.empty();
+  }
+  if (met || now >= e.deadline) {
+    if (!met) {
+      spdlog::warn(
+          "msg=\"the cache did not show this reconciler's writes in time; deciding "
+          "anyway\" tpujob={}",
+          key);
+    }
+    expectations_.erase(it);
+    return std::nullopt;
+  }
+  return e.deadline - now;
+}
+
+kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key) {
+  auto job = jobs_.Get(key);
+  if (job == nullptr) {
+    std::lock_guard<std::mutex> guard(mu_);
+    expectations_.erase(key);
+    spdlog::debug("msg=\"TPUJob gone\" tpujob={}", key);
+    return ReconcileResult{};
+  }
+  if (auto wait = Pending(key, *job)) {
+    spdlog::debug("msg=\"waiting for the cache to show the last writes\" tpujob={}", key);
+    return ReconcileResult{*wait};
+  }
+
+  const auto spec = policy::ParseJobSpec(*job);
+  policy::LifecycleInput input;
+  input.job = job.get();
+  input.spec = &spec;
+  input.now = clock_.WallNow();
+  const auto pods = pods_.ByIndex(cache::kPodsByJobIndex, key);
+  for (const auto& pod : pods) {
+    if (pod->owner.uid.view() != job->uid) continue;  // another job's, or nobody's: not ours
+    if (auto id = IdentifyPod(*pod)) {
+      input.pods.push_back({pod.get(), id->type, id->index, id->attempt});
+    } else {
+      input.strays.push_back(pod.get());
+    }
+  }
+  if (spec && options_.admission) {
+    const auto current = policy::JobStatus::FromJson(job->status);
+    AdmissionDecision admission = options_.admission(*job, *spec, current);
+    input.admit = admission.admit;
+    input.not_admitted_reason = admission.reason;
+    if (!admission.message.empty()) input.not_admitted_message = admission.message;
+  }
+
+  const policy::Plan plan = policy::Decide(input);
+  Expectations expect;
+  if (auto written = WriteStatus(*job, plan, expect); !written)
+    return std::unexpected(written.error());
+
+  for (const auto& event : plan.events) {
+    recorder_.Record(RefOf(*job), event.warning ? EventType::kWarning : EventType::kNormal,
+                     event.reason, event.message);
+  }
+
+  kube::Status result;
+  for (const auto& remove : plan.remove) {
+    kube::DeleteOptions options;
+    options.precondition_uid = remove.uid;
+    options.grace_period_seconds = remove.grace_period_seconds;
+    options.propagation_policy = "Background";
+    spdlog::info("msg=\"deleting pod\" tpujob={} pod={} why={}", key, remove.name,
+                 LogQuote(remove.why));
+    auto deleted =
+        client_.Delete(kube::Resource::Pods(), std::string(job->ns.view()), remove.name, options);
+    if (deleted || deleted.error().IsNotFound()) {
+      expect.deleted.insert(remove.uid);
+    } else if (deleted.error().IsConflict()) {
+      // The uid precondition failed: the pod of that name is already a newer one.
+    } else {
+      spdlog::warn("msg=\"cannot delete pod\" tpujob={} pod={} error={}", key, remove.name,
+                   LogQuote(deleted.error().ToString()));
+      result = std::unexpected(deleted.error());
+    }
+  }
+
+  if (spec && (plan.ensure_service || !plan.create.empty())) {
+    if (auto created = CreatePods(*job, *spec, plan, expect); !created && result) {
+      result = created;
+    }
+  }
+
+  if (!expect.job_resource_version.empty() || !expect.created.empty() || !expect.deleted.empty()) {
+    expect.deadline = clock_.Now() + options_.expectation_timeout;
+    std::lock_guard<std::mutex> guard(mu_);
+    expectations_[key] = std::move(expect);
+  }
+  if (!result) return std::unexpected(result.error());
+  return ReconcileResult{};
+}
+
+kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
+                                           Expectations& expect) {
+  const nlohmann::json current = job.status.is_object() ? job.status : nlohmann::json::object();
+  const nlohmann::json desired = plan.status.ToJson();
+  if (current == desired) return {};
+  const std::string key = job.Key();
+  nlohmann::json patch = {{"metadata", {{"resourceVersion", job.resource_version}}},
+                          {"status", CreateMergePatch(current, desired)}};
+  kube::PatchOptions options;
+  options.subresource = "status";
+  auto answer = client_.Patch(kube::Resource::TPUJobs(), std::string(job.ns.view()), job.name,
+                              kube::PatchType::kMerge, patch, options);
+  if (!answer) {
+    if (answer.error().IsConflict()) {
+      spdlog::debug("msg=\"status write refused: the cache is stale; retrying\" tpujob={}", key);
+    }
+    return std::unexpected(answer.error());
+  }
+  expect.job_resource_version =
+      answer->value("/metadata/resourceVersion"_json_pointer, std::string());
+  const auto old_phase = policy::JobStatus::FromJson(current).phase;
+  if (old_phase != plan.status.phase) {
+    spdlog::info("msg=\"phase changed\" tpujob={} from={} to={} attempt={}", key,
+                 old_phase == policy::Phase::kNone ? "<none>" : policy::ToString(old_phase),
+                 policy::ToString(plan.status.phase), plan.status.attempt);
+  }
+  return {};
+}
+
+kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                                          const policy::Plan& plan, Expectations& expect) {
+  const std::string key = job.Key();
+  const std::string ns(job.ns.view());
+  if (plan.ensure_service) {
+    auto created = client_.Create(kube::Resource::Services(), ns, BuildService(job));
+    if (!created && !created.error().IsAlreadyExists()) {
+      spdlog::warn("msg=\"cannot create the headless Service\" tpujob={} error={}", key,
+                   LogQuote(created.error().ToString()));
+      return std::unexpected(created.error());
+    }
+  }
+  if (plan.create.empty()) return {};
+
+  const auto begin = clock_.Now();
+  const int32_t attempt = plan.status.attempt;
+  std::vector<std::optional<kube::Error>> errors(plan.create.size());
+  std::vector<bool> made(plan.create.size(), false);
+  ParallelFor(plan.create.size(), options_.create_parallelism, [&](size_t i) {
+    const auto& want = plan.create[i];
+    auto created =
+        client_.Create(kube::Resource::Pods(), ns,
+                       BuildPod(job, spec, want.type, want.index, attempt, options_.pod_options));
+    if (created) {
+      made[i] = true;
+    } else if (!created.error().IsAlreadyExists()) {
+      errors[i] = created.error();
+    }
+  });
+  int count = 0;
+  std::optional<kube::Error> first_error;
+  for (size_t i = 0; i < plan.create.size(); ++i) {
+    if (made[i]) {
+      ++count;
+      expect.created.insert(PodName(job.name, plan.create[i].type, plan.create[i].index));
+    }
+    if (errors[i] && !first_error) first_error = errors[i];
+  }
+  spdlog::info("msg=\"created pods\" tpujob={} attempt={} created={} wanted={} duration_ms={}", key,
+               attempt, count, plan.create.size(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count());
+  if (first_error) {
+    spdlog::warn("msg=\"cannot create pods\" tpujob={} error={}", key,
+                 LogQuote(first_error->ToString()));
+    return std::unexpected(*first_error);
+  }
+  return {};
+}
+
+}  // namespace tpujob::controller

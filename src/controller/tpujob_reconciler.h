@@ -1,0 +1,96 @@
+// The TPUJob reconciler: reads one job, its pods and (later) nodes from the caches, asks
+// policy::Decide() what should happen, and commits the plan against the API server.
+//
+// Commit order (see policy/lifecycle.h for why): status first, with the cached
+// resourceVersion as a precondition; then Events; then deletions (each with the pod's uid as a
+// precondition, so a newer pod of the same name is never hit); then the headless Service and
+// the missing pods, created in parallel. AlreadyExists and NotFound are success.
+//
+// Expectations, as in the ReplicaSet controller: after writing, the reconciler remembers what
+// it expects the caches to show (the status it wrote, the pods it created, the pods it
+// deleted) and does not decide again for that job until they do, or until a deadline passes.
+// Deciding on a cache that has not caught up with one's own writes is harmless (the
+// preconditions and deterministic names refuse any duplicate) but costs requests.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/children.h"
+#include "controller/event_recorder.h"
+#include "kube/client.h"
+#include "policy/job_spec.h"
+#include "policy/job_status.h"
+#include "policy/lifecycle.h"
+
+namespace tpujob::controller {
+
+// The outcome of one reconcile, as in controller-runtime: an error means a rate-limited retry,
+// `requeue_after` a timer.
+struct ReconcileResult {
+  std::optional<Duration> requeue_after;
+};
+
+// Whether the queue lets a job's current attempt start. Until the queue exists every job is
+// admitted at once.
+struct AdmissionDecision {
+  bool admit = true;
+  std::string reason = "Queued";
+  std::string message;
+};
+using AdmissionFunc = std::function<AdmissionDecision(
+    const cache::TPUJobInfo&, const policy::JobSpec&, const policy::JobStatus&)>;
+
+struct TPUJobReconcilerOptions {
+  int create_parallelism = 16;  // concurrent pod creations for one job
+  Duration expectation_timeout = std::chrono::seconds(30);
+  PodBuildOptions pod_options;
+  AdmissionFunc admission;  // empty: admit at once
+};
+
+class TPUJobReconciler {
+ public:
+  TPUJobReconciler(kube::Client& client, const cache::Store<cache::TPUJobInfo>& jobs,
+                   const cache::Store<cache::PodInfo>& pods, EventRecorder& recorder,
+                   TPUJobReconcilerOptions options = {}, Clock& clock = Clock::Real());
+
+  // Reconciles the job "namespace/name". Thread-safe for distinct keys (the work queue never
+  // hands one key to two workers at once).
+  kube::Result<ReconcileResult> Reconcile(const std::string& key);
+
+ private:
+  struct Expectations {
+    std::string job_resource_version;  // the status write's answer
+    std::set<std::string> created;     // pod names
+    std::set<std::string> deleted;     // pod uids
+    TimePoint deadline{};
+  };
+  // True when the caches reflect what this reconciler last wrote for `key` (or it waited long
+  // enough); otherwise the remaining wait.
+  std::optional<Duration> Pending(const std::string& key, const cache::TPUJobInfo& job);
+  kube::Status WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
+                           Expectations& expect);
+  kube::Status CreatePods(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                          const policy::Plan& plan, Expectations& expect);
+
+  kube::Client& client_;
+  const cache::Store<cache::TPUJobInfo>& jobs_;
+  const cache::Store<cache::PodInfo>& pods_;
+  EventRecorder& recorder_;
+  TPUJobReconcilerOptions options_;
+  Clock& clock_;
+  std::mutex mu_;
+  std::map<std::string, Expectations> expectations_;  // by job key; guarded by mu_
+};
+
+// A JSON merge patch (RFC 7386) turning `from` into `to`: changed members, and null for
+// members `to` lacks. Arrays are replaced whole.
+nlohmann::json CreateMergePatch(const nlohmann::json& from, const nlohmann::json& to);
+
+}  // namespace tpujob::controller

@@ -1,0 +1,369 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cache/objects.h"
+#include "controller/children.h"
+
+namespace tpujob::controller {
+namespace {
+
+using policy::ReplicaType;
+using ::testing::ElementsAre;
+using ::testing::Optional;
+
+cache::TPUJobInfo Job() {
+  cache::TPUJobInfo job;
+  job.ns = cache::InternedString::Intern("team");
+  job.name = "llm";
+  job.uid = "uid-llm";
+  return job;
+}
+
+Json WorkerTemplate() {
+  return Json::parse(R"json({
+    "metadata": {
+      "labels": {"team": "ml", "tpujob.dev/attempt": "99", "tpujob.dev/job-name": "other"},
+      "annotations": {"sidecar.istio.io/inject": "false"}
+    },
+    "spec": {
+      "restartPolicy": "OnFailure",
+      "nodeSelector": {"cloud.google.com/gke-spot": "true"},
+      "tolerations": [{"key": "spot", "operator": "Exists"}],
+      "securityContext": {"runAsUser": 1000},
+      "volumes": [{"name": "data", "emptyDir": {}}],
+      "initContainers": [{"name": "fetch", "image": "busybox"}],
+      "containers": [
+        {
+          "name": "trainer",
+          "image": "trainer:1",
+          "args": ["--steps=1000"],
+          "env": [{"name": "TPU_WORKER_ID", "value": "bogus"},
+                  {"name": "LR", "value": "0.1"},
+                  {"name": "RUN", "value": "$(TPUJOB_NAME)-$(TPUJOB_ATTEMPT)"}],
+          "resources": {"requests": {"memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+          "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+},
+        {"name": "logger", "image": "fluent-bit"}
+      ]
+}
+})json");
+}
+
+Json MasterTemplate() {
+  return Json::parse(R"({
+    "spec": {"containers": [{"name": "coordinator", "image": "trainer:1"}]}
+  })");
+}
+
+policy::JobSpec Spec() {
+  policy::JobSpec spec;
+  spec.tpu.accelerator = "tpu-v5-lite-podslice";
+  spec.tpu.topology = "2x4";
+  spec.tpu.chips_per_worker = 4;
+  spec.worker.replicas = 2;
+  spec.worker.template_ = WorkerTemplate();
+  spec.master = policy::ReplicaSpec{1, MasterTemplate()};
+  spec.checkpoint_path = "gs://bucket/run1";
+  return spec;
+}
+
+// A container's variables by name, and their names in order.
+std::map<std::string, Json> EnvOf(const Json& container) {
+  std::map<std::string, Json> env;
+  for (const Json& var : container["env"]) env[var["name"]] = var;
+  return env;
+}
+std::vector<std::string> EnvNames(const Json& container) {
+  std::vector<std::string> names;
+  for (const Json& var : container["env"]) names.push_back(var["name"]);
+  return names;
+}
+std::string EnvValue(const Json& container, const std::string& name) {
+  const auto env = EnvOf(container);
+  auto it = env.find(name);
+  return it == env.end() ? "<absent>" : it->second.value("value", "<no value>");
+}
+
+TEST(ChildrenNamesTest, PodServiceAndHostnames) {
+  EXPECT_EQ(PodName("llm", ReplicaType::kWorker, 3), "llm-worker-3");
+  EXPECT_EQ(PodName("llm", ReplicaType::kMaster, 0), "llm-master-0");
+  EXPECT_EQ(ServiceName("llm"), "llm");
+
+  policy::JobSpec spec = Spec();
+  spec.worker.replicas = 3;
+  EXPECT_EQ(WorkerHostnames("llm", spec), "llm-worker-0.llm,llm-worker-1.llm,llm-worker-2.llm");
+  spec.worker.replicas = 1;
+  EXPECT_EQ(WorkerHostnames("llm", spec), "llm-worker-0.llm");
+  spec.worker.replicas = 0;
+  EXPECT_EQ(WorkerHostnames("llm", spec), "");
+}
+
+TEST(ChildrenBuildPodTest, WorkerMetadataLabelsAndOwner) {
+  const Json pod = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2);
+  EXPECT_EQ(pod["apiVersion"], "v1");
+  EXPECT_EQ(pod["kind"], "Pod");
+  const Json& metadata = pod["metadata"];
+  EXPECT_EQ(metadata["name"], "llm-worker-1");
+  EXPECT_EQ(metadata["namespace"], "team");
+  EXPECT_EQ(metadata["labels"], (Json{{"team", "ml"},
+                                      {"tpujob.dev/job-name", "llm"},
+                                      {"tpujob.dev/replica-type", "Worker"},
+                                      {"tpujob.dev/replica-index", "1"},
+                                      {"tpujob.dev/attempt", "2"}}));
+  EXPECT_EQ(metadata["annotations"], (Json{{"sidecar.istio.io/inject", "false"}}));
+  EXPECT_EQ(metadata["ownerReferences"], Json::array({Json{{"apiVersion", "tpujob.dev/v1alpha1"},
+                                                           {"kind", "TPUJob"},
+                                                           {"name", "llm"},
+                                                           {"uid", "uid-llm"},
+                                                           {"controller", true},
+                                                           {"blockOwnerDeletion", true}}}));
+}
+
+TEST(ChildrenBuildPodTest, WorkerSchedulingAndTpuResources) {
+  const Json spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2)["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  EXPECT_EQ(spec["hostname"], "llm-worker-1");
+  EXPECT_EQ(spec["subdomain"], "llm");
+  EXPECT_EQ(spec["nodeSelector"],
+            (Json{{"cloud.google.com/gke-spot", "true"},
+                  {"cloud.google.com/gke-tpu-accelerator", "tpu-v5-lite-podslice"},
+                  {"cloud.google.com/gke-tpu-topology", "2x4"}}));
+  EXPECT_EQ(spec["tolerations"], Json::parse(R"([{"key": "spot", "operator": "Exists"},
+                            {"key": "google.com/tpu", "operator": "Exists",
+                             "effect": "NoSchedule"}])"));
+  EXPECT_EQ(spec["containers"][0]["resources"],
+            Json::parse(R"({"requests": {"memory": "8Gi", "google.com/tpu": "4"},
+                            "limits": {"memory": "8Gi", "google.com/tpu": "4"}})"));
+  // Only the first container holds the chips.
+  EXPECT_FALSE(spec["containers"][1].contains("resources"));
+  EXPECT_FALSE(spec["initContainers"][0].contains("resources"));
+}
+
+TEST(ChildrenBuildPodTest, ExistingTpuTolerationIsNotRepeated) {
+  policy::JobSpec job_spec = Spec();
+  const Json tolerate_all_effects = Json{{"key", "google.com/tpu"}, {"operator", "Exists"}};
+  job_spec.worker.template_["spec"]["tolerations"] = Json::array({tolerate_all_effects});
+  Json spec = BuildPod(Job(), job_spec, ReplicaType::kWorker, 0, 1)["spec"];
+  EXPECT_EQ(spec["tolerations"], Json::array({tolerate_all_effects}));
+
+  const Json exact =
+      Json{{"key", "google.com/tpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+  job_spec.worker.template_["spec"]["tolerations"] = Json::array({exact});
+  spec = BuildPod(Job(), job_spec, ReplicaType::kWorker, 0, 1)["spec"];
+  EXPECT_EQ(spec["tolerations"], Json::array({exact}));
+
+  // An Equal toleration with a value does not tolerate the taint GKE sets (value "present").
+  const Json equal = Json{{"key", "google.com/tpu"}, {"value", "other"}, {"effect", "NoSchedule"}};
+  job_spec.worker.template_["spec"]["tolerations"] = Json::array({equal});
+  spec = BuildPod(Job(), job_spec, ReplicaType::kWorker, 0, 1)["spec"];
+  EXPECT_EQ(spec["tolerations"].size(), 2u);
+}
+
+TEST(ChildrenBuildPodTest, TemplateTpuRequestIsReplaced) {
+  policy::JobSpec job_spec = Spec();
+  job_spec.worker.template_["spec"]["containers"][0]["resources"] =
+      Json::parse(R"({"requests": {"google.com/tpu": "8"}, "limits": {"google.com/tpu": "8"}})");
+  const Json spec = BuildPod(Job(), job_spec, ReplicaType::kWorker, 0, 1)["spec"];
+  EXPECT_EQ(spec["containers"][0]["resources"]["requests"]["google.com/tpu"], "4");
+  EXPECT_EQ(spec["containers"][0]["resources"]["limits"]["google.com/tpu"], "4");
+}
+
+TEST(ChildrenBuildPodTest, MasterHasNoTpuBits) {
+  const Json pod = BuildPod(Job(), Spec(), ReplicaType::kMaster, 0, 3);
+  EXPECT_EQ(pod["metadata"]["name"], "llm-master-0");
+  EXPECT_EQ(pod["metadata"]["labels"]["tpujob.dev/replica-type"], "Master");
+  EXPECT_EQ(pod["metadata"]["labels"]["tpujob.dev/attempt"], "3");
+  EXPECT_FALSE(pod["metadata"].contains("annotations"));
+  const Json& spec = pod["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  EXPECT_EQ(spec["hostname"], "llm-master-0");
+  EXPECT_EQ(spec["subdomain"], "llm");
+  EXPECT_FALSE(spec.contains("nodeSelector"));
+  EXPECT_FALSE(spec.contains("tolerations"));
+  EXPECT_FALSE(spec["containers"][0].contains("resources"));
+
+  const Json& container = spec["containers"][0];
+  EXPECT_EQ(EnvValue(container, "TPU_WORKER_ID"), "<absent>");
+  EXPECT_EQ(EnvValue(container, "TPUJOB_REPLICA_TYPE"), "Master");
+  EXPECT_EQ(EnvValue(container, "TPU_WORKER_HOSTNAMES"), "llm-worker-0.llm,llm-worker-1.llm");
+  const Json config = Json::parse(EnvValue(container, "TPU_CONFIG"));
+  EXPECT_FALSE(config.contains("worker_id"));
+  EXPECT_EQ(config["worker_count"], 2);
+}
+
+TEST(ChildrenBuildPodTest, OperatorEnvironmentComesFirstAndWins) {
+  const Json pod = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2);
+  const Json& trainer = pod["spec"]["containers"][0];
+  EXPECT_THAT(
+      EnvNames(trainer),
+      ElementsAre("TPUJOB_NAME", "TPUJOB_NAMESPACE", "TPUJOB_ATTEMPT", "TPUJOB_REPLICA_TYPE",
+                  "TPUJOB_REPLICA_INDEX", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES",
+                  "TPUJOB_CHECKPOINT_PATH", "TPU_CONFIG", "NODE_NAME", "LR", "RUN"));
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_NAME"), "llm");
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_NAMESPACE"), "team");
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_ATTEMPT"), "2");
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_REPLICA_TYPE"), "Worker");
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_REPLICA_INDEX"), "1");
+  EXPECT_EQ(EnvValue(trainer, "TPU_WORKER_ID"), "1");  // the template's "bogus" is gone
+  EXPECT_EQ(EnvValue(trainer, "TPU_WORKER_HOSTNAMES"), "llm-worker-0.llm,llm-worker-1.llm");
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_CHECKPOINT_PATH"), "gs://bucket/run1");
+  EXPECT_EQ(EnvValue(trainer, "LR"), "0.1");
+  EXPECT_EQ(EnvOf(trainer)["NODE_NAME"], Json::parse(R"({"name": "NODE_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})"));
+
+  // Every container and init container gets the same variables.
+  for (const Json& container : {pod["spec"]["containers"][1], pod["spec"]["initContainers"][0]}) {
+    EXPECT_THAT(
+        EnvNames(container),
+        ElementsAre("TPUJOB_NAME", "TPUJOB_NAMESPACE", "TPUJOB_ATTEMPT", "TPUJOB_REPLICA_TYPE",
+                    "TPUJOB_REPLICA_INDEX", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES",
+                    "TPUJOB_CHECKPOINT_PATH", "TPU_CONFIG", "NODE_NAME"));
+    EXPECT_EQ(EnvValue(container, "TPU_WORKER_ID"), "1");
+  }
+}
+
+TEST(ChildrenBuildPodTest, CheckpointVariableAbsentWithoutPath) {
+  policy::JobSpec spec = Spec();
+  spec.checkpoint_path.clear();
+  const Json pod = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1);
+  EXPECT_EQ(EnvValue(pod["spec"]["containers"][0], "TPUJOB_CHECKPOINT_PATH"), "<absent>");
+}
+
+TEST(ChildrenBuildPodTest, TpuConfigIsCompactJson) {
+  const Json pod = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2);
+  const std::string text = EnvValue(pod["spec"]["containers"][0], "TPU_CONFIG");
+  EXPECT_EQ(text.find_first_of(" \n"), std::string::npos);
+  const Json config = Json::parse(text);
+  EXPECT_EQ(config, (Json{{"tpu_node_name", "llm"},
+                          {"namespace", "team"},
+                          {"accelerator", "tpu-v5-lite-podslice"},
+                          {"topology", "2x4"},
+                          {"chips_per_worker", 4},
+                          {"worker_id", 1},
+                          {"worker_count", 2},
+                          {"worker_hostnames", {"llm-worker-0.llm", "llm-worker-1.llm"}},
+                          {"attempt", 2}}));
+}
+
+TEST(ChildrenBuildPodTest, TemplateIsOtherwisePreserved) {
+  const Json pod = BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1);
+  Json spec = pod["spec"];
+  Json expected = WorkerTemplate()["spec"];
+  // Take out exactly what the builder adds or replaces; everything else must be untouched.
+  for (Json* each : {&spec, &expected}) {
+    for (const char* field :
+         {"restartPolicy", "hostname", "subdomain", "nodeSelector", "tolerations"}) {
+      each->erase(field);
+    }
+    for (const char* list : {"containers", "initContainers"}) {
+      for (Json& container : (*each)[list]) {
+        container.erase("env");
+        container.erase("resources");
+      }
+    }
+  }
+  EXPECT_EQ(spec, expected);
+  EXPECT_EQ(pod["spec"]["volumes"], WorkerTemplate()["spec"]["volumes"]);
+  EXPECT_EQ(pod["spec"]["securityContext"], Json({{"runAsUser", 1000}}));
+  EXPECT_EQ(pod["spec"]["containers"].size(), 2u);
+}
+
+TEST(ChildrenBuildPodTest, MistypedTemplateFieldsDoNotThrow) {
+  policy::JobSpec spec = Spec();
+  spec.worker.template_ = Json::parse(R"({
+    "metadata": {"labels": "oops", "annotations": []},
+    "spec": {"nodeSelector": "x", "tolerations": {}, "initContainers": 3,
+             "containers": [{"name": "c", "env": "oops", "resources": []}, "junk"]}
+  })");
+  Json pod;
+  ASSERT_NO_THROW(pod = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1));
+  EXPECT_EQ(pod["metadata"]["labels"]["tpujob.dev/job-name"], "llm");
+  EXPECT_EQ(pod["spec"]["nodeSelector"].size(), 2u);
+  EXPECT_EQ(pod["spec"]["tolerations"].size(), 1u);
+  EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"], "4");
+  EXPECT_EQ(EnvValue(pod["spec"]["containers"][0], "TPU_WORKER_ID"), "0");
+  EXPECT_EQ(pod["spec"]["containers"][1], "junk");
+
+  spec.worker.template_ = "not a template";
+  ASSERT_NO_THROW(pod = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1));
+  EXPECT_EQ(pod["metadata"]["name"], "llm-worker-0");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+}
+
+TEST(ChildrenBuildServiceTest, HeadlessServiceForPeerDns) {
+  const Json service = BuildService(Job());
+  EXPECT_EQ(service, Json::parse(R"({
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {
+      "name": "llm",
+      "namespace": "team",
+      "labels": {"tpujob.dev/job-name": "llm"},
+      "ownerReferences": [{"apiVersion": "tpujob.dev/v1alpha1", "kind": "TPUJob", "name": "llm",
+                           "uid": "uid-llm", "controller": true, "blockOwnerDeletion": true}]
+    },
+    "spec": {
+      "clusterIP": "None",
+      "selector": {"tpujob.dev/job-name": "llm"},
+      "publishNotReadyAddresses": true
+    }
+  })"));
+}
+
+TEST(ChildrenIdentifyPodTest, RoundTripThroughTheCache) {
+  for (auto [type, index, attempt] :
+       {std::tuple{ReplicaType::kWorker, 0, 1}, std::tuple{ReplicaType::kWorker, 7, 3},
+        std::tuple{ReplicaType::kMaster, 0, 2}}) {
+    Json pod = BuildPod(Job(), Spec(), type, index, attempt);
+    pod["metadata"]["uid"] = "uid-pod";
+    auto info = cache::PodInfo::FromJson(pod);
+    ASSERT_TRUE(info.has_value()) << info.error().ToString();
+    EXPECT_THAT(IdentifyPod(*info), Optional(PodIdentity{type, index, attempt}));
+  }
+}
+
+TEST(ChildrenIdentifyPodTest, MissingOrMalformedLabels) {
+  auto pod_with = [](std::initializer_list<std::pair<std::string_view, std::string_view>> labels) {
+    cache::PodInfo pod;
+    pod.name = "llm-worker-0";
+    pod.labels = cache::LabelMap(labels);
+    return pod;
+  };
+  EXPECT_THAT(
+      IdentifyPod(pod_with(
+          {{kReplicaTypeLabel, "Worker"}, {kReplicaIndexLabel, "12"}, {kAttemptLabel, "4"}})),
+      Optional(PodIdentity{ReplicaType::kWorker, 12, 4}));
+  EXPECT_EQ(IdentifyPod(pod_with({})), std::nullopt);
+  EXPECT_EQ(IdentifyPod(pod_with({{kReplicaIndexLabel, "0"}, {kAttemptLabel, "1"}})), std::nullopt);
+  EXPECT_EQ(IdentifyPod(pod_with({{kReplicaTypeLabel, "Worker"}, {kAttemptLabel, "1"}})),
+            std::nullopt);
+  EXPECT_EQ(IdentifyPod(pod_with({{kReplicaTypeLabel, "Worker"}, {kReplicaIndexLabel, "0"}})),
+            std::nullopt);
+  for (std::string_view type : {"worker", "PS", ""}) {
+    EXPECT_EQ(IdentifyPod(pod_with(
+                  {{kReplicaTypeLabel, type}, {kReplicaIndexLabel, "0"}, {kAttemptLabel, "1"}})),
+              std::nullopt)
+        << type;
+  }
+  for (std::string_view index : {"", "-1", "+1", "01", "1x", " 1", "2147483648"}) {
+    EXPECT_EQ(
+        IdentifyPod(pod_with(
+            {{kReplicaTypeLabel, "Worker"}, {kReplicaIndexLabel, index}, {kAttemptLabel, "1"}})),
+        std::nullopt)
+        << index;
+  }
+  for (std::string_view attempt : {"0", "", "-2", "1.5"}) {
+    EXPECT_EQ(
+        IdentifyPod(pod_with(
+            {{kReplicaTypeLabel, "Master"}, {kReplicaIndexLabel, "0"}, {kAttemptLabel, attempt}})),
+        std::nullopt)
+        << attempt;
+  }
+}
+
+}  // namespace
+}  // namespace tpujob::controller
