@@ -78,11 +78,12 @@ inline CommandResult ApplyYaml(const std::string& ns, const std::string& yaml) {
 // is appended to the spec (indented two spaces), `annotations` to the metadata.
 inline std::string JobYaml(const std::string& name, int workers, const std::string& topology,
                            const std::string& extra_spec = "", bool master = false,
-                           const std::string& annotations = "") {
+                           const std::string& annotations = "",
+                           const std::string& accelerator = "tpu-v5-lite-podslice") {
   std::ostringstream y;
   y << "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " << name << "\n";
   if (!annotations.empty()) y << "  annotations:\n    " << annotations << "\n";
-  y << "spec:\n  tpu: {accelerator: tpu-v5-lite-podslice, topology: " << topology
+  y << "spec:\n  tpu: {accelerator: " << accelerator << ", topology: " << topology
     << ", chipsPerWorker: 4}\n  replicaSpecs:\n";
   const std::string tmpl =
       "      template:\n        spec:\n          containers:\n"
@@ -166,6 +167,26 @@ inline CommandResult TerminatePod(const std::string& ns, const std::string& pod,
                  " --subresource=status --type=merge --patch-file " + path);
 }
 
+// Sets a condition in a node's status, as node-problem-detector does (strategic merge by type,
+// so the conditions KWOK keeps are left alone).
+inline CommandResult SetNodeCondition(const std::string& node, const std::string& type,
+                                      const std::string& status, const std::string& reason,
+                                      const std::string& message) {
+  const std::string now = Trim(RunCommand("date -u +%Y-%m-%dT%H:%M:%SZ", false).output);
+  const nlohmann::json patch = {{"status",
+                                 {{"conditions",
+                                   {{{"type", type},
+                                     {"status", status},
+                                     {"reason", reason},
+                                     {"message", message},
+                                     {"lastHeartbeatTime", now},
+                                     {"lastTransitionTime", now}}}}}}};
+  const std::string path = ClusterDir() + "/node-condition-" + node + ".json";
+  std::ofstream(path) << patch.dump();
+  return Kubectl("patch node " + node + " --subresource=status --type=strategic --patch-file " +
+                 path);
+}
+
 // Records every pod event of a namespace through `kubectl get --watch` and checks the
 // invariants of the lifecycle over the whole record: never two live pods for one replica
 // (type, index) of a job, and never a pod of attempt n+1 created while a pod of attempt n
@@ -180,7 +201,8 @@ class PodWatch {
         "{.object.metadata.uid} {.object.metadata.labels.tpujob\\.dev/job-name} "
         "{.object.metadata.labels.tpujob\\.dev/replica-type} "
         "{.object.metadata.labels.tpujob\\.dev/replica-index} "
-        "{.object.metadata.labels.tpujob\\.dev/attempt}{\"\\n\"}' > " +
+        "{.object.metadata.labels.tpujob\\.dev/attempt} "
+        "grace={.object.metadata.deletionGracePeriodSeconds}{\"\\n\"}' > " +
         path_ + " 2>&1 & echo $!";
     pid_ = std::atoi(Trim(RunCommand(cmd, false).output).c_str());
     // The watch starts with the current list; wait until it is running.
@@ -195,6 +217,9 @@ class PodWatch {
     int creations = 0;
     std::vector<std::string> violations;
   };
+
+  // The whole record, one event per line.
+  std::string Raw() const { return ReadFile(path_); }
 
   Report Check() const {
     Report report;

@@ -9,11 +9,13 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "base/logging.h"
 #include "controller/manager.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "preflight_command.h"
 #include "version.h"
 
 namespace {
@@ -28,6 +30,11 @@ struct RunFlags {
   int burst = 100;
   int cache_sync_timeout_seconds = 120;
   std::string log_level = "info";
+  std::string preflight_image = "tpujob-operator:latest";
+  std::vector<std::string> hardware_conditions = {"TPUUnhealthy"};
+  std::vector<std::string> maintenance_conditions;
+  tpujob::policy::CordonPolicy cordon;
+  bool no_cordon = false;
 };
 
 // Blocks SIGTERM/SIGINT in every thread and waits for them on a dedicated one, so shutdown runs
@@ -95,6 +102,11 @@ int Run(const RunFlags& flags) {
   options.workers = flags.workers;
   options.health_address = flags.health_address;
   options.cache_sync_timeout = std::chrono::seconds(flags.cache_sync_timeout_seconds);
+  options.reconciler.pod_options.preflight_image = flags.preflight_image;
+  options.reconciler.node_health.hardware_conditions = flags.hardware_conditions;
+  options.reconciler.node_health.maintenance_conditions = flags.maintenance_conditions;
+  options.cordon = flags.cordon;
+  options.cordon.enabled = !flags.no_cordon;
   tpujob::controller::Manager manager(*client, options);
 
   std::thread signal_thread = signals.OnSignal([&manager](int signal) {
@@ -158,7 +170,42 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--log-level", flags.log_level, "trace, debug, info, warn or error.")
       ->capture_default_str();
+  run->add_option("--preflight-image", flags.preflight_image,
+                  "Image of the pre-flight init container (the operator's own image), for jobs "
+                  "that enable pre-flight checks without naming an image.")
+      ->capture_default_str();
+  run->add_option("--hardware-condition", flags.hardware_conditions,
+                  "A node condition that means broken hardware when True (repeatable; e.g. "
+                  "from node-problem-detector). Pods there are moved and the node cordoned.")
+      ->capture_default_str();
+  run->add_flag("--no-cordon", flags.no_cordon,
+                "Never cordon nodes (jobs are still moved off faulty nodes).");
+  run->add_flag("--cordon-dry-run", flags.cordon.dry_run,
+                "Decide cordons and log/report them, but change no node.");
+  run->add_option("--max-cordoned-nodes", flags.cordon.max_cordoned,
+                  "At most this many nodes held cordoned by the operator at once.")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  run->add_option("--max-cordoned-fraction", flags.cordon.max_fraction,
+                  "At most this fraction of the nodes held cordoned (the tighter cap wins; one "
+                  "node is always allowed).")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  run->add_option("--cordon-rate", flags.cordon.rate_per_minute,
+                  "New cordons per minute; 0 = no rate limit.")
+      ->check(CLI::Range(0.0, 100000.0))
+      ->capture_default_str();
+  run->add_option("--cordon-breaker-nodes", flags.cordon.breaker_nodes,
+                  "When one pre-flight item fails on this many nodes within 10 minutes it is "
+                  "taken for a configuration problem and nothing is cordoned for it; 0 = off.")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  run->add_option("--maintenance-condition", flags.maintenance_conditions,
+                  "A node condition that means maintenance when True (repeatable), in addition "
+                  "to the taint cloud.google.com/impending-node-termination and the label "
+                  "cloud.google.com/active-node-maintenance=ONGOING.");
 
+  tpujob::AddPreflightCommand(app);
   CLI::App* version = app.add_subcommand("version", "Print the version and exit.");
 
   CLI11_PARSE(app, argc, argv);

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "policy/lifecycle.h"
+
 namespace tpujob::controller {
 namespace {
 
@@ -174,9 +176,69 @@ std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec) {
   return joined;
 }
 
+namespace {
+
+// The job's pre-flight thresholds (spec.faultTolerance.preflight.thresholds) and the variables
+// `tpujob-operator preflight` reads them from.
+constexpr std::pair<const char*, const char*> kPreflightThresholdEnv[] = {
+    {"rootDiskGB", "TPUJOB_PREFLIGHT_ROOT_MIN_GB"},
+    {"shmGB", "TPUJOB_PREFLIGHT_SHM_MIN_GB"},
+    {"cacheDiskGB", "TPUJOB_PREFLIGHT_CACHE_MIN_GB"},
+    {"memlockKB", "TPUJOB_PREFLIGHT_MEMLOCK_MIN_KB"},
+    {"nofile", "TPUJOB_PREFLIGHT_NOFILE_MIN"},
+    {"stackKB", "TPUJOB_PREFLIGHT_STACK_MIN_KB"},
+    {"nproc", "TPUJOB_PREFLIGHT_NPROC_MIN"},
+    {"dnsTimeoutSeconds", "TPUJOB_PREFLIGHT_DNS_TIMEOUT_SECONDS"},
+};
+
+void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOptions& options) {
+  const policy::FaultTolerance& ft = spec.fault_tolerance;
+  Json env = Json::array();
+  env.push_back(
+      {{"name", "TPUJOB_CHIPS_PER_WORKER"}, {"value", std::to_string(spec.tpu.chips_per_worker)}});
+  if (!ft.preflight_checks.empty()) {
+    std::string checks;
+    for (const std::string& c : ft.preflight_checks) checks += (checks.empty() ? "" : ",") + c;
+    env.push_back({{"name", "TPUJOB_PREFLIGHT_CHECKS"}, {"value", checks}});
+  }
+  if (ft.preflight_thresholds.is_object()) {
+    for (const auto& [field, var] : kPreflightThresholdEnv) {
+      auto it = ft.preflight_thresholds.find(field);
+      if (it != ft.preflight_thresholds.end() && it->is_number_integer()) {
+        env.push_back({{"name", var}, {"value", std::to_string(it->get<int64_t>())}});
+      }
+    }
+  }
+  const std::string chips = std::to_string(spec.tpu.chips_per_worker);
+  Json container = {
+      {"name", std::string(policy::kPreflightContainer)},
+      {"image", ft.preflight_image.empty() ? options.preflight_image : ft.preflight_image},
+      {"command", Json::array({"tpujob-operator", "preflight"})},
+      {"env", std::move(env)},
+      {"resources",
+       {{"requests", {{std::string(cache::kTpuResource), chips}}},
+        {"limits", {{std::string(cache::kTpuResource), chips}}}}},
+      {"terminationMessagePath", "/dev/termination-log"},
+      {"terminationMessagePolicy", "File"}};
+  auto containers = pod_spec.find("containers");
+  if (containers != pod_spec.end() && containers->is_array() && !containers->empty() &&
+      (*containers)[0].is_object()) {
+    if (auto mounts = (*containers)[0].find("volumeMounts");
+        mounts != (*containers)[0].end() && mounts->is_array()) {
+      container["volumeMounts"] = *mounts;
+    }
+  }
+  Json init = Json::array({std::move(container)});
+  if (auto it = pod_spec.find("initContainers"); it != pod_spec.end() && it->is_array()) {
+    for (Json& c : *it) init.push_back(std::move(c));
+  }
+  pod_spec["initContainers"] = std::move(init);
+}
+
+}  // namespace
+
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options) {
-  (void)options;  // the pre-flight init container is not built yet
   static const Json kEmptyTemplate = Json::object();
   const policy::ReplicaSpec* replica = spec.Replica(type);
   const Json& pod_template =
@@ -211,6 +273,10 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   pod_spec["hostname"] = name;
   pod_spec["subdomain"] = ServiceName(job.name);
   if (type == ReplicaType::kWorker) AddTpuScheduling(pod_spec, spec.tpu);
+
+  if (type == ReplicaType::kWorker && spec.fault_tolerance.preflight_enabled) {
+    AddPreflight(pod_spec, spec, options);
+  }
 
   const std::vector<Json> env = OperatorEnv(job, spec, type, index, attempt);
   for (const char* list : {"initContainers", "containers"}) {

@@ -51,7 +51,8 @@ std::string ServiceName(std::string_view job);
 std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec);
 
 struct PodBuildOptions {
-  std::string preflight_image;  // reserved for the pre-flight init container; unused so far
+  // The image of the pre-flight init container when the job names none: the operator's own.
+  std::string preflight_image = "tpujob-operator:latest";
 };
 
 // The pod for replica `type` #`index` of `attempt` (1, 2, ...). `spec.Replica(type)` must be
@@ -63,6 +64,10 @@ struct PodBuildOptions {
 //   - workers: accelerator/topology node selectors (other selectors kept), a toleration of the
 //     google.com/tpu taint unless one already covers it, and google.com/tpu = chipsPerWorker
 //     in the first container's requests and limits (other resources kept);
+//   - workers of a job with pre-flight enabled: a first init container "preflight" running
+//     `tpujob-operator preflight` with the job's thresholds as TPUJOB_PREFLIGHT_* variables,
+//     the first container's volume mounts (so it checks what the program will see) and the
+//     same google.com/tpu request (so the devices are visible to it);
 //   - in every container and init container, the operator's environment variables first (so
 //     the template's own variables can refer to them as $(VAR)), replacing any template
 //     variable of the same name.

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -46,8 +47,11 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
 
   queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
   recorder_ = std::make_unique<EventRecorder>(client_, options_.events, clock_);
-  reconciler_ = std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(),
-                                                   *recorder_, options_.reconciler, clock_);
+  cordoner_ =
+      std::make_unique<Cordoner>(client_, nodes_->store(), *recorder_, options_.cordon, clock_);
+  reconciler_ =
+      std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(), nodes_->store(),
+                                         *recorder_, *cordoner_, options_.reconciler, clock_);
 
   auto enqueue_job = [this](const std::shared_ptr<const cache::TPUJobInfo>& job) {
     queue_->Add(cache::ObjectKey(job->ns, job->name));
@@ -64,6 +68,29 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
       {.on_add = enqueue_owner,
        .on_update = [enqueue_owner](const auto&, const auto& pod) { enqueue_owner(pod); },
        .on_delete = enqueue_owner});
+  // A node's health or maintenance signals changed: every job with a pod there decides again.
+  auto enqueue_jobs_on_node = [this](const std::shared_ptr<const cache::NodeInfo>& node) {
+    for (const auto& pod : pods_->store().ByIndex(cache::kPodsByNodeIndex, node->name)) {
+      const std::string key = JobKeyOfPod(*pod);
+      if (!key.empty()) queue_->Add(key);
+    }
+  };
+  nodes_->AddEventHandlers(
+      {.on_add = enqueue_jobs_on_node,
+       .on_update =
+           [enqueue_jobs_on_node](const auto& before, const auto& after) {
+             // Heartbeats change nothing the policy reads; skip them to keep idle cost low.
+             if (before->ready != after->ready || before->unschedulable != after->unschedulable ||
+                 before->taints != after->taints || before->labels != after->labels ||
+                 before->conditions.size() != after->conditions.size() ||
+                 !std::equal(before->conditions.begin(), before->conditions.end(),
+                             after->conditions.begin(), [](const auto& a, const auto& b) {
+                               return a.type == b.type && a.status == b.status;
+                             })) {
+               enqueue_jobs_on_node(after);
+             }
+           },
+       .on_delete = enqueue_jobs_on_node});
 }
 
 Manager::~Manager() { Stop(); }

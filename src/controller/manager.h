@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "cache/reflector.h"
+#include "controller/cordoner.h"
 #include "controller/event_recorder.h"
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
@@ -33,6 +34,7 @@ struct ManagerOptions {
   std::chrono::seconds cache_sync_timeout{120};
   TPUJobReconcilerOptions reconciler;
   EventRecorderOptions events;
+  policy::CordonPolicy cordon;
 };
 
 class Manager {
@@ -63,6 +65,7 @@ class Manager {
   std::unique_ptr<cache::Informer<cache::TPUJobInfo>> jobs_;
   std::unique_ptr<workqueue::WorkQueue> queue_;
   std::unique_ptr<EventRecorder> recorder_;
+  std::unique_ptr<Cordoner> cordoner_;
   std::unique_ptr<TPUJobReconciler> reconciler_;
   std::atomic<bool> ready_{false};
   std::atomic<int> health_port_{0};

@@ -68,12 +68,15 @@ nlohmann::json CreateMergePatch(const nlohmann::json& from, const nlohmann::json
 TPUJobReconciler::TPUJobReconciler(kube::Client& client,
                                    const cache::Store<cache::TPUJobInfo>& jobs,
                                    const cache::Store<cache::PodInfo>& pods,
-                                   EventRecorder& recorder, TPUJobReconcilerOptions options,
-                                   Clock& clock)
+                                   const cache::Store<cache::NodeInfo>& nodes,
+                                   EventRecorder& recorder, Cordoner& cordoner,
+                                   TPUJobReconcilerOptions options, Clock& clock)
     : client_(client),
       jobs_(jobs),
       pods_(pods),
+      nodes_(nodes),
       recorder_(recorder),
+      cordoner_(cordoner),
       options_(std::move(options)),
       clock_(clock) {}
 
@@ -127,6 +130,9 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   input.job = job.get();
   input.spec = &spec;
   input.now = clock_.WallNow();
+  input.node_health = [this](std::string_view node) {
+    return policy::EvaluateNode(nodes_.Get(node).get(), options_.node_health);
+  };
   const auto pods = pods_.ByIndex(cache::kPodsByJobIndex, key);
   for (const auto& pod : pods) {
     if (pod->owner.uid.view() != job->uid) continue;  // another job's, or nobody's: not ours
@@ -152,6 +158,14 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   for (const auto& event : plan.events) {
     recorder_.Record(RefOf(*job), event.warning ? EventType::kWarning : EventType::kNormal,
                      event.reason, event.message);
+  }
+
+  // Faulty nodes, within the operator's cordon limits; the job's Event says what was done.
+  for (const auto& node : plan.cordon) {
+    const Cordoner::Outcome outcome =
+        cordoner_.Cordon({node.node, key, node.reason, node.message, node.item, node.evidence});
+    recorder_.Record(RefOf(*job), EventType::kWarning,
+                     outcome.cordoned() ? "NodeCordoned" : "NodeNotCordoned", outcome.message);
   }
 
   kube::Status result;

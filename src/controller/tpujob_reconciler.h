@@ -23,11 +23,13 @@
 #include "cache/objects.h"
 #include "cache/store.h"
 #include "controller/children.h"
+#include "controller/cordoner.h"
 #include "controller/event_recorder.h"
 #include "kube/client.h"
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
 #include "policy/lifecycle.h"
+#include "policy/node_health.h"
 
 namespace tpujob::controller {
 
@@ -52,13 +54,16 @@ struct TPUJobReconcilerOptions {
   Duration expectation_timeout = std::chrono::seconds(30);
   PodBuildOptions pod_options;
   AdmissionFunc admission;  // empty: admit at once
+  policy::NodeHealthConfig node_health;
 };
 
 class TPUJobReconciler {
  public:
   TPUJobReconciler(kube::Client& client, const cache::Store<cache::TPUJobInfo>& jobs,
-                   const cache::Store<cache::PodInfo>& pods, EventRecorder& recorder,
-                   TPUJobReconcilerOptions options = {}, Clock& clock = Clock::Real());
+                   const cache::Store<cache::PodInfo>& pods,
+                   const cache::Store<cache::NodeInfo>& nodes, EventRecorder& recorder,
+                   Cordoner& cordoner, TPUJobReconcilerOptions options = {},
+                   Clock& clock = Clock::Real());
 
   // Reconciles the job "namespace/name". Thread-safe for distinct keys (the work queue never
   // hands one key to two workers at once).
@@ -82,7 +87,9 @@ class TPUJobReconciler {
   kube::Client& client_;
   const cache::Store<cache::TPUJobInfo>& jobs_;
   const cache::Store<cache::PodInfo>& pods_;
+  const cache::Store<cache::NodeInfo>& nodes_;
   EventRecorder& recorder_;
+  Cordoner& cordoner_;
   TPUJobReconcilerOptions options_;
   Clock& clock_;
   std::mutex mu_;

@@ -264,6 +264,10 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
         }
       }
       if (const Json* t = Member(*pre, "thresholds"); t != nullptr) ft.preflight_thresholds = *t;
+      if (auto e = ReadString(*pre, "image", "spec.faultTolerance.preflight.image",
+                              ft.preflight_image)) {
+        return Error(*e);
+      }
     }
   }
 
@@ -297,9 +301,9 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
 }
 
 ExitClass ClassifyExit(const ExitCodeRules& rules, int32_t code, std::string_view reason) {
+  if (rules.permanent_reasons.contains(reason)) return ExitClass::kPermanent;
   if (rules.retryable.contains(code)) return ExitClass::kRetryable;
   if (rules.permanent.contains(code)) return ExitClass::kPermanent;
-  if (rules.permanent_reasons.contains(reason)) return ExitClass::kPermanent;
   return ExitClass::kRetryable;
 }
 

@@ -59,6 +59,7 @@ struct FaultTolerance {
   bool cordon_faulty_nodes = true;
   int64_t maintenance_grace_period_seconds = 300;
   bool preflight_enabled = false;
+  std::string preflight_image;  // "" = the operator's own image (its --preflight-image flag)
   std::vector<std::string> preflight_checks;  // "dns", "disk", "ulimit", "accelerator"
   Json preflight_thresholds = Json::object();
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace tpujob::policy {
 namespace {
@@ -189,12 +190,21 @@ class Decider {
     StopActivePods(success ? "the job succeeded" : "the job failed");
   }
 
-  void Fault(const ObservedPod& p, const Termination& t, std::string action) {
+  void Fault(const ObservedPod& p, const Termination& t, std::string action,
+             const std::string& item = "", const std::string& kind = "") {
     FaultRecord f;
     f.time = now_;
     f.attempt = plan_.status.attempt;
-    f.kind = t.container.empty() ? "PodFailed"
-                                 : (t.init_container ? "InitContainerFailed" : "ContainerFailed");
+    f.item = item;
+    if (!kind.empty()) {
+      f.kind = kind;
+    } else if (t.container.empty()) {
+      f.kind = t.reason.starts_with("Node") ? "NodeUnhealthy" : "PodFailed";
+    } else if (t.init_container) {
+      f.kind = t.container == kPreflightContainer ? "PreflightFailed" : "InitContainerFailed";
+    } else {
+      f.kind = "ContainerFailed";
+    }
     f.node = std::string(p.pod->node_name.view());
     f.pod = p.pod->name;
     f.container = t.container;
@@ -263,6 +273,26 @@ class Decider {
     }
     (void)decider;
 
+    // 0. Faults of the nodes the pods run on (fault table): maintenance moves the job without
+    // using a retry; an unhealthy or lost node is cordoned and the job re-issued.
+    if (NodeFaults(current)) {
+      UpdateCounts();
+      return;
+    }
+    // A failed pre-flight check: the report says which items and whether the node is at fault.
+    for (const Failure& f : failures) {
+      if (!f.termination.init_container || f.termination.container != kPreflightContainer) {
+        continue;
+      }
+      if (auto it = s.worker_restarts.find(ReplicaKey(f.pod->type, f.pod->index));
+          it != s.worker_restarts.end() && it->second.pod_uid == f.pod->pod->uid) {
+        continue;
+      }
+      PreflightFailed(*f.pod, f.termination);
+      UpdateCounts();
+      return;
+    }
+
     // 1. A permanent failure ends the job at once.
     for (const Failure& f : failures) {
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
@@ -326,7 +356,8 @@ class Decider {
       }
       const std::string why = Describe(*f.pod) + ": " + DescribeExit(f.termination) +
                               "; it has used its " + std::to_string(max_restarts) + " restarts";
-      Reissue(*f.pod, f.termination, why);
+      Reissue(*f.pod, f.termination, why, /*counts=*/true);
+      UpdateCounts();
       return;
     }
     if (restarted && s.phase == Phase::kRunning) s.phase = Phase::kRestarting;
@@ -358,11 +389,98 @@ class Decider {
     UpdateCounts();
   }
 
-  void Reissue(const ObservedPod& culprit, const Termination& t, const std::string& why) {
+  // Pods on nodes under maintenance or unhealthy. Returns whether a decision was taken.
+  bool NodeFaults(const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) {
+    if (!in_.node_health) return false;
+    const ObservedPod* maintenance = nullptr;
+    NodeHealth maintenance_health;
+    std::vector<std::pair<const ObservedPod*, NodeHealth>> unhealthy;
+    for (const auto& [id, p] : current) {
+      if (p->pod->deleting() || p->pod->node_name.empty()) continue;
+      if (p->pod->phase == cache::PodPhase::kSucceeded) continue;
+      NodeHealth h = in_.node_health(p->pod->node_name.view());
+      if (h.verdict == NodeVerdict::kMaintenance && !p->pod->terminated() &&
+          maintenance == nullptr) {
+        maintenance = p;
+        maintenance_health = h;
+      } else if (h.verdict == NodeVerdict::kUnhealthy || h.verdict == NodeVerdict::kMissing) {
+        unhealthy.emplace_back(p, std::move(h));
+      }
+    }
+    if (!unhealthy.empty()) {
+      const auto& [culprit, health] = unhealthy.front();
+      std::set<std::string> forced;  // nodes whose kubelet is gone
+      for (const auto& [p, h] : unhealthy) {
+        const std::string node(p->pod->node_name.view());
+        const bool lost = h.unreachable;
+        if (lost) forced.insert(node);
+        bool listed = false;
+        for (const NodeToCordon& c : plan_.cordon) listed = listed || c.node == node;
+        if (!listed && spec_->fault_tolerance.cordon_faulty_nodes &&
+            h.verdict != NodeVerdict::kMissing) {
+          plan_.cordon.push_back(
+              {node, lost ? "NodeLost" : "NodeUnhealthy", h.message, "",
+               job_.uid + "/" + std::to_string(plan_.status.attempt) + "/" + h.reason});
+        }
+      }
+      Termination t;
+      t.reason = health.reason;
+      t.message = health.message;
+      Reissue(*culprit, t,
+              Describe(*culprit) + ": " + health.message + (forced.empty() ? "" : " (lost)"),
+              /*counts=*/true, std::nullopt, forced, "",
+              health.unreachable ? "NodeLost" : "NodeUnhealthy");
+      return true;
+    }
+    if (maintenance != nullptr) {
+      Termination t;
+      t.reason = maintenance_health.reason;
+      t.message = maintenance_health.message;
+      Reissue(*maintenance, t, Describe(*maintenance) + ": " + maintenance_health.message,
+              /*counts=*/false, spec_->fault_tolerance.maintenance_grace_period_seconds, {});
+      return true;
+    }
+    return false;
+  }
+
+  // The pre-flight init container failed: its report (the termination message) names the
+  // failed items and whether the node or the job's configuration is at fault.
+  void PreflightFailed(const ObservedPod& p, const Termination& t) {
+    std::string items;
+    const Json report = Json::parse(t.message, nullptr, false);
+    if (report.is_object() && report.contains("items") && report["items"].is_array()) {
+      for (const Json& item : report["items"]) {
+        if (!item.is_object() || item.value("verdict", "") != "fail") continue;
+        if (!items.empty()) items += ",";
+        items += item.value("item", "?");
+      }
+    }
+    const bool node_fault = t.exit_code && *t.exit_code == kPreflightNodeFault;
+    const std::string node(p.pod->node_name.view());
+    Termination shown = t;
+    shown.message = items.empty() ? std::string("no readable report") : "failed: " + items;
+    std::string why = Describe(p) + ": pre-flight check " + shown.message + " on node " +
+                      (node.empty() ? "<none>" : node);
+    if (node_fault) {
+      why += " (the node is at fault)";
+      if (spec_->fault_tolerance.cordon_faulty_nodes && !node.empty()) {
+        plan_.cordon.push_back({node, "PreflightFailed", why, items,
+                                p.pod->uid + "/" + (items.empty() ? "preflight" : items)});
+      }
+    } else {
+      why += " (the job's configuration is at fault)";
+    }
+    Reissue(p, shown, why, /*counts=*/true, std::nullopt, {}, items);
+  }
+
+  void Reissue(const ObservedPod& culprit, const Termination& t, const std::string& why,
+               bool counts, std::optional<int64_t> grace = std::nullopt,
+               const std::set<std::string>& forced_nodes = {}, const std::string& item = "",
+               const std::string& kind = "") {
     JobStatus& s = plan_.status;
     const int32_t max_retries = spec_->fault_tolerance.max_job_retries;
-    if (s.job_retries >= max_retries) {
-      Fault(culprit, t, "FailJob");
+    if (counts && s.job_retries >= max_retries) {
+      Fault(culprit, t, "FailJob", item, kind);
       Finish(false, "RetriesExhausted",
              why + (max_retries == 0
                         ? "; re-issue is off (spec.faultTolerance.maxJobRetries or annotation " +
@@ -372,8 +490,8 @@ class Decider {
       UpdateCounts();
       return;
     }
-    Fault(culprit, t, "ReissueJob");
-    s.job_retries++;
+    Fault(culprit, t, "ReissueJob", item, counts ? kind : "Maintenance");
+    if (counts) s.job_retries++;
     s.attempt++;
     s.reissued = true;
     s.worker_restarts.clear();
@@ -386,12 +504,17 @@ class Decider {
                    now_, gen_);
     s.SetCondition(condition::kReady, false, "Reissued", why, now_, gen_);
     Event(true, "Reissued",
-          why + "; re-issuing the job as attempt " + std::to_string(s.attempt) + " (retry " +
-              std::to_string(s.job_retries) + " of " + std::to_string(max_retries) + ")");
+          why + "; re-issuing the job as attempt " + std::to_string(s.attempt) +
+              (counts ? " (retry " + std::to_string(s.job_retries) + " of " +
+                            std::to_string(max_retries) + ")"
+                      : " (a disruption: no retry used)"));
     for (const ObservedPod& p : in_.pods) {
-      if (!p.pod->deleting()) Delete(*p.pod, std::nullopt, "the job is re-issued");
+      if (p.pod->deleting()) continue;
+      // Pods on a node whose kubelet is gone never confirm a graceful delete: force them.
+      const bool force = forced_nodes.contains(std::string(p.pod->node_name.view()));
+      Delete(*p.pod, force ? std::optional<int64_t>(0) : grace,
+             force ? "the job is re-issued; its node is lost" : "the job is re-issued");
     }
-    UpdateCounts();
   }
 
   // replicaStatuses and readyWorkers from the pods of the current attempt.

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "cache/objects.h"
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
+#include "policy/node_health.h"
 
 namespace tpujob::policy {
 
@@ -47,6 +49,8 @@ struct LifecycleInput {
   std::vector<const cache::PodInfo*> strays;
   WallTime now{};
   // Whether the queue admits the current attempt now, and if not, why.
+  // The health of a node, by name; empty: every node is healthy.
+  std::function<NodeHealth(std::string_view node)> node_health;
   bool admit = true;
   std::string not_admitted_reason = "Queued";
   std::string not_admitted_message = "waiting for capacity";
@@ -71,12 +75,23 @@ struct EventToRecord {
   std::string message;
 };
 
+// A node found faulty; the controller cordons it within its safety limits.
+struct NodeToCordon {
+  std::string node;
+  std::string reason;  // "PreflightFailed", "NodeUnhealthy", "NodeLost"
+  std::string message;
+  std::string item;      // the failed pre-flight item(s), "" otherwise
+  std::string evidence;  // identifies this finding; a node a person uncordoned is cordoned
+                         // again only for different evidence
+};
+
 struct Plan {
   JobStatus status;  // the status to write; the caller skips the write when it is unchanged
   bool ensure_service = false;
   std::vector<PodToCreate> create;  // pods of status.attempt to create
   std::vector<PodToDelete> remove;
   std::vector<EventToRecord> events;
+  std::vector<NodeToCordon> cordon;
 };
 
 Plan Decide(const LifecycleInput& input);
@@ -91,6 +106,11 @@ struct Termination {
   std::string message;
 };
 PodState ObservePod(const cache::PodInfo& pod, Termination* termination);
+
+// The pre-flight init container's name, and its exit codes (see docs/preflight.md).
+inline constexpr std::string_view kPreflightContainer = "preflight";
+inline constexpr int32_t kPreflightNodeFault = 10;
+inline constexpr int32_t kPreflightConfigFault = 11;
 
 // "Worker-3": the key of workerRestarts and of log lines.
 std::string ReplicaKey(ReplicaType type, int32_t index);

@@ -167,7 +167,7 @@ Json Without(Json spec, const Json::json_pointer& at) {
 using P = Json::json_pointer;
 
 INSTANTIATE_TEST_SUITE_P(
-    Cases, PolicyJobSpecErrorTest,
+    PolicyJobSpec, PolicyJobSpecErrorTest,
     ::testing::Values(
         BadSpecCase{"SpecNotObject", Json::array(), "spec: is required"},
         BadSpecCase{"NoTpu", Without(SpecJson(2), P("/tpu")), "spec.tpu: is required"},
@@ -458,12 +458,9 @@ TEST(PolicyClassifyExitTest, Overrides) {
   EXPECT_EQ(ClassifyExit(rules, 128, "ContainerCannotRun"), ExitClass::kPermanent);
 }
 
-// BUG: ExitCodeRules documents permanent_reasons as "permanent whatever the code", and the
-// design lists out-of-memory as a permanent error, but ClassifyExit() (job_spec.cpp, the first
-// line of ClassifyExit) checks the retryable codes before the reasons. A job that lists 137 as
-// retryable (to retry a SIGKILL after the maintenance grace period) has its OOM kills
-// (reason OOMKilled, exit code 137) restarted in place and re-issued instead of failed.
-TEST(PolicyClassifyExitTest, DISABLED_OomKilledIsPermanentEvenWhenItsCodeIsRetryable) {
+// A job that lists 137 retryable (to retry a SIGKILL after the maintenance grace period) must
+// still fail on an out-of-memory kill: the reason wins over the code lists.
+TEST(PolicyClassifyExitTest, OomKilledIsPermanentEvenWhenItsCodeIsRetryable) {
   Json spec = SpecJson(2);
   spec["faultTolerance"] = {{"exitCodes", {{"retryable", {137, 143}}}}};
   auto parsed = Parse(spec);

@@ -521,11 +521,12 @@ TEST(PolicyLifecycleTest, EvictedPodIsRetryable) {
 }
 
 TEST(PolicyLifecycleTest, InitContainerFailureIsAFailure) {
+  // A user init container (the pre-flight one has rules of its own).
   PodSim sim(SpecJson(2));
   StartJob(sim);
   cache::PodInfo& pod = sim.Worker(1);
   cache::ContainerInfo init;
-  init.name = InternedString::Intern("preflight");
+  init.name = InternedString::Intern("fetch-data");
   init.state = cache::ContainerState::kTerminated;
   init.exit_code = 3;
   init.reason = InternedString::Intern("Error");
@@ -535,9 +536,9 @@ TEST(PolicyLifecycleTest, InitContainerFailureIsAFailure) {
   EXPECT_EQ(plan.status.worker_restarts.at("Worker-1").count, 1);
   ASSERT_EQ(plan.status.faults.size(), 1u);
   EXPECT_EQ(plan.status.faults[0].kind, "InitContainerFailed");
-  EXPECT_EQ(plan.status.faults[0].container, "preflight");
+  EXPECT_EQ(plan.status.faults[0].container, "fetch-data");
   EXPECT_EQ(plan.status.faults[0].exit_code, 3);
-  EXPECT_THAT(plan.events[0].message, HasSubstr("init container preflight exited with code 3"));
+  EXPECT_THAT(plan.events[0].message, HasSubstr("init container fetch-data exited with code 3"));
 }
 
 TEST(PolicyLifecycleTest, ContainerExitWhileThePodStillRunsIsAFailure) {
@@ -749,7 +750,7 @@ TEST_P(PolicyLifecyclePermanentTest, FailsTheJobAtOnce) {
   EXPECT_THAT(Events(plan), ElementsAre(Warning("Failed")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Codes, PolicyLifecyclePermanentTest,
+INSTANTIATE_TEST_SUITE_P(PolicyLifecycle, PolicyLifecyclePermanentTest,
                          ::testing::Values(PermanentCase{1, "Error"}, PermanentCase{137, "Error"},
                                            PermanentCase{137, "OOMKilled"},
                                            PermanentCase{143, "OOMKilled"}),

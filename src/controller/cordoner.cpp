@@ -1,0 +1,160 @@
+#include "controller/cordoner.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "base/logging.h"
+#include "cache/intern.h"
+
+namespace tpujob::controller {
+namespace {
+
+using policy::CordonVerdict;
+
+// "10m", "90s": the breaker window as people configure it.
+std::string DurationText(Duration d) {
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(d).count();
+  if (seconds > 0 && seconds % 60 == 0) return std::to_string(seconds / 60) + "m";
+  return std::to_string(seconds) + "s";
+}
+
+// Verdicts that mean a safety limit held back a cordon: worth a warning, since either the
+// cluster or the configuration needs a person's attention.
+bool HeldBack(CordonVerdict verdict) {
+  return verdict == CordonVerdict::kCapReached || verdict == CordonVerdict::kRateLimited ||
+         verdict == CordonVerdict::kSystemic;
+}
+
+}  // namespace
+
+Cordoner::Cordoner(kube::Client& client, const cache::Store<cache::NodeInfo>& nodes,
+                   EventRecorder& recorder, policy::CordonPolicy policy, Clock& clock)
+    : client_(client),
+      nodes_(nodes),
+      recorder_(recorder),
+      clock_(clock),
+      safety_(std::move(policy)) {}
+
+bool Cordoner::Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now) {
+  if (node == nullptr || now - entry.at >= kUnconfirmedCordonTtl) return true;
+  return policy::IsCordonedByUs(*node) ||
+         node->annotations.Value(policy::kCordonEvidenceAnnotation) == entry.evidence;
+}
+
+int Cordoner::CordonedByUsLocked(TimePoint now) const {
+  int count = 0;
+  for (const auto& node : nodes_.List()) count += policy::IsCordonedByUs(*node);
+  for (const auto& [name, entry] : unconfirmed_) {
+    count += !Settled(entry, nodes_.Get(name).get(), now);
+  }
+  return count;
+}
+
+int Cordoner::CordonedByUs() const {
+  const TimePoint now = clock_.Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  return CordonedByUsLocked(now);
+}
+
+Cordoner::Outcome Cordoner::Cordon(const policy::CordonRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const TimePoint now = clock_.Now();
+  std::erase_if(unconfirmed_, [&](const auto& entry) {
+    return Settled(entry.second, nodes_.Get(entry.first).get(), now);
+  });
+  const cache::Store<cache::NodeInfo>::Ptr node = nodes_.Get(request.node);
+  const int cordoned = CordonedByUsLocked(now);
+  const int total_nodes = static_cast<int>(nodes_.Size());
+
+  // A node cordoned here moments ago looks schedulable in a lagging cache; decide on what it
+  // is by now, so that it is not cordoned (and counted) twice.
+  std::optional<cache::NodeInfo> written;
+  const cache::NodeInfo* seen = node.get();
+  if (node != nullptr && unconfirmed_.contains(request.node)) {
+    written = *node;
+    written->unschedulable = true;
+    written->annotations.Set(policy::kCordonedByAnnotation, policy::kCordonedByOperator);
+    written->annotations.Set(policy::kCordonEvidenceAnnotation,
+                             unconfirmed_.find(request.node)->second.evidence);
+    if (written->FindTaint(policy::kFaultyTaint) == nullptr) {
+      written->taints.push_back(cache::Taint{cache::InternedString::Intern(policy::kFaultyTaint),
+                                             {},
+                                             cache::TaintEffect::kNoSchedule});
+    }
+    seen = &*written;
+  }
+
+  Outcome outcome;
+  outcome.verdict = safety_.Decide(request, seen, cordoned, total_nodes, now);
+  outcome.message = Describe(outcome.verdict, request, cordoned, total_nodes, now);
+
+  if (outcome.verdict == CordonVerdict::kCordon) {
+    const kube::Json patch = policy::CordonPatch(request, *node, clock_.WallNow());
+    kube::Result<kube::Json> result =
+        client_.Patch(kube::Resource::Nodes(), "", request.node, kube::PatchType::kMerge, patch);
+    if (result) {
+      unconfirmed_.insert_or_assign(
+          request.node,
+          Unconfirmed{patch["metadata"]["annotations"][policy::kCordonEvidenceAnnotation]
+                          .get<std::string>(),
+                      now});
+      recorder_.Record(ObjectRef{"v1", "Node", "", request.node, node->uid}, EventType::kWarning,
+                       std::string(kNodeCordonedReason),
+                       fmt::format("cordoned by tpujob-operator for job {}: {}: {}", request.job,
+                                   request.reason, request.message));
+    } else {
+      safety_.ReturnToken();
+      outcome.error = std::move(result.error());
+      outcome.message =
+          fmt::format("cordoning node {} failed: {}", request.node, outcome.error->ToString());
+    }
+  }
+
+  const bool warn = HeldBack(outcome.verdict) || outcome.error.has_value();
+  spdlog::log(warn ? spdlog::level::warn : spdlog::level::info,
+              "msg=\"cordon\" node={} job={} reason={} verdict={} dry_run={} item={} evidence={} "
+              "cordoned={} nodes={} detail={}",
+              LogQuote(request.node), LogQuote(request.job), LogQuote(request.reason),
+              policy::ToString(outcome.verdict), safety_.policy().dry_run, LogQuote(request.item),
+              LogQuote(request.evidence), cordoned, total_nodes, LogQuote(outcome.message));
+  return outcome;
+}
+
+std::string Cordoner::Describe(CordonVerdict verdict, const policy::CordonRequest& request,
+                               int cordoned, int total_nodes, TimePoint now) const {
+  const policy::CordonPolicy& policy = safety_.policy();
+  const std::string& node = request.node;
+  switch (verdict) {
+    case CordonVerdict::kCordon:
+      return "cordoned node " + node;
+    case CordonVerdict::kAlreadyCordoned:
+      return "node " + node + " is already cordoned";
+    case CordonVerdict::kDisabled:
+      return "node " + node + " not cordoned: cordoning faulty nodes is disabled";
+    case CordonVerdict::kDryRun:
+      return "would cordon node " + node + " (dry run)";
+    case CordonVerdict::kCapReached:
+      return fmt::format("node {} not cordoned: {} nodes already cordoned (cap {} of {} nodes)",
+                         node, cordoned, policy::CordonLimit(policy, total_nodes), total_nodes);
+    case CordonVerdict::kRateLimited:
+      return fmt::format("node {} not cordoned: more than {} new cordons per minute (rate limit)",
+                         node, policy.rate_per_minute);
+    case CordonVerdict::kSystemic:
+      return fmt::format(
+          "node {} not cordoned: pre-flight item {} failed on {} nodes within {}, a "
+          "configuration problem rather than faulty hardware (circuit breaker)",
+          node, request.item, safety_.FailingNodes(request.item, now),
+          DurationText(policy.breaker_window));
+    case CordonVerdict::kHumanUncordoned:
+      return "node " + node + " not cordoned: it was uncordoned by hand after the same evidence";
+    case CordonVerdict::kNodeMissing:
+      return "node " + node + " not cordoned: no such node";
+  }
+  return "node " + node + " not cordoned";
+}
+
+}  // namespace tpujob::controller

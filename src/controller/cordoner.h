@@ -1,0 +1,110 @@
+// Cordoner: takes a faulty node out of scheduling, within the safety limits of
+// policy::CordonSafety (see policy/cordon.h for the rules and their order).
+//
+// A cordon is one JSON merge patch on the node (policy::CordonPatch): spec.unschedulable, the
+// tpujob.dev/faulty NoSchedule taint valued with the reason, and annotations saying who, why,
+// when, for which job and on what evidence; then a Warning Event NodeCordoned on the node. The
+// job's own Event is the caller's, who gets the verdict and a one-line message for it.
+//
+// The cap counts nodes the cache shows cordoned by us, plus nodes this process cordoned that
+// the cache does not show yet: without them, reconcile workers running right after a cordon
+// would see the old node and cordon past the cap. Such a node stops being counted separately
+// once the cache shows our annotations on it, once it leaves the cache (deleted), or after
+// kUnconfirmedCordonTtl, after which the cache is trusted whatever it says. Until then a second
+// request for the same node is answered kAlreadyCordoned.
+//
+// Dry run changes nothing in the cluster: no patch and no Event, only the decision's log line;
+// the verdict kDryRun lets the caller report "would cordon node X".
+//
+// A failed write (the API server refused, or answered 409 Conflict because the cache was older
+// than the node) leaves the node as it was, gives the rate token back and is reported in
+// Outcome::error; the caller retries on a later reconcile, when the cache has caught up.
+//
+// Every decision logs one line:
+//   msg="cordon" node=n1 job=team/llm reason=PreflightFailed verdict=Cordon dry_run=false ...
+//
+// Thread-safety: Cordon() and CordonedByUs() may be called concurrently from any thread. The
+// decision and the write are serialised by one mutex, so concurrent requests never exceed the
+// cap; a cordon therefore waits for the API call of the one before it (cordons are rare).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/event_recorder.h"
+#include "kube/client.h"
+#include "kube/error.h"
+#include "policy/cordon.h"
+
+namespace tpujob::controller {
+
+// How long a node cordoned by this process counts against the cap while the cache does not
+// show the cordon. The cache normally catches up within a second; this only bounds the damage
+// of a cordon that never shows up (undone by a person before the cache saw it).
+inline constexpr Duration kUnconfirmedCordonTtl = std::chrono::minutes(2);
+
+// The Event reason recorded on a node the operator cordoned.
+inline constexpr std::string_view kNodeCordonedReason = "NodeCordoned";
+
+class Cordoner {
+ public:
+  Cordoner(kube::Client& client, const cache::Store<cache::NodeInfo>& nodes,
+           EventRecorder& recorder, policy::CordonPolicy policy, Clock& clock = Clock::Real());
+
+  Cordoner(const Cordoner&) = delete;
+  Cordoner& operator=(const Cordoner&) = delete;
+
+  struct Outcome {
+    policy::CordonVerdict verdict = policy::CordonVerdict::kDisabled;
+    // For the job's Event and faults: "cordoned node n1", "would cordon node n1 (dry run)",
+    // "node n1 not cordoned: 10 nodes already cordoned (cap 10 of 100 nodes)".
+    std::string message;
+    // Set only with kCordon, when the write failed: the node was not cordoned.
+    std::optional<kube::Error> error;
+
+    // Whether the node is now cordoned by this request.
+    bool cordoned() const { return verdict == policy::CordonVerdict::kCordon && !error; }
+  };
+
+  // Decides on `request` and, for kCordon, patches the node and records the node's Event.
+  Outcome Cordon(const policy::CordonRequest& request);
+
+  // Nodes cordoned by us: those the cache shows (policy::IsCordonedByUs) plus those cordoned
+  // by this process that the cache does not show yet.
+  int CordonedByUs() const;
+
+  const policy::CordonPolicy& policy() const { return safety_.policy(); }
+
+ private:
+  // A cordon this process wrote. `evidence` is the annotation value written, which tells when
+  // the cache has seen the write.
+  struct Unconfirmed {
+    std::string evidence;
+    TimePoint at;
+  };
+
+  // Whether `entry` no longer needs counting on its own: the cache shows it (or the node is
+  // gone), or it is too old to wait for.
+  static bool Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now);
+  int CordonedByUsLocked(TimePoint now) const;
+  std::string Describe(policy::CordonVerdict verdict, const policy::CordonRequest& request,
+                       int cordoned, int total_nodes, TimePoint now) const;
+
+  kube::Client& client_;
+  const cache::Store<cache::NodeInfo>& nodes_;
+  EventRecorder& recorder_;
+  Clock& clock_;
+
+  mutable std::mutex mu_;
+  policy::CordonSafety safety_;
+  std::map<std::string, Unconfirmed, std::less<>> unconfirmed_;  // by node name
+};
+
+}  // namespace tpujob::controller

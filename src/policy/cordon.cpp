@@ -1,0 +1,208 @@
+#include "policy/cordon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "base/utf8.h"
+
+namespace tpujob::policy {
+namespace {
+
+using Json = nlohmann::json;
+
+// Label values (and so taint values) are at most 63 characters.
+constexpr size_t kMaxTaintValue = 63;
+// Reasons are single words; a generous bound keeps a caller's mistake out of the node object.
+constexpr size_t kMaxReasonBytes = 128;
+// "namespace/name": two DNS labels of 63 and 253 characters and the slash.
+constexpr size_t kMaxJobBytes = 317;
+constexpr size_t kMaxEvidenceBytes = 512;
+// floor(max_fraction * total_nodes) must not lose a whole node to rounding: 0.29 * 100 is
+// 28.999999999999996 in binary floating point.
+constexpr double kFractionSlack = 1e-9;
+// Likewise a token refilled over several steps (11 s, then 1 s, at 5 per minute) must count
+// as whole although the sum of the steps comes out a hair below 1.
+constexpr double kTokenSlack = 1e-9;
+
+// Annotation texts quote what containers wrote; see base/utf8.h.
+std::string AnnotationText(std::string_view text, size_t max_bytes) {
+  return ValidUtf8(text, max_bytes);
+}
+
+bool IsAlphanumeric(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+// `reason` as a valid label value (the API server rejects a taint with any other value): other
+// characters become '-', the ends are alphanumeric, at most 63 characters.
+std::string TaintValue(std::string_view reason) {
+  std::string value;
+  for (char c : reason) {
+    value += IsAlphanumeric(c) || c == '-' || c == '_' || c == '.' ? c : '-';
+  }
+  auto trim = [&] {
+    while (!value.empty() && !IsAlphanumeric(value.back())) value.pop_back();
+    size_t start = 0;
+    while (start < value.size() && !IsAlphanumeric(value[start])) ++start;
+    value.erase(0, start);
+  };
+  trim();
+  if (value.size() > kMaxTaintValue) {
+    value.resize(kMaxTaintValue);
+    trim();
+  }
+  return value;
+}
+
+Json TaintJson(std::string_view key, std::string_view value, std::string_view effect) {
+  Json taint = {{"key", key}, {"effect", effect}};
+  if (!value.empty()) taint["value"] = value;
+  return taint;
+}
+
+}  // namespace
+
+std::string_view ToString(CordonVerdict verdict) {
+  switch (verdict) {
+    case CordonVerdict::kCordon:
+      return "Cordon";
+    case CordonVerdict::kAlreadyCordoned:
+      return "AlreadyCordoned";
+    case CordonVerdict::kDisabled:
+      return "Disabled";
+    case CordonVerdict::kDryRun:
+      return "DryRun";
+    case CordonVerdict::kCapReached:
+      return "CapReached";
+    case CordonVerdict::kRateLimited:
+      return "RateLimited";
+    case CordonVerdict::kSystemic:
+      return "Systemic";
+    case CordonVerdict::kHumanUncordoned:
+      return "HumanUncordoned";
+    case CordonVerdict::kNodeMissing:
+      return "NodeMissing";
+  }
+  return "Unknown";
+}
+
+bool IsCordonedByUs(const cache::NodeInfo& node) {
+  return node.unschedulable && node.annotations.Value(kCordonedByAnnotation) == kCordonedByOperator;
+}
+
+bool IsCordonedForFault(const cache::NodeInfo& node) {
+  return node.unschedulable && node.FindTaint(kFaultyTaint) != nullptr;
+}
+
+int CordonLimit(const CordonPolicy& policy, int total_nodes) {
+  if (policy.max_cordoned <= 0) return 0;
+  const double share = policy.max_fraction * std::max(0, total_nodes) + kFractionSlack;
+  // Compared as doubles first: a huge or NaN fraction must not overflow the int conversion.
+  const double by_fraction = std::max(1.0, std::floor(share));
+  if (!(by_fraction < policy.max_cordoned)) return policy.max_cordoned;
+  return static_cast<int>(by_fraction);
+}
+
+CordonSafety::CordonSafety(CordonPolicy policy)
+    : policy_(std::move(policy)),
+      burst_(std::max(1.0, std::floor(policy_.rate_per_minute))),
+      tokens_(burst_) {}
+
+CordonVerdict CordonSafety::Decide(const CordonRequest& request, const cache::NodeInfo* node,
+                                   int cordoned_by_us, int total_nodes, TimePoint now) {
+  if (!policy_.enabled) return CordonVerdict::kDisabled;
+  ForgetExpired(now);
+  // Recorded before the per-node rules: a failure on a node that is already cordoned or gone is
+  // still a failure of the item.
+  const bool breaker_open = RecordAndCheckBreaker(request, now);
+
+  if (node == nullptr) return CordonVerdict::kNodeMissing;
+  if (IsCordonedForFault(*node)) return CordonVerdict::kAlreadyCordoned;
+  const std::optional<std::string_view> overruled =
+      node->annotations.Get(kCordonEvidenceAnnotation);
+  if (overruled && !node->unschedulable &&
+      *overruled == AnnotationText(request.evidence, kMaxEvidenceBytes)) {
+    return CordonVerdict::kHumanUncordoned;
+  }
+  if (breaker_open) return CordonVerdict::kSystemic;
+  if (cordoned_by_us >= CordonLimit(policy_, total_nodes)) return CordonVerdict::kCapReached;
+  const bool rate_limited = policy_.rate_per_minute > 0;
+  if (rate_limited) {
+    Refill(now);
+    if (tokens_ < 1.0 - kTokenSlack) return CordonVerdict::kRateLimited;
+  }
+  if (policy_.dry_run) return CordonVerdict::kDryRun;
+  if (rate_limited) tokens_ = std::max(0.0, tokens_ - 1.0);
+  return CordonVerdict::kCordon;
+}
+
+void CordonSafety::ReturnToken() { tokens_ = std::min(burst_, tokens_ + 1.0); }
+
+int CordonSafety::FailingNodes(std::string_view item, TimePoint now) const {
+  auto it = failures_.find(item);
+  if (it == failures_.end()) return 0;
+  int count = 0;
+  for (const auto& [node, at] : it->second.nodes) count += now - at < policy_.breaker_window;
+  return count;
+}
+
+bool CordonSafety::RecordAndCheckBreaker(const CordonRequest& request, TimePoint now) {
+  if (policy_.breaker_nodes <= 0 || request.item.empty()) return false;
+  ItemFailures& failures = failures_[request.item];
+  failures.nodes.insert_or_assign(request.node, now);
+  if (static_cast<int>(failures.nodes.size()) >= policy_.breaker_nodes) {
+    failures.tripped_until = now + policy_.breaker_window;
+  }
+  return failures.tripped_until.has_value() && now < *failures.tripped_until;
+}
+
+void CordonSafety::ForgetExpired(TimePoint now) {
+  for (auto item = failures_.begin(); item != failures_.end();) {
+    ItemFailures& failures = item->second;
+    std::erase_if(failures.nodes,
+                  [&](const auto& entry) { return now - entry.second >= policy_.breaker_window; });
+    if (failures.tripped_until && now >= *failures.tripped_until) failures.tripped_until.reset();
+    item = failures.nodes.empty() && !failures.tripped_until ? failures_.erase(item) : ++item;
+  }
+}
+
+void CordonSafety::Refill(TimePoint now) {
+  if (refilled_at_ && now > *refilled_at_) {
+    const double minutes =
+        std::chrono::duration<double, std::ratio<60>>(now - *refilled_at_).count();
+    tokens_ = std::min(burst_, tokens_ + minutes * policy_.rate_per_minute);
+  }
+  if (!refilled_at_ || now > *refilled_at_) refilled_at_ = now;
+}
+
+Json CordonPatch(const CordonRequest& request, const cache::NodeInfo& node, WallTime now) {
+  Json taints = Json::array();
+  bool tainted = false;
+  for (const cache::Taint& taint : node.taints) {
+    taints.push_back(
+        TaintJson(taint.key.view(), taint.value.view(), cache::ToString(taint.effect)));
+    tainted =
+        tainted || (taint.key == kFaultyTaint && taint.effect == cache::TaintEffect::kNoSchedule);
+  }
+  if (!tainted) {
+    taints.push_back(TaintJson(kFaultyTaint, TaintValue(request.reason),
+                               cache::ToString(cache::TaintEffect::kNoSchedule)));
+  }
+  Json metadata = {
+      {"annotations",
+       {
+           {kCordonedByAnnotation, kCordonedByOperator},
+           {kCordonReasonAnnotation, AnnotationText(request.reason, kMaxReasonBytes)},
+           {kCordonMessageAnnotation, AnnotationText(request.message, kMaxCordonMessageBytes)},
+           {kCordonedAtAnnotation, cache::FormatRfc3339(now)},
+           {kCordonJobAnnotation, AnnotationText(request.job, kMaxJobBytes)},
+           {kCordonEvidenceAnnotation, AnnotationText(request.evidence, kMaxEvidenceBytes)},
+       }},
+  };
+  if (!node.resource_version.empty()) metadata["resourceVersion"] = node.resource_version;
+  return Json{{"metadata", std::move(metadata)},
+              {"spec", {{"unschedulable", true}, {"taints", std::move(taints)}}}};
+}
+
+}  // namespace tpujob::policy

@@ -1,0 +1,422 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/cordoner.h"
+#include "controller/event_recorder.h"
+#include "fake_client.h"
+#include "policy/cordon.h"
+
+namespace tpujob::policy {
+// Readable gtest output for verdicts.
+inline void PrintTo(CordonVerdict verdict, std::ostream* os) { *os << ToString(verdict); }
+}  // namespace tpujob::policy
+
+namespace tpujob::controller {
+namespace {
+
+using cache::NodeInfo;
+using kube::FakeClient;
+using kube::Json;
+using kube::Resource;
+using policy::CordonPolicy;
+using policy::CordonRequest;
+using policy::CordonVerdict;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+constexpr auto kWait = seconds(10);  // bound on waiting for the event recorder; never reached
+
+// Captures what the default logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()), sink_(std::make_shared<Sink>()) {
+    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
+    logger->set_pattern("level=%l %v");
+    logger->set_level(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+
+  std::string text() const {
+    std::lock_guard<std::mutex> lock(sink_->text_mu);
+    return sink_->text;
+  }
+
+ private:
+  struct Sink : spdlog::sinks::base_sink<std::mutex> {
+    void sink_it_(const spdlog::details::log_msg& message) override {
+      spdlog::memory_buf_t formatted;
+      formatter_->format(message, formatted);
+      std::lock_guard<std::mutex> lock(text_mu);
+      text.append(formatted.data(), formatted.size());
+    }
+    void flush_() override {}
+
+    std::mutex text_mu;
+    std::string text;
+  };
+
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<Sink> sink_;
+};
+
+CordonRequest Request(const std::string& node, const std::string& evidence = "pod-uid-1/dns",
+                      const std::string& item = "dns") {
+  return CordonRequest{.node = node,
+                       .job = "team/llm",
+                       .reason = "PreflightFailed",
+                       .message = "pre-flight check dns failed: worker-1 does not resolve",
+                       .item = item,
+                       .evidence = evidence};
+}
+
+// Cap and rate out of the way unless a test sets them.
+CordonPolicy Permissive() {
+  CordonPolicy policy;
+  policy.max_cordoned = 1000;
+  policy.max_fraction = 1.0;
+  policy.rate_per_minute = 0;
+  policy.breaker_nodes = 0;
+  return policy;
+}
+
+class CordonerTest : public ::testing::Test {
+ protected:
+  CordonerTest() : recorder_(fake_, RecorderOptions(), clock_) {}
+
+  static EventRecorderOptions RecorderOptions() {
+    EventRecorderOptions options;
+    options.instance = "operator-0";
+    options.seed = 7;
+    return options;
+  }
+
+  void Start(CordonPolicy policy) {
+    cordoner_ = std::make_unique<Cordoner>(fake_, nodes_, recorder_, policy, clock_);
+  }
+
+  // Creates a node on the API server and shows it in the cache.
+  void AddNode(const std::string& name, Json taints = Json::array()) {
+    Json node = {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", name}, {"annotations", {{"zone", "us-central2-b"}}}}},
+                 {"spec", {{"taints", std::move(taints)}}}};
+    nodes_.Update(Parse(fake_.Upsert(Resource::Nodes(), std::move(node))));
+  }
+  void AddNodes(int count) {
+    for (int i = 0; i < count; ++i) AddNode("n" + std::to_string(i));
+  }
+
+  // The cache catches up with the API server.
+  void SyncCache() {
+    for (const Json& node : fake_.StoredAll(Resource::Nodes())) nodes_.Update(Parse(node));
+  }
+
+  static std::shared_ptr<const NodeInfo> Parse(const Json& node) {
+    kube::Result<NodeInfo> parsed = NodeInfo::FromJson(node);
+    EXPECT_TRUE(parsed.has_value()) << node.dump();
+    return std::make_shared<const NodeInfo>(parsed.value_or(NodeInfo{}));
+  }
+
+  Json StoredNode(const std::string& name) const {
+    return fake_.Stored(Resource::Nodes(), "", name).value_or(Json());
+  }
+
+  std::vector<FakeClient::Action> NodeWrites() const {
+    std::vector<FakeClient::Action> out;
+    for (const auto& action : fake_.actions()) {
+      if (action.resource == "nodes") out.push_back(action);
+    }
+    return out;
+  }
+
+  std::vector<Json> NodeEvents() {
+    EXPECT_TRUE(recorder_.Flush(kWait));
+    std::vector<Json> out;
+    for (const Json& event : fake_.StoredAll(Resource::Events())) {
+      if (event["involvedObject"]["kind"] == "Node") out.push_back(event);
+    }
+    return out;
+  }
+
+  FakeClient fake_;
+  FakeClock clock_;
+  cache::Store<NodeInfo> nodes_;
+  EventRecorder recorder_;
+  std::unique_ptr<Cordoner> cordoner_;
+};
+
+TEST_F(CordonerTest, CordonPatchesTheNodeAndRecordsAnEventOnIt) {
+  AddNode("n1",
+          Json::array({{{"key", "nvidia.com/gpu"}, {"value", "present"}, {"effect", "NoSchedule"}},
+                       {{"key", "node.kubernetes.io/unreachable"}, {"effect", "NoExecute"}}}));
+  const std::string version = StoredNode("n1")["metadata"]["resourceVersion"];
+  Start(CordonPolicy{});
+  const std::string at = cache::FormatRfc3339(clock_.WallNow());
+
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n1"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kCordon);
+  EXPECT_TRUE(outcome.cordoned());
+  EXPECT_EQ(outcome.message, "cordoned node n1");
+  EXPECT_FALSE(outcome.error.has_value());
+
+  const std::vector<FakeClient::Action> writes = NodeWrites();
+  ASSERT_THAT(writes, SizeIs(1));
+  EXPECT_EQ(writes[0].verb, "patch");
+  EXPECT_EQ(writes[0].name, "n1");
+  EXPECT_EQ(writes[0].ns, "");
+  const Json& body = writes[0].body;
+  EXPECT_EQ(body["spec"]["unschedulable"], true);
+  EXPECT_EQ(
+      body["spec"]["taints"],
+      Json::array({{{"key", "nvidia.com/gpu"}, {"value", "present"}, {"effect", "NoSchedule"}},
+                   {{"key", "node.kubernetes.io/unreachable"}, {"effect", "NoExecute"}},
+                   {{"key", "tpujob.dev/faulty"},
+                    {"value", "PreflightFailed"},
+                    {"effect", "NoSchedule"}}}));
+  EXPECT_EQ(body["metadata"]["resourceVersion"], version);
+  EXPECT_EQ(
+      body["metadata"]["annotations"],
+      (Json{{"tpujob.dev/cordoned-by", "tpujob-operator"},
+            {"tpujob.dev/cordon-reason", "PreflightFailed"},
+            {"tpujob.dev/cordon-message", "pre-flight check dns failed: worker-1 does not resolve"},
+            {"tpujob.dev/cordoned-at", at},
+            {"tpujob.dev/cordon-job", "team/llm"},
+            {"tpujob.dev/cordon-evidence", "pod-uid-1/dns"}}));
+
+  // The merge patch keeps annotations that are not ours.
+  const Json node = StoredNode("n1");
+  EXPECT_EQ(node["metadata"]["annotations"]["zone"], "us-central2-b");
+  EXPECT_EQ(node["spec"]["unschedulable"], true);
+
+  const std::vector<Json> events = NodeEvents();
+  ASSERT_THAT(events, SizeIs(1));
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["reason"], "NodeCordoned");
+  EXPECT_EQ(events[0]["involvedObject"]["name"], "n1");
+  EXPECT_EQ(events[0]["involvedObject"]["uid"], node["metadata"]["uid"]);
+  EXPECT_EQ(events[0]["metadata"]["namespace"], "default");
+  EXPECT_THAT(events[0]["message"].get<std::string>(),
+              HasSubstr("job team/llm: PreflightFailed: pre-flight check dns failed"));
+
+  SyncCache();
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+}
+
+TEST_F(CordonerTest, ExistingFaultyTaintIsKept) {
+  AddNode("n1",
+          Json::array(
+              {{{"key", "tpujob.dev/faulty"}, {"value", "NodeLost"}, {"effect", "NoSchedule"}}}));
+  Start(Permissive());
+  ASSERT_EQ(cordoner_->Cordon(Request("n1")).verdict, CordonVerdict::kCordon);
+  EXPECT_EQ(StoredNode("n1")["spec"]["taints"],
+            Json::array(
+                {{{"key", "tpujob.dev/faulty"}, {"value", "NodeLost"}, {"effect", "NoSchedule"}}}));
+}
+
+TEST_F(CordonerTest, DryRunWritesNothing) {
+  AddNode("n1");
+  CordonPolicy policy;
+  policy.dry_run = true;
+  Start(policy);
+  LogCapture capture;
+
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n1"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kDryRun);
+  EXPECT_FALSE(outcome.cordoned());
+  EXPECT_EQ(outcome.message, "would cordon node n1 (dry run)");
+  EXPECT_THAT(fake_.actions(), SizeIs(0));
+  EXPECT_THAT(NodeEvents(), SizeIs(0));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+  EXPECT_THAT(capture.text(), HasSubstr("level=info msg=\"cordon\" node=n1 job=team/llm "
+                                        "reason=PreflightFailed verdict=DryRun dry_run=true"));
+}
+
+TEST_F(CordonerTest, LogsOneLinePerDecision) {
+  AddNode("n1");
+  CordonPolicy policy = Permissive();
+  policy.max_cordoned = 1;
+  Start(policy);
+  LogCapture capture;
+  ASSERT_EQ(cordoner_->Cordon(Request("n1")).verdict, CordonVerdict::kCordon);
+  ASSERT_EQ(cordoner_->Cordon(Request("missing")).verdict, CordonVerdict::kNodeMissing);
+  const std::string text = capture.text();
+  EXPECT_THAT(text, HasSubstr("level=info msg=\"cordon\" node=n1 job=team/llm "
+                              "reason=PreflightFailed verdict=Cordon dry_run=false item=dns "
+                              "evidence=pod-uid-1/dns cordoned=0 nodes=1 "
+                              "detail=\"cordoned node n1\"\n"));
+  EXPECT_THAT(text, HasSubstr("msg=\"cordon\" node=missing job=team/llm reason=PreflightFailed "
+                              "verdict=NodeMissing dry_run=false"));
+}
+
+TEST_F(CordonerTest, CapCountsCordonsTheCacheDoesNotShowYet) {
+  AddNodes(5);
+  CordonPolicy policy = Permissive();
+  policy.max_cordoned = 2;
+  Start(policy);
+
+  EXPECT_EQ(cordoner_->Cordon(Request("n0")).verdict, CordonVerdict::kCordon);
+  EXPECT_EQ(cordoner_->Cordon(Request("n1")).verdict, CordonVerdict::kCordon);
+  EXPECT_EQ(cordoner_->CordonedByUs(), 2);  // the cache still shows both schedulable
+  const Cordoner::Outcome capped = cordoner_->Cordon(Request("n2"));
+  EXPECT_EQ(capped.verdict, CordonVerdict::kCapReached);
+  EXPECT_EQ(capped.message, "node n2 not cordoned: 2 nodes already cordoned (cap 2 of 5 nodes)");
+  EXPECT_THAT(NodeWrites(), SizeIs(2));
+
+  // Once the cache shows them they are counted once, and keep counting past the wait.
+  SyncCache();
+  EXPECT_EQ(cordoner_->CordonedByUs(), 2);
+  clock_.Advance(kUnconfirmedCordonTtl + seconds(1));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 2);
+  EXPECT_EQ(cordoner_->Cordon(Request("n3")).verdict, CordonVerdict::kCapReached);
+}
+
+TEST_F(CordonerTest, NodeCordonedHereIsNotCordonedTwiceWhileTheCacheLags) {
+  AddNode("n1");
+  Start(Permissive());
+  ASSERT_EQ(cordoner_->Cordon(Request("n1", "pod-uid-1/dns")).verdict, CordonVerdict::kCordon);
+  const Cordoner::Outcome again = cordoner_->Cordon(Request("n1", "pod-uid-2/ulimit", "ulimit"));
+  EXPECT_EQ(again.verdict, CordonVerdict::kAlreadyCordoned);
+  EXPECT_EQ(again.message, "node n1 is already cordoned");
+  EXPECT_THAT(NodeWrites(), SizeIs(1));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+}
+
+TEST_F(CordonerTest, CordonTheCacheNeverShowsStopsCountingAfterTheWait) {
+  AddNodes(2);
+  Start(Permissive());
+  ASSERT_EQ(cordoner_->Cordon(Request("n0")).verdict, CordonVerdict::kCordon);
+  ASSERT_EQ(cordoner_->Cordon(Request("n1")).verdict, CordonVerdict::kCordon);
+  EXPECT_EQ(cordoner_->CordonedByUs(), 2);
+
+  // n0 is deleted; n1 is uncordoned by hand before the cache saw the cordon.
+  nodes_.Delete("n0");
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+  clock_.Advance(kUnconfirmedCordonTtl);
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+}
+
+TEST_F(CordonerTest, HumanUncordonIsNotUndoneWithoutNewEvidence) {
+  AddNode("n1");
+  Start(Permissive());
+  ASSERT_EQ(cordoner_->Cordon(Request("n1", "pod-uid-1/dns")).verdict, CordonVerdict::kCordon);
+  SyncCache();
+
+  Json node = StoredNode("n1");
+  node["spec"]["unschedulable"] = false;  // kubectl uncordon n1
+  fake_.Upsert(Resource::Nodes(), node);
+  SyncCache();
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+
+  const Cordoner::Outcome same = cordoner_->Cordon(Request("n1", "pod-uid-1/dns"));
+  EXPECT_EQ(same.verdict, CordonVerdict::kHumanUncordoned);
+  EXPECT_EQ(same.message,
+            "node n1 not cordoned: it was uncordoned by hand after the same evidence");
+  EXPECT_THAT(NodeWrites(), SizeIs(1));
+
+  EXPECT_EQ(cordoner_->Cordon(Request("n1", "pod-uid-9/dns")).verdict, CordonVerdict::kCordon);
+  EXPECT_EQ(StoredNode("n1")["spec"]["unschedulable"], true);
+  EXPECT_EQ(StoredNode("n1")["metadata"]["annotations"]["tpujob.dev/cordon-evidence"],
+            "pod-uid-9/dns");
+  EXPECT_THAT(StoredNode("n1")["spec"]["taints"], SizeIs(1));
+}
+
+TEST_F(CordonerTest, FailedWriteIsReportedAndGivesTheTokenBack) {
+  AddNodes(2);
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 1;
+  Start(policy);
+  fake_.FailNext("patch", kube::ApiError(409, "Conflict", "the object has been modified"));
+
+  const Cordoner::Outcome failed = cordoner_->Cordon(Request("n0"));
+  EXPECT_EQ(failed.verdict, CordonVerdict::kCordon);
+  EXPECT_FALSE(failed.cordoned());
+  ASSERT_TRUE(failed.error.has_value());
+  EXPECT_TRUE(failed.error->IsConflict());
+  EXPECT_THAT(failed.message, HasSubstr("cordoning node n0 failed: 409"));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+  EXPECT_THAT(NodeEvents(), SizeIs(0));
+  EXPECT_NE(StoredNode("n0")["spec"].value("unschedulable", false), true);
+
+  // The retry is not rate limited by the attempt that changed nothing.
+  EXPECT_TRUE(cordoner_->Cordon(Request("n0")).cordoned());
+  EXPECT_EQ(cordoner_->Cordon(Request("n1")).verdict, CordonVerdict::kRateLimited);
+}
+
+TEST_F(CordonerTest, MessagesForRefusedCordons) {
+  AddNodes(4);
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 2;
+  policy.rate_per_minute = 1;
+  Start(policy);
+  EXPECT_EQ(cordoner_->Cordon(Request("n0", "e0", "")).message, "cordoned node n0");
+  EXPECT_EQ(cordoner_->Cordon(Request("n1", "e1", "")).message,
+            "node n1 not cordoned: more than 1 new cordons per minute (rate limit)");
+  EXPECT_EQ(cordoner_->Cordon(Request("gone")).message, "node gone not cordoned: no such node");
+  EXPECT_EQ(cordoner_->Cordon(Request("n2", "e2", "disk-size shm")).verdict,
+            CordonVerdict::kRateLimited);
+  const Cordoner::Outcome systemic = cordoner_->Cordon(Request("n3", "e3", "disk-size shm"));
+  EXPECT_EQ(systemic.verdict, CordonVerdict::kSystemic);
+  EXPECT_EQ(systemic.message,
+            "node n3 not cordoned: pre-flight item disk-size shm failed on 2 nodes within 10m, a "
+            "configuration problem rather than faulty hardware (circuit breaker)");
+
+  CordonPolicy off;
+  off.enabled = false;
+  Cordoner disabled(fake_, nodes_, recorder_, off, clock_);
+  EXPECT_EQ(disabled.Cordon(Request("n1")).message,
+            "node n1 not cordoned: cordoning faulty nodes is disabled");
+  EXPECT_THAT(NodeWrites(), SizeIs(1));
+}
+
+TEST_F(CordonerTest, ConcurrentCordonsNeverExceedTheCap) {
+  constexpr int kThreads = 8;
+  constexpr int kNodesPerThread = 6;
+  AddNodes(kThreads * kNodesPerThread);
+  CordonPolicy policy = Permissive();
+  policy.max_cordoned = 5;
+  Start(policy);
+
+  std::atomic<int> cordoned{0};
+  std::atomic<int> capped{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < kNodesPerThread; ++i) {
+        const std::string node = "n" + std::to_string(t * kNodesPerThread + i);
+        const Cordoner::Outcome outcome = cordoner_->Cordon(Request(node, "pod-" + node + "/dns"));
+        if (outcome.cordoned()) ++cordoned;
+        if (outcome.verdict == CordonVerdict::kCapReached) ++capped;
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+
+  EXPECT_EQ(cordoned.load(), 5);
+  EXPECT_EQ(capped.load(), kThreads * kNodesPerThread - 5);
+  EXPECT_THAT(NodeWrites(), SizeIs(5));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 5);
+  int unschedulable = 0;
+  for (const Json& node : fake_.StoredAll(Resource::Nodes())) {
+    unschedulable += node["spec"].value("unschedulable", false) ? 1 : 0;
+  }
+  EXPECT_EQ(unschedulable, 5);
+  EXPECT_THAT(NodeEvents(), SizeIs(5));
+}
+
+}  // namespace
+}  // namespace tpujob::controller

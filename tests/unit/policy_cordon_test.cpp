@@ -1,0 +1,428 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ostream>
+#include <set>
+#include <string>
+
+#include "cache/intern.h"
+#include "cache/objects.h"
+#include "policy/cordon.h"
+
+namespace tpujob::policy {
+
+// Readable gtest output for verdicts.
+inline void PrintTo(CordonVerdict verdict, std::ostream* os) { *os << ToString(verdict); }
+
+namespace {
+
+using cache::InternedString;
+using cache::NodeInfo;
+using cache::Taint;
+using cache::TaintEffect;
+using std::chrono::minutes;
+using std::chrono::seconds;
+
+constexpr int kManyNodes = 1000;
+
+NodeInfo Node(const std::string& name) {
+  NodeInfo node;
+  node.name = name;
+  node.uid = "uid-" + name;
+  node.resource_version = "7";
+  node.ready = cache::ConditionStatus::kTrue;
+  return node;
+}
+
+Taint MakeTaint(std::string_view key, std::string_view value, TaintEffect effect) {
+  return Taint{InternedString::Intern(key), InternedString::Intern(value), effect};
+}
+
+// A node the operator cordoned with `evidence`, as the cache shows it after the patch.
+NodeInfo CordonedNode(const std::string& name, const std::string& evidence) {
+  NodeInfo node = Node(name);
+  node.unschedulable = true;
+  node.taints.push_back(MakeTaint(kFaultyTaint, "PreflightFailed", TaintEffect::kNoSchedule));
+  node.annotations.Set(kCordonedByAnnotation, kCordonedByOperator);
+  node.annotations.Set(kCordonEvidenceAnnotation, evidence);
+  return node;
+}
+
+CordonRequest Request(const std::string& node, const std::string& item = "",
+                      const std::string& evidence = "pod-uid-1/dns") {
+  return CordonRequest{.node = node,
+                       .job = "team/llm",
+                       .reason = "PreflightFailed",
+                       .message = "pre-flight check dns failed",
+                       .item = item,
+                       .evidence = evidence};
+}
+
+// No cap, rate or breaker in the way unless a test sets one.
+CordonPolicy Permissive() {
+  CordonPolicy policy;
+  policy.max_cordoned = kManyNodes;
+  policy.max_fraction = 1.0;
+  policy.rate_per_minute = 0;
+  policy.breaker_nodes = 0;
+  return policy;
+}
+
+class CordonSafetyTest : public ::testing::Test {
+ protected:
+  // Decides for a healthy node named request.node in a big cluster with nothing cordoned.
+  CordonVerdict DecideFresh(CordonSafety& safety, const CordonRequest& request) {
+    const NodeInfo node = Node(request.node);
+    return safety.Decide(request, &node, 0, kManyNodes, now_);
+  }
+
+  TimePoint now_ = TimePoint{} + std::chrono::hours(1);
+};
+
+TEST(CordonVerdictTest, EveryVerdictHasItsOwnName) {
+  const std::set<std::string_view> names = {
+      ToString(CordonVerdict::kCordon),      ToString(CordonVerdict::kAlreadyCordoned),
+      ToString(CordonVerdict::kDisabled),    ToString(CordonVerdict::kDryRun),
+      ToString(CordonVerdict::kCapReached),  ToString(CordonVerdict::kRateLimited),
+      ToString(CordonVerdict::kSystemic),    ToString(CordonVerdict::kHumanUncordoned),
+      ToString(CordonVerdict::kNodeMissing),
+  };
+  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(ToString(CordonVerdict::kCapReached), "CapReached");
+  EXPECT_EQ(ToString(CordonVerdict::kHumanUncordoned), "HumanUncordoned");
+}
+
+TEST_F(CordonSafetyTest, CordonsAHealthyNodeWithDefaultPolicy) {
+  CordonSafety safety(CordonPolicy{});
+  EXPECT_EQ(DecideFresh(safety, Request("n1", "dns")), CordonVerdict::kCordon);
+}
+
+TEST_F(CordonSafetyTest, DisabledWinsOverEveryOtherRule) {
+  CordonPolicy policy;
+  policy.enabled = false;
+  policy.dry_run = true;
+  CordonSafety safety(policy);
+  EXPECT_EQ(safety.Decide(Request("n1"), nullptr, 0, 10, now_), CordonVerdict::kDisabled);
+  const NodeInfo cordoned = CordonedNode("n2", "e");
+  EXPECT_EQ(safety.Decide(Request("n2"), &cordoned, 0, 10, now_), CordonVerdict::kDisabled);
+  EXPECT_EQ(DecideFresh(safety, Request("n3")), CordonVerdict::kDisabled);
+}
+
+TEST_F(CordonSafetyTest, NodeMissingFromTheCache) {
+  CordonSafety safety(Permissive());
+  EXPECT_EQ(safety.Decide(Request("gone"), nullptr, 0, 10, now_), CordonVerdict::kNodeMissing);
+}
+
+TEST_F(CordonSafetyTest, AlreadyCordonedNeedsUnschedulableAndOurTaint) {
+  CordonSafety safety(Permissive());
+  const NodeInfo cordoned = CordonedNode("n1", "pod-uid-0/dns");
+  EXPECT_EQ(safety.Decide(Request("n1"), &cordoned, 1, 10, now_), CordonVerdict::kAlreadyCordoned);
+
+  // Cordoned by a person (kubectl cordon/drain), without our taint: ours to mark.
+  NodeInfo drained = Node("n2");
+  drained.unschedulable = true;
+  EXPECT_EQ(safety.Decide(Request("n2"), &drained, 0, 10, now_), CordonVerdict::kCordon);
+
+  // Our taint on a schedulable node with no evidence annotation: cordoned again.
+  NodeInfo tainted = Node("n3");
+  tainted.taints.push_back(MakeTaint(kFaultyTaint, "NodeLost", TaintEffect::kNoSchedule));
+  EXPECT_EQ(safety.Decide(Request("n3"), &tainted, 0, 10, now_), CordonVerdict::kCordon);
+}
+
+TEST_F(CordonSafetyTest, HumanUncordonIsRespectedUntilNewEvidence) {
+  CordonSafety safety(Permissive());
+  NodeInfo uncordoned = CordonedNode("n1", "pod-uid-1/dns");
+  uncordoned.unschedulable = false;  // kubectl uncordon; our taint and annotations stay
+  EXPECT_EQ(safety.Decide(Request("n1", "dns", "pod-uid-1/dns"), &uncordoned, 0, 10, now_),
+            CordonVerdict::kHumanUncordoned);
+  EXPECT_EQ(safety.Decide(Request("n1", "dns", "pod-uid-2/dns"), &uncordoned, 0, 10, now_),
+            CordonVerdict::kCordon);
+
+  // The taint removed too: the evidence annotation alone still says a person overruled us.
+  uncordoned.taints.clear();
+  EXPECT_EQ(safety.Decide(Request("n1", "", "pod-uid-1/dns"), &uncordoned, 0, 10, now_),
+            CordonVerdict::kHumanUncordoned);
+}
+
+TEST_F(CordonSafetyTest, RuleOrderNodeRulesBeforeBreakerBeforeCapBeforeRate) {
+  CordonPolicy policy;
+  policy.max_cordoned = 1;
+  policy.rate_per_minute = 1;
+  policy.breaker_nodes = 2;
+  CordonSafety safety(policy);
+  // Empty the bucket.
+  ASSERT_EQ(DecideFresh(safety, Request("n0")), CordonVerdict::kCordon);
+
+  // Rate limited and cap reached: the cap is reported.
+  const NodeInfo n1 = Node("n1");
+  EXPECT_EQ(safety.Decide(Request("n1"), &n1, 1, 10, now_), CordonVerdict::kCapReached);
+  EXPECT_EQ(safety.Decide(Request("n1"), &n1, 0, 10, now_), CordonVerdict::kRateLimited);
+
+  // Trip the breaker for "dns" (two nodes); then it wins over the cap.
+  EXPECT_EQ(safety.Decide(Request("n1", "dns"), &n1, 1, 10, now_), CordonVerdict::kCapReached);
+  const NodeInfo n2 = Node("n2");
+  EXPECT_EQ(safety.Decide(Request("n2", "dns"), &n2, 1, 10, now_), CordonVerdict::kSystemic);
+
+  // Per-node rules come before the breaker.
+  const NodeInfo cordoned = CordonedNode("n3", "pod-uid-1/dns");
+  EXPECT_EQ(safety.Decide(Request("n3", "dns"), &cordoned, 1, 10, now_),
+            CordonVerdict::kAlreadyCordoned);
+  NodeInfo uncordoned = cordoned;
+  uncordoned.unschedulable = false;
+  EXPECT_EQ(safety.Decide(Request("n3", "dns", "pod-uid-1/dns"), &uncordoned, 1, 10, now_),
+            CordonVerdict::kHumanUncordoned);
+  EXPECT_EQ(safety.Decide(Request("n4", "dns"), nullptr, 1, 10, now_), CordonVerdict::kNodeMissing);
+}
+
+TEST_F(CordonSafetyTest, DryRunComesLastAndTakesNoToken) {
+  CordonPolicy policy;
+  policy.dry_run = true;
+  policy.max_cordoned = 1;
+  policy.rate_per_minute = 1;
+  policy.breaker_nodes = 2;
+  CordonSafety safety(policy);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(DecideFresh(safety, Request("n" + std::to_string(i))), CordonVerdict::kDryRun);
+  }
+  const NodeInfo n1 = Node("n1");
+  EXPECT_EQ(safety.Decide(Request("n1"), &n1, 1, 10, now_), CordonVerdict::kCapReached);
+  const NodeInfo cordoned = CordonedNode("n2", "e");
+  EXPECT_EQ(safety.Decide(Request("n2"), &cordoned, 0, 10, now_), CordonVerdict::kAlreadyCordoned);
+  EXPECT_EQ(safety.Decide(Request("n5"), nullptr, 0, 10, now_), CordonVerdict::kNodeMissing);
+  EXPECT_EQ(DecideFresh(safety, Request("n6", "dns")), CordonVerdict::kDryRun);
+  EXPECT_EQ(DecideFresh(safety, Request("n7", "dns")), CordonVerdict::kSystemic);
+}
+
+TEST(CordonLimitTest, TighterOfCountAndFractionWithAtLeastOne) {
+  CordonPolicy policy;                   // 10 nodes, 10%
+  EXPECT_EQ(CordonLimit(policy, 5), 1);  // 0.5 rounds down, but one node is always allowed
+  EXPECT_EQ(CordonLimit(policy, 0), 1);
+  EXPECT_EQ(CordonLimit(policy, 35), 3);
+  EXPECT_EQ(CordonLimit(policy, 100), 10);
+  EXPECT_EQ(CordonLimit(policy, 5000), 10);  // the count is tighter
+
+  policy.max_fraction = 0.29;
+  policy.max_cordoned = 100;
+  EXPECT_EQ(CordonLimit(policy, 100), 29);  // 28.999999999999996 in floating point
+  policy.max_fraction = 0;
+  EXPECT_EQ(CordonLimit(policy, 100), 1);
+  policy.max_fraction = 1e300;
+  EXPECT_EQ(CordonLimit(policy, 100), 100);
+
+  policy.max_cordoned = 0;
+  EXPECT_EQ(CordonLimit(policy, 100), 0);
+}
+
+TEST_F(CordonSafetyTest, CapByFractionAndByCount) {
+  CordonPolicy policy = Permissive();
+  policy.max_cordoned = 10;
+  policy.max_fraction = 0.1;
+  CordonSafety safety(policy);
+  const NodeInfo node = Node("n1");
+  // 5 nodes at 10%: one node may be cordoned.
+  EXPECT_EQ(safety.Decide(Request("n1"), &node, 0, 5, now_), CordonVerdict::kCordon);
+  EXPECT_EQ(safety.Decide(Request("n1"), &node, 1, 5, now_), CordonVerdict::kCapReached);
+  // 50 nodes: five.
+  EXPECT_EQ(safety.Decide(Request("n1"), &node, 4, 50, now_), CordonVerdict::kCordon);
+  EXPECT_EQ(safety.Decide(Request("n1"), &node, 5, 50, now_), CordonVerdict::kCapReached);
+  // 1000 nodes: the count of 10 is the tighter.
+  EXPECT_EQ(safety.Decide(Request("n1"), &node, 9, 1000, now_), CordonVerdict::kCordon);
+  EXPECT_EQ(safety.Decide(Request("n1"), &node, 10, 1000, now_), CordonVerdict::kCapReached);
+
+  policy.max_cordoned = 0;
+  CordonSafety none(policy);
+  EXPECT_EQ(none.Decide(Request("n1"), &node, 0, 1000, now_), CordonVerdict::kCapReached);
+}
+
+TEST_F(CordonSafetyTest, BreakerTripsOnDistinctNodes) {
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 3;
+  CordonSafety safety(policy);
+  EXPECT_EQ(DecideFresh(safety, Request("n1", "dns")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("n2", "dns")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("n3", "dns")), CordonVerdict::kSystemic);
+  EXPECT_EQ(DecideFresh(safety, Request("n4", "dns")), CordonVerdict::kSystemic);
+  EXPECT_EQ(safety.FailingNodes("dns", now_), 4);
+  // Other items and requests without an item are not held back.
+  EXPECT_EQ(DecideFresh(safety, Request("n5", "ulimit")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("n6")), CordonVerdict::kCordon);
+  EXPECT_EQ(safety.FailingNodes("ulimit", now_), 1);
+  EXPECT_EQ(safety.FailingNodes("disk-size shm", now_), 0);
+}
+
+TEST_F(CordonSafetyTest, BreakerIgnoresTheSameNodeRepeated) {
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 3;
+  CordonSafety safety(policy);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(DecideFresh(safety, Request("n1", "dns")), CordonVerdict::kCordon);
+  }
+  EXPECT_EQ(DecideFresh(safety, Request("n2", "dns")), CordonVerdict::kCordon);
+  EXPECT_EQ(safety.FailingNodes("dns", now_), 2);
+}
+
+TEST_F(CordonSafetyTest, BreakerCountsFailuresOnNodesItDoesNotCordon) {
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 3;
+  CordonSafety safety(policy);
+  const NodeInfo cordoned = CordonedNode("n1", "e");
+  EXPECT_EQ(safety.Decide(Request("n1", "dns"), &cordoned, 1, 10, now_),
+            CordonVerdict::kAlreadyCordoned);
+  EXPECT_EQ(safety.Decide(Request("n2", "dns"), nullptr, 1, 10, now_), CordonVerdict::kNodeMissing);
+  EXPECT_EQ(DecideFresh(safety, Request("n3", "dns")), CordonVerdict::kSystemic);
+}
+
+TEST_F(CordonSafetyTest, BreakerWindowExpiresAndATripLastsOneWindow) {
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 3;
+  policy.breaker_window = minutes(10);
+  CordonSafety safety(policy);
+  const TimePoint start = now_;
+  EXPECT_EQ(DecideFresh(safety, Request("n1", "dns")), CordonVerdict::kCordon);
+  now_ = start + minutes(6);
+  EXPECT_EQ(DecideFresh(safety, Request("n2", "dns")), CordonVerdict::kCordon);
+  now_ = start + minutes(10);  // n1's failure has just left the window
+  EXPECT_EQ(DecideFresh(safety, Request("n3", "dns")), CordonVerdict::kCordon);
+  EXPECT_EQ(safety.FailingNodes("dns", now_), 2);
+
+  now_ = start + minutes(12);  // n2, n3, n4 within ten minutes: tripped until minute 22
+  EXPECT_EQ(DecideFresh(safety, Request("n4", "dns")), CordonVerdict::kSystemic);
+  now_ = start + minutes(21);  // only n4 and n5 in the window, but the trip holds
+  EXPECT_EQ(DecideFresh(safety, Request("n5", "dns")), CordonVerdict::kSystemic);
+  EXPECT_EQ(safety.FailingNodes("dns", now_), 2);
+  now_ = start + minutes(22);  // the trip is over; n5 and n6 are two nodes
+  EXPECT_EQ(DecideFresh(safety, Request("n6", "dns")), CordonVerdict::kCordon);
+}
+
+TEST_F(CordonSafetyTest, RateLimitRefillsWithTime) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 5;  // burst 5, one token every 12 seconds
+  CordonSafety safety(policy);
+  int node = 0;
+  auto next = [&] { return DecideFresh(safety, Request("n" + std::to_string(node++))); };
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(next(), CordonVerdict::kCordon) << i;
+  EXPECT_EQ(next(), CordonVerdict::kRateLimited);
+
+  now_ += seconds(11);
+  EXPECT_EQ(next(), CordonVerdict::kRateLimited);
+  now_ += seconds(1);
+  EXPECT_EQ(next(), CordonVerdict::kCordon);
+  EXPECT_EQ(next(), CordonVerdict::kRateLimited);
+
+  now_ += minutes(10);  // refills to the burst, not beyond
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(next(), CordonVerdict::kCordon) << i;
+  EXPECT_EQ(next(), CordonVerdict::kRateLimited);
+}
+
+TEST_F(CordonSafetyTest, RateBelowOnePerMinuteAllowsOneAtATime) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 0.5;
+  CordonSafety safety(policy);
+  EXPECT_EQ(DecideFresh(safety, Request("n1")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("n2")), CordonVerdict::kRateLimited);
+  now_ += minutes(1);
+  EXPECT_EQ(DecideFresh(safety, Request("n2")), CordonVerdict::kRateLimited);
+  now_ += minutes(1);
+  EXPECT_EQ(DecideFresh(safety, Request("n2")), CordonVerdict::kCordon);
+}
+
+TEST_F(CordonSafetyTest, ReturnedTokenAllowsTheNextCordon) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 1;
+  CordonSafety safety(policy);
+  EXPECT_EQ(DecideFresh(safety, Request("n1")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("n2")), CordonVerdict::kRateLimited);
+  safety.ReturnToken();  // the write for n1 failed
+  EXPECT_EQ(DecideFresh(safety, Request("n1")), CordonVerdict::kCordon);
+  safety.ReturnToken();
+  safety.ReturnToken();  // never beyond the burst
+  EXPECT_EQ(DecideFresh(safety, Request("n2")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("n3")), CordonVerdict::kRateLimited);
+}
+
+TEST_F(CordonSafetyTest, ZeroRateMeansNoRateLimit) {
+  CordonSafety safety(Permissive());
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(DecideFresh(safety, Request("n" + std::to_string(i))), CordonVerdict::kCordon);
+  }
+}
+
+TEST(CordonNodeTest, IsCordonedByUsNeedsOurAnnotationAndUnschedulable) {
+  NodeInfo node = CordonedNode("n1", "e");
+  EXPECT_TRUE(IsCordonedByUs(node));
+  EXPECT_TRUE(IsCordonedForFault(node));
+  node.unschedulable = false;
+  EXPECT_FALSE(IsCordonedByUs(node));
+  EXPECT_FALSE(IsCordonedForFault(node));
+  node.unschedulable = true;
+  node.annotations.Erase(kCordonedByAnnotation);
+  EXPECT_FALSE(IsCordonedByUs(node));
+  EXPECT_TRUE(IsCordonedForFault(node));
+}
+
+TEST(CordonPatchTest, MergesTaintsAndWritesAnnotations) {
+  NodeInfo node = Node("n1");
+  node.taints.push_back(MakeTaint("nvidia.com/gpu", "present", TaintEffect::kNoSchedule));
+  node.taints.push_back(MakeTaint("node.kubernetes.io/unreachable", "", TaintEffect::kNoExecute));
+  const CordonRequest request = Request("n1", "dns", "pod-uid-1/dns");
+  const WallTime at = WallTime{} + seconds(1704067200);  // 2024-01-01T00:00:00Z
+
+  const nlohmann::json patch = CordonPatch(request, node, at);
+  const nlohmann::json expected = {
+      {"metadata",
+       {{"resourceVersion", "7"},
+        {"annotations",
+         {{"tpujob.dev/cordoned-by", "tpujob-operator"},
+          {"tpujob.dev/cordon-reason", "PreflightFailed"},
+          {"tpujob.dev/cordon-message", "pre-flight check dns failed"},
+          {"tpujob.dev/cordoned-at", "2024-01-01T00:00:00Z"},
+          {"tpujob.dev/cordon-job", "team/llm"},
+          {"tpujob.dev/cordon-evidence", "pod-uid-1/dns"}}}}},
+      {"spec",
+       {{"unschedulable", true},
+        {"taints",
+         {{{"key", "nvidia.com/gpu"}, {"value", "present"}, {"effect", "NoSchedule"}},
+          {{"key", "node.kubernetes.io/unreachable"}, {"effect", "NoExecute"}},
+          {{"key", "tpujob.dev/faulty"},
+           {"value", "PreflightFailed"},
+           {"effect", "NoSchedule"}}}}}}};
+  EXPECT_EQ(patch, expected) << patch.dump(2);
+}
+
+TEST(CordonPatchTest, KeepsOurTaintWhenPresent) {
+  NodeInfo node = Node("n1");
+  node.taints.push_back(MakeTaint(kFaultyTaint, "NodeLost", TaintEffect::kNoSchedule));
+  const nlohmann::json patch = CordonPatch(Request("n1"), node, WallTime{});
+  const nlohmann::json expected_taints = {
+      {{"key", "tpujob.dev/faulty"}, {"value", "NodeLost"}, {"effect", "NoSchedule"}}};
+  EXPECT_EQ(patch["spec"]["taints"], expected_taints);
+
+  // The same key with another effect is another taint: ours is added beside it.
+  node.taints[0].effect = TaintEffect::kPreferNoSchedule;
+  EXPECT_EQ(CordonPatch(Request("n1"), node, WallTime{})["spec"]["taints"].size(), 2u);
+}
+
+TEST(CordonPatchTest, BoundsTextsAndMakesTheTaintValueALabelValue) {
+  CordonRequest request = Request("n1");
+  request.message = std::string(2000, 'x') + "tail";
+  request.reason = "Pre-flight failed: disk/shm!";
+  request.evidence = "pod\xFF/dns";
+  NodeInfo node = Node("n1");
+  node.resource_version.clear();
+  const nlohmann::json patch = CordonPatch(request, node, WallTime{});
+  const nlohmann::json& annotations = patch["metadata"]["annotations"];
+  EXPECT_EQ(annotations["tpujob.dev/cordon-message"], std::string(kMaxCordonMessageBytes, 'x'));
+  EXPECT_EQ(annotations["tpujob.dev/cordon-evidence"], "pod\xEF\xBF\xBD/dns");
+  EXPECT_EQ(annotations["tpujob.dev/cordon-reason"], "Pre-flight failed: disk/shm!");
+  EXPECT_EQ(patch["spec"]["taints"][0]["value"], "Pre-flight-failed--disk-shm");
+  EXPECT_FALSE(patch["metadata"].contains("resourceVersion"));
+  EXPECT_NO_THROW(patch.dump());
+
+  request.reason = std::string(100, 'R');
+  EXPECT_EQ(CordonPatch(request, node, WallTime{})["spec"]["taints"][0]["value"],
+            std::string(63, 'R'));
+}
+
+}  // namespace
+}  // namespace tpujob::policy
