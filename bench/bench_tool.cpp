@@ -111,8 +111,18 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
   while (static_cast<int>(seen.size()) < workers) {
     auto event = (*watch)->Next();
     if (!event || !*event) {
-      std::fprintf(stderr, "error: the pod watch ended after %zu pods\n", seen.size());
-      return 1;
+      // The watch broke (a busy server may drop it): count by listing instead.
+      const bool all = WaitFor(
+          [&] {
+            auto pods = client->List(Resource::Pods(), ns, by_job);
+            return pods && static_cast<int>((*pods)["items"].size()) >= workers;
+          },
+          120);
+      if (!all) {
+        std::fprintf(stderr, "error: only %zu pods were created\n", seen.size());
+        return 1;
+      }
+      break;
     }
     if ((*event)->type == tpujob::kube::WatchEventType::kAdded) {
       seen.insert((*event)->object.value("/metadata/name"_json_pointer, ""));
