@@ -35,6 +35,7 @@ struct RunFlags {
   std::vector<std::string> maintenance_conditions;
   tpujob::policy::CordonPolicy cordon;
   bool no_cordon = false;
+  int auto_uncordon_after_seconds = 0;
 };
 
 // Blocks SIGTERM/SIGINT in every thread and waits for them on a dedicated one, so shutdown runs
@@ -107,6 +108,8 @@ int Run(const RunFlags& flags) {
   options.reconciler.node_health.maintenance_conditions = flags.maintenance_conditions;
   options.cordon = flags.cordon;
   options.cordon.enabled = !flags.no_cordon;
+  options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
+  options.nodes.node_health = options.reconciler.node_health;
   tpujob::controller::Manager manager(*client, options);
 
   std::thread signal_thread = signals.OnSignal([&manager](int signal) {
@@ -199,6 +202,12 @@ int main(int argc, char** argv) {
                   "When one pre-flight item fails on this many nodes within 10 minutes it is "
                   "taken for a configuration problem and nothing is cordoned for it; 0 = off.")
       ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  run->add_option("--auto-uncordon-after", flags.auto_uncordon_after_seconds,
+                  "Seconds a node the operator cordoned must stay healthy (Ready, no hardware "
+                  "condition, no maintenance) before the operator uncordons it; 0 = never: "
+                  "people uncordon nodes.")
+      ->check(CLI::Range(0, 30 * 24 * 3600))
       ->capture_default_str();
   run->add_option("--maintenance-condition", flags.maintenance_conditions,
                   "A node condition that means maintenance when True (repeatable), in addition "

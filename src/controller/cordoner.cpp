@@ -31,6 +31,18 @@ bool HeldBack(CordonVerdict verdict) {
 
 }  // namespace
 
+void AddCordonJobIndexer(cache::Store<cache::NodeInfo>& nodes) {
+  auto added = nodes.AddIndexer(std::string(kNodesByCordonJobIndex),
+                                [](const cache::NodeInfo& node) -> std::vector<std::string> {
+                                  if (!policy::IsCordonedByUs(node)) return {};
+                                  const auto job =
+                                      node.annotations.Get(policy::kCordonJobAnnotation);
+                                  if (!job || job->empty()) return {};
+                                  return {std::string(*job)};
+                                });
+  (void)added;  // fails only when added twice, which leaves the first in place
+}
+
 Cordoner::Cordoner(kube::Client& client, const cache::Store<cache::NodeInfo>& nodes,
                    EventRecorder& recorder, policy::CordonPolicy policy, Clock& clock)
     : client_(client),
@@ -61,8 +73,57 @@ int Cordoner::CordonedByUs() const {
 }
 
 Cordoner::Outcome Cordoner::Cordon(const policy::CordonRequest& request) {
+  return std::move(CordonAll({request}).front());
+}
+
+std::vector<Cordoner::Outcome> Cordoner::CordonAll(
+    const std::vector<policy::CordonRequest>& requests) {
+  std::vector<Outcome> outcomes;
+  std::vector<std::string> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const TimePoint now = clock_.Now();
+    for (const auto& request : requests) safety_.RecordFailure(request, now);
+    for (const auto& request : requests) {
+      outcomes.push_back(CordonLocked(request, now));
+      if (outcomes.back().error) {
+        retry_.insert_or_assign(request.node, request);
+        failed.push_back(request.node);
+      } else {
+        retry_.erase(request.node);
+      }
+    }
+  }
+  NotifyRetry(failed);
+  return outcomes;
+}
+
+std::optional<Cordoner::Outcome> Cordoner::Retry(const std::string& node) {
+  std::optional<Outcome> outcome;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = retry_.find(node);
+    if (it == retry_.end()) return std::nullopt;
+    const policy::CordonRequest request = it->second;
+    spdlog::info("msg=\"retrying a failed cordon\" node={} job={}", LogQuote(node),
+                 LogQuote(request.job));
+    outcome = CordonLocked(request, clock_.Now());
+    if (!outcome->error) retry_.erase(node);
+  }
+  return outcome;
+}
+
+size_t Cordoner::PendingRetries() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const TimePoint now = clock_.Now();
+  return retry_.size();
+}
+
+void Cordoner::NotifyRetry(const std::vector<std::string>& nodes) const {
+  if (!retry_hook_) return;
+  for (const std::string& node : nodes) retry_hook_(node);
+}
+
+Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, TimePoint now) {
   std::erase_if(unconfirmed_, [&](const auto& entry) {
     return Settled(entry.second, nodes_.Get(entry.first).get(), now);
   });

@@ -18,7 +18,10 @@
 //
 // A failed write (the API server refused, or answered 409 Conflict because the cache was older
 // than the node) leaves the node as it was, gives the rate token back and is reported in
-// Outcome::error; the caller retries on a later reconcile, when the cache has caught up.
+// Outcome::error. The request is kept and the retry hook is called with the node's name; the
+// node reconciler then calls Retry(node) with the work queue's backoff until the write succeeds
+// or the request gets a verdict other than kCordon (the node was cordoned by then, the cap
+// filled up, ...). The job's own decision is not repeated: its status already records it.
 //
 // Every decision logs one line:
 //   msg="cordon" node=n1 job=team/llm reason=PreflightFailed verdict=Cordon dry_run=false ...
@@ -29,11 +32,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/clock.h"
 #include "cache/objects.h"
@@ -52,6 +57,11 @@ inline constexpr Duration kUnconfirmedCordonTtl = std::chrono::minutes(2);
 
 // The Event reason recorded on a node the operator cordoned.
 inline constexpr std::string_view kNodeCordonedReason = "NodeCordoned";
+
+// Index of the node store: nodes cordoned by us (policy::IsCordonedByUs), by the job named in
+// their tpujob.dev/cordon-job annotation ("namespace/name").
+inline constexpr std::string_view kNodesByCordonJobIndex = "nodes-by-cordon-job";
+void AddCordonJobIndexer(cache::Store<cache::NodeInfo>& nodes);
 
 class Cordoner {
  public:
@@ -76,6 +86,22 @@ class Cordoner {
   // Decides on `request` and, for kCordon, patches the node and records the node's Event.
   Outcome Cordon(const policy::CordonRequest& request);
 
+  // Decides on several findings of one moment in order, after recording every pre-flight item
+  // among them for the circuit breaker: the same item failing on every worker of an attempt
+  // trips the breaker before the first node is cordoned.
+  std::vector<Outcome> CordonAll(const std::vector<policy::CordonRequest>& requests);
+
+  // Called (outside the lock) with the node's name when a cordon write failed and is kept for
+  // Retry. Set once, before the first Cordon.
+  void SetRetryHook(std::function<void(const std::string& node)> hook) {
+    retry_hook_ = std::move(hook);
+  }
+  // Retries the failed cordon kept for `node`; std::nullopt when none is kept. The request is
+  // dropped unless the retry failed again (Outcome::error set).
+  std::optional<Outcome> Retry(const std::string& node);
+  // Nodes with a failed cordon kept for retry.
+  size_t PendingRetries() const;
+
   // Nodes cordoned by us: those the cache shows (policy::IsCordonedByUs) plus those cordoned
   // by this process that the cache does not show yet.
   int CordonedByUs() const;
@@ -94,6 +120,8 @@ class Cordoner {
   // gone), or it is too old to wait for.
   static bool Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now);
   int CordonedByUsLocked(TimePoint now) const;
+  Outcome CordonLocked(const policy::CordonRequest& request, TimePoint now);
+  void NotifyRetry(const std::vector<std::string>& nodes) const;
   std::string Describe(policy::CordonVerdict verdict, const policy::CordonRequest& request,
                        int cordoned, int total_nodes, TimePoint now) const;
 
@@ -104,7 +132,9 @@ class Cordoner {
 
   mutable std::mutex mu_;
   policy::CordonSafety safety_;
-  std::map<std::string, Unconfirmed, std::less<>> unconfirmed_;  // by node name
+  std::map<std::string, Unconfirmed, std::less<>> unconfirmed_;      // by node name
+  std::map<std::string, policy::CordonRequest, std::less<>> retry_;  // failed writes, by node
+  std::function<void(const std::string& node)> retry_hook_;
 };
 
 }  // namespace tpujob::controller

@@ -38,6 +38,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   node_options.name = "nodes";
   nodes_ = std::make_unique<cache::Informer<cache::NodeInfo>>(client_, kube::Resource::Nodes(),
                                                               node_options, clock_);
+  AddCordonJobIndexer(nodes_->store());
 
   cache::ReflectorOptions job_options;
   job_options.name = "tpujobs";
@@ -52,6 +53,10 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   reconciler_ =
       std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(), nodes_->store(),
                                          *recorder_, *cordoner_, options_.reconciler, clock_);
+  node_queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
+  node_reconciler_ = std::make_unique<NodeReconciler>(client_, nodes_->store(), *cordoner_,
+                                                      *recorder_, options_.nodes, clock_);
+  cordoner_->SetRetryHook([this](const std::string& node) { node_queue_->AddRateLimited(node); });
 
   auto enqueue_job = [this](const std::shared_ptr<const cache::TPUJobInfo>& job) {
     queue_->Add(cache::ObjectKey(job->ns, job->name));
@@ -69,11 +74,18 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
        .on_update = [enqueue_owner](const auto&, const auto& pod) { enqueue_owner(pod); },
        .on_delete = enqueue_owner});
   // A node's health or maintenance signals changed: every job with a pod there decides again.
+  // The job a node was cordoned for also decides again (status.cordonedNodes), and the node
+  // reconciler looks at nodes it may have work for.
   auto enqueue_jobs_on_node = [this](const std::shared_ptr<const cache::NodeInfo>& node) {
     for (const auto& pod : pods_->store().ByIndex(cache::kPodsByNodeIndex, node->name)) {
       const std::string key = JobKeyOfPod(*pod);
       if (!key.empty()) queue_->Add(key);
     }
+    if (policy::IsCordonedByUs(*node)) {
+      const std::string_view job = node->annotations.Value(policy::kCordonJobAnnotation);
+      if (!job.empty()) queue_->Add(std::string(job));
+    }
+    if (node_reconciler_->Interested(*node)) node_queue_->Add(node->name);
   };
   nodes_->AddEventHandlers(
       {.on_add = enqueue_jobs_on_node,
@@ -82,10 +94,12 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
              // Heartbeats change nothing the policy reads; skip them to keep idle cost low.
              if (before->ready != after->ready || before->unschedulable != after->unschedulable ||
                  before->taints != after->taints || before->labels != after->labels ||
+                 before->annotations != after->annotations ||
                  before->conditions.size() != after->conditions.size() ||
                  !std::equal(before->conditions.begin(), before->conditions.end(),
                              after->conditions.begin(), [](const auto& a, const auto& b) {
-                               return a.type == b.type && a.status == b.status;
+                               return a.type == b.type && a.status == b.status &&
+                                      a.last_transition_time == b.last_transition_time;
                              })) {
                enqueue_jobs_on_node(after);
              }
@@ -133,7 +147,18 @@ kube::Status Manager::Run() {
 
   std::vector<std::thread> workers;
   for (int i = 0; i < std::max(1, options_.workers); ++i)
-    workers.emplace_back([this] { Worker(); });
+    workers.emplace_back([this] {
+      Worker(*queue_, "tpujob",
+             [this](const std::string& key) { return reconciler_->Reconcile(key); });
+    });
+  workers.emplace_back([this] {
+    Worker(*node_queue_, "node",
+           [this](const std::string& name) { return node_reconciler_->Reconcile(name); });
+  });
+  // Nodes the operator cordoned before it (re)started: their automatic uncordon is due.
+  for (const auto& node : nodes_->store().List()) {
+    if (node_reconciler_->Interested(*node)) node_queue_->Add(node->name);
+  }
   ready_ = true;
   {
     std::unique_lock<std::mutex> lock(stop_mu_);
@@ -143,6 +168,7 @@ kube::Status Manager::Run() {
   spdlog::info("msg=\"shutting down: draining the work queue\" in_flight={}",
                queue_->Stats().in_flight);
   queue_->ShutDownWithDrain();
+  node_queue_->ShutDownWithDrain();
   for (auto& worker : workers) worker.join();
   jobs_->Stop();
   nodes_->Stop();
@@ -165,25 +191,27 @@ void Manager::Stop() {
   jobs_->Stop();
 }
 
-void Manager::Worker() {
-  while (auto key = queue_->Get()) {
+void Manager::Worker(
+    workqueue::WorkQueue& queue, std::string_view what,
+    const std::function<kube::Result<ReconcileResult>(const std::string&)>& reconcile) {
+  while (auto key = queue.Get()) {
     kube::Result<ReconcileResult> result;
     try {
-      result = reconciler_->Reconcile(*key);
+      result = reconcile(*key);
     } catch (const std::exception& e) {
       // A bug must not take the whole operator down with it: log, back off, retry the key.
-      spdlog::error("msg=\"reconcile threw\" tpujob={} error={}", *key, LogQuote(e.what()));
+      spdlog::error("msg=\"reconcile threw\" {}={} error={}", what, *key, LogQuote(e.what()));
       result = std::unexpected(kube::Error::Decode(e.what()));
     }
     if (!result) {
-      spdlog::warn("msg=\"reconcile failed, will retry\" tpujob={} retries={} error={}", *key,
-                   queue_->NumRequeues(*key), LogQuote(result.error().ToString()));
-      queue_->AddRateLimited(*key);
+      spdlog::warn("msg=\"reconcile failed, will retry\" {}={} retries={} error={}", what, *key,
+                   queue.NumRequeues(*key), LogQuote(result.error().ToString()));
+      queue.AddRateLimited(*key);
     } else {
-      queue_->Forget(*key);
-      if (result->requeue_after) queue_->AddAfter(*key, *result->requeue_after);
+      queue.Forget(*key);
+      if (result->requeue_after) queue.AddAfter(*key, *result->requeue_after);
     }
-    queue_->Done(*key);
+    queue.Done(*key);
   }
 }
 

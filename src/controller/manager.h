@@ -21,6 +21,7 @@
 #include "cache/reflector.h"
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
+#include "controller/node_reconciler.h"
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
 #include "workqueue/queue.h"
@@ -35,6 +36,7 @@ struct ManagerOptions {
   TPUJobReconcilerOptions reconciler;
   EventRecorderOptions events;
   policy::CordonPolicy cordon;
+  NodeReconcilerOptions nodes;
 };
 
 class Manager {
@@ -55,7 +57,10 @@ class Manager {
   cache::Informer<cache::TPUJobInfo>& jobs() { return *jobs_; }
 
  private:
-  void Worker();
+  // Processes keys of `queue` with `reconcile` until the queue shuts down, as a
+  // controller-runtime worker: errors back off per key, requeue_after schedules the key again.
+  void Worker(workqueue::WorkQueue& queue, std::string_view what,
+              const std::function<kube::Result<ReconcileResult>(const std::string&)>& reconcile);
 
   kube::Client& client_;
   ManagerOptions options_;
@@ -67,6 +72,8 @@ class Manager {
   std::unique_ptr<EventRecorder> recorder_;
   std::unique_ptr<Cordoner> cordoner_;
   std::unique_ptr<TPUJobReconciler> reconciler_;
+  std::unique_ptr<workqueue::WorkQueue> node_queue_;  // node names, for node_reconciler_
+  std::unique_ptr<NodeReconciler> node_reconciler_;
   std::atomic<bool> ready_{false};
   std::atomic<int> health_port_{0};
   std::mutex stop_mu_;

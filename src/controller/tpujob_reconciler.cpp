@@ -142,6 +142,9 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
       input.strays.push_back(pod.get());
     }
   }
+  for (const auto& node : nodes_.ByIndex(kNodesByCordonJobIndex, key)) {
+    input.cordoned_nodes.push_back(node->name);
+  }
   if (spec && options_.admission) {
     const auto current = policy::JobStatus::FromJson(job->status);
     AdmissionDecision admission = options_.admission(*job, *spec, current);
@@ -161,11 +164,18 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
 
   // Faulty nodes, within the operator's cordon limits; the job's Event says what was done.
-  for (const auto& node : plan.cordon) {
-    const Cordoner::Outcome outcome =
-        cordoner_.Cordon({node.node, key, node.reason, node.message, node.item, node.evidence});
-    recorder_.Record(RefOf(*job), EventType::kWarning,
-                     outcome.cordoned() ? "NodeCordoned" : "NodeNotCordoned", outcome.message);
+  // All of one plan's findings go together, so the circuit breaker sees them at once.
+  if (!plan.cordon.empty()) {
+    std::vector<policy::CordonRequest> requests;
+    for (const auto& node : plan.cordon) {
+      requests.push_back({node.node, key, node.reason, node.message, node.item, node.evidence});
+    }
+    const auto outcomes = cordoner_.CordonAll(requests);
+    for (const auto& outcome : outcomes) {
+      recorder_.Record(RefOf(*job), EventType::kWarning,
+                       outcome.cordoned() ? "NodeCordoned" : "NodeNotCordoned",
+                       outcome.error ? outcome.message + "; retrying" : outcome.message);
+    }
   }
 
   kube::Status result;
@@ -201,7 +211,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     expectations_[key] = std::move(expect);
   }
   if (!result) return std::unexpected(result.error());
-  return ReconcileResult{};
+  return ReconcileResult{plan.requeue_after};
 }
 
 kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,

@@ -147,6 +147,12 @@ int CordonSafety::FailingNodes(std::string_view item, TimePoint now) const {
   return count;
 }
 
+void CordonSafety::RecordFailure(const CordonRequest& request, TimePoint now) {
+  if (!policy_.enabled) return;
+  ForgetExpired(now);
+  RecordAndCheckBreaker(request, now);
+}
+
 bool CordonSafety::RecordAndCheckBreaker(const CordonRequest& request, TimePoint now) {
   if (policy_.breaker_nodes <= 0 || request.item.empty()) return false;
   ItemFailures& failures = failures_[request.item];
@@ -203,6 +209,77 @@ Json CordonPatch(const CordonRequest& request, const cache::NodeInfo& node, Wall
   if (!node.resource_version.empty()) metadata["resourceVersion"] = node.resource_version;
   return Json{{"metadata", std::move(metadata)},
               {"spec", {{"unschedulable", true}, {"taints", std::move(taints)}}}};
+}
+
+UncordonDecision DecideUncordon(const cache::NodeInfo& node, const NodeHealthConfig& health,
+                                Duration healthy_period, WallTime now) {
+  UncordonDecision d;
+  if (!IsCordonedByUs(node) || !IsCordonedForFault(node)) {
+    d.message = "node " + node.name + " is not cordoned by tpujob-operator";
+    return d;
+  }
+  const NodeHealth verdict = EvaluateNode(&node, health);
+  if (verdict.verdict != NodeVerdict::kHealthy) {
+    d.message = "node " + node.name + " is not healthy: " + verdict.message;
+    return d;
+  }
+  std::optional<WallTime> since;
+  std::string since_what;
+  auto later = [&](std::optional<WallTime> t, std::string what) {
+    if (t && (!since || *t > *since)) {
+      since = t;
+      since_what = std::move(what);
+    }
+  };
+  later(cache::ParseRfc3339(node.annotations.Value(kCordonedAtAnnotation)), "it was cordoned");
+  if (const cache::NodeCondition* ready = node.FindCondition("Ready")) {
+    later(ready->last_transition_time, "it turned Ready");
+  }
+  for (const std::string& type : health.hardware_conditions) {
+    if (const cache::NodeCondition* c = node.FindCondition(type)) {
+      later(c->last_transition_time, type + " last changed");
+    }
+  }
+  if (!since) {
+    // No timestamp to go by: the annotation was edited away. Treat the node as healthy from
+    // now on, which the next decision (after the wait) confirms or not.
+    d.wait = healthy_period;
+    d.message = "node " + node.name + " has no cordon timestamp";
+    return d;
+  }
+  const auto healthy_for = now - *since;
+  if (healthy_for >= healthy_period) {
+    d.uncordon = true;
+    d.message =
+        "node " + node.name + " has been healthy since " + since_what + " at " +
+        cache::FormatRfc3339(*since) + ", longer than the healthy period of " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(healthy_period).count()) +
+        "s";
+    return d;
+  }
+  d.wait = std::chrono::duration_cast<Duration>(healthy_period - healthy_for);
+  d.message =
+      "node " + node.name + " healthy since " + since_what + " at " + cache::FormatRfc3339(*since);
+  return d;
+}
+
+Json UncordonPatch(const cache::NodeInfo& node) {
+  Json taints = Json::array();
+  for (const cache::Taint& taint : node.taints) {
+    if (taint.key == kFaultyTaint) continue;
+    taints.push_back(
+        TaintJson(taint.key.view(), taint.value.view(), cache::ToString(taint.effect)));
+  }
+  Json annotations = Json::object();
+  for (std::string_view key :
+       {kCordonedByAnnotation, kCordonReasonAnnotation, kCordonMessageAnnotation,
+        kCordonedAtAnnotation, kCordonJobAnnotation, kCordonEvidenceAnnotation}) {
+    annotations[std::string(key)] = nullptr;
+  }
+  Json metadata = {{"annotations", std::move(annotations)}};
+  if (!node.resource_version.empty()) metadata["resourceVersion"] = node.resource_version;
+  return Json{{"metadata", std::move(metadata)},
+              {"spec", {{"unschedulable", nullptr}, {"taints", std::move(taints)}}}};
 }
 
 }  // namespace tpujob::policy

@@ -52,6 +52,7 @@
 
 #include "base/clock.h"
 #include "cache/objects.h"
+#include "policy/node_health.h"
 
 namespace tpujob::policy {
 
@@ -137,6 +138,12 @@ class CordonSafety {
   // cordon that did not happen should not delay the next one.
   void ReturnToken();
 
+  // Records request.item failing on request.node at `now` for the circuit breaker, without
+  // deciding anything. A caller holding several findings of one moment (every worker of an
+  // attempt failed the same check) records them all first, so that the breaker sees the whole
+  // pattern before the first of them is decided.
+  void RecordFailure(const CordonRequest& request, TimePoint now);
+
   // Distinct nodes `item` failed on within breaker_window before `now`, as last recorded.
   int FailingNodes(std::string_view item, TimePoint now) const;
 
@@ -171,5 +178,26 @@ class CordonSafety {
 // cache does not keep. Every text is made valid UTF-8 and the message is cut to
 // kMaxCordonMessageBytes; the taint's value is made a valid label value.
 nlohmann::json CordonPatch(const CordonRequest& request, const cache::NodeInfo& node, WallTime now);
+
+// Automatic uncordon (off unless the operator is given a healthy period). A node qualifies when
+// the operator cordoned it (IsCordonedByUs and IsCordonedForFault), it is healthy by
+// EvaluateNode, and it has been healthy for `healthy_period`. "Healthy since" is the latest of:
+// the cordon (kCordonedAtAnnotation), the Ready condition's last transition, and the last
+// transition of every configured hardware condition the node reports. Every one of these lives
+// on the node object, so the wait survives operator restarts.
+struct UncordonDecision {
+  bool uncordon = false;
+  // Not yet: the time left until the node qualifies. Unset when it cannot qualify without a
+  // change to the node (not ours, not healthy), which re-enqueues it anyway.
+  std::optional<Duration> wait;
+  std::string message;  // why, for the log and the node's Event
+};
+UncordonDecision DecideUncordon(const cache::NodeInfo& node, const NodeHealthConfig& health,
+                                Duration healthy_period, WallTime now);
+
+// The JSON merge patch that undoes a cordon: spec.unschedulable false, the node's taints without
+// tpujob.dev/faulty, our annotations removed; with the snapshot's resourceVersion as for
+// CordonPatch.
+nlohmann::json UncordonPatch(const cache::NodeInfo& node);
 
 }  // namespace tpujob::policy

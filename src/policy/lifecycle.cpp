@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "preflight/report.h"
+
 namespace tpujob::policy {
 namespace {
 
@@ -72,9 +74,12 @@ class Decider {
       }
     }
 
+    RecordCordonedNodes();
     for (const cache::PodInfo* stray : in_.strays) {
+      ForceIfLost(*stray);
       Delete(*stray, std::nullopt, "its labels do not identify a replica");
     }
+    for (const ObservedPod& p : in_.pods) ForceIfLost(*p.pod);
 
     if (IsTerminal(s.phase)) {
       StopActivePods("the job has finished");
@@ -147,6 +152,36 @@ class Decider {
  private:
   void Event(bool warning, std::string reason, std::string message) {
     plan_.events.push_back({warning, std::move(reason), Bounded(std::move(message))});
+  }
+
+  void Requeue(Duration after) {
+    if (after < Duration::zero()) after = Duration::zero();
+    if (!plan_.requeue_after || after < *plan_.requeue_after) plan_.requeue_after = after;
+  }
+
+  void RecordCordonedNodes() {
+    std::vector<std::string>& nodes = plan_.status.cordoned_nodes;
+    for (const std::string& node : in_.cordoned_nodes) {
+      if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+    }
+    if (nodes.size() > kMaxCordonedNodes)
+      nodes.erase(nodes.begin(), nodes.end() - kMaxCordonedNodes);
+  }
+
+  // A pod on a lost node (Ready Unknown, or the node deleted) never confirms a graceful delete:
+  // its kubelet is gone. It is deleted gracefully first, as any other, because an unreachable
+  // kubelet may still be running it (a network partition) and two live copies of one worker
+  // must not overlap; once the grace period it was deleted with is over, it is force-deleted.
+  void ForceIfLost(const cache::PodInfo& pod) {
+    if (!in_.node_health || !pod.deleting() || pod.node_name.empty()) return;
+    if (!in_.node_health(pod.node_name.view()).unreachable) return;
+    if (now_ >= *pod.deletion_timestamp) {
+      Delete(pod, 0, "its node is lost and the grace period it was deleted with is over");
+    } else {
+      // Timestamps have whole seconds: come back just after the deadline.
+      Requeue(std::chrono::duration_cast<Duration>(*pod.deletion_timestamp - now_) +
+              std::chrono::milliseconds(200));
+    }
   }
 
   void Delete(const cache::PodInfo& pod, std::optional<int64_t> grace, std::string why) {
@@ -236,7 +271,6 @@ class Decider {
     std::vector<Failure> failures;
     std::vector<PodToCreate> missing;
     int expected = 0, done = 0;
-    const ObservedPod* decider = nullptr;
     bool decider_succeeded = false;
     int workers_succeeded = 0;
     for (ReplicaType type : {ReplicaType::kMaster, ReplicaType::kWorker}) {
@@ -251,7 +285,6 @@ class Decider {
           continue;
         }
         const ObservedPod& p = *it->second;
-        if (is_decider) decider = &p;
         if (p.pod->deleting()) continue;
         Termination t;
         switch (ObservePod(*p.pod, &t)) {
@@ -271,7 +304,6 @@ class Decider {
         }
       }
     }
-    (void)decider;
 
     // 0. Faults of the nodes the pods run on (fault table): maintenance moves the job without
     // using a retry; an unhealthy or lost node is cordoned and the job re-issued.
@@ -279,7 +311,8 @@ class Decider {
       UpdateCounts();
       return;
     }
-    // A failed pre-flight check: the report says which items and whether the node is at fault.
+    // Failed pre-flight checks: the reports say which items and whether the node is at fault.
+    std::vector<std::pair<const ObservedPod*, const Termination*>> preflight;
     for (const Failure& f : failures) {
       if (!f.termination.init_container || f.termination.container != kPreflightContainer) {
         continue;
@@ -288,7 +321,15 @@ class Decider {
           it != s.worker_restarts.end() && it->second.pod_uid == f.pod->pod->uid) {
         continue;
       }
-      PreflightFailed(*f.pod, f.termination);
+      preflight.emplace_back(f.pod, &f.termination);
+    }
+    if (!preflight.empty()) {
+      if (auto wait = PreflightPending(current)) {
+        Requeue(*wait);
+        UpdateCounts();
+        return;
+      }
+      PreflightFailed(preflight);
       UpdateCounts();
       return;
     }
@@ -409,11 +450,11 @@ class Decider {
     }
     if (!unhealthy.empty()) {
       const auto& [culprit, health] = unhealthy.front();
-      std::set<std::string> forced;  // nodes whose kubelet is gone
+      bool lost_any = false;  // a node whose kubelet is gone
       for (const auto& [p, h] : unhealthy) {
         const std::string node(p->pod->node_name.view());
         const bool lost = h.unreachable;
-        if (lost) forced.insert(node);
+        lost_any = lost_any || lost;
         bool listed = false;
         for (const NodeToCordon& c : plan_.cordon) listed = listed || c.node == node;
         if (!listed && spec_->fault_tolerance.cordon_faulty_nodes &&
@@ -426,10 +467,8 @@ class Decider {
       Termination t;
       t.reason = health.reason;
       t.message = health.message;
-      Reissue(*culprit, t,
-              Describe(*culprit) + ": " + health.message + (forced.empty() ? "" : " (lost)"),
-              /*counts=*/true, std::nullopt, forced, "",
-              health.unreachable ? "NodeLost" : "NodeUnhealthy");
+      Reissue(*culprit, t, Describe(*culprit) + ": " + health.message + (lost_any ? " (lost)" : ""),
+              /*counts=*/true, std::nullopt, "", health.unreachable ? "NodeLost" : "NodeUnhealthy");
       return true;
     }
     if (maintenance != nullptr) {
@@ -443,40 +482,87 @@ class Decider {
     return false;
   }
 
-  // The pre-flight init container failed: its report (the termination message) names the
-  // failed items and whether the node or the job's configuration is at fault.
-  void PreflightFailed(const ObservedPod& p, const Termination& t) {
-    std::string items;
-    const Json report = Json::parse(t.message, nullptr, false);
-    if (report.is_object() && report.contains("items") && report["items"].is_array()) {
-      for (const Json& item : report["items"]) {
-        if (!item.is_object() || item.value("verdict", "") != "fail") continue;
+  // When some pods of the attempt failed their pre-flight checks while scheduled peers are still
+  // running theirs, the time left to wait for the peers' verdicts (see kPreflightSettle).
+  std::optional<Duration> PreflightPending(
+      const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) const {
+    const JobStatus& s = plan_.status;
+    if (!s.admitted_at) return std::nullopt;
+    const auto deadline = *s.admitted_at + kPreflightSettle;
+    if (now_ >= deadline) return std::nullopt;
+    for (const auto& [id, p] : current) {
+      const cache::PodInfo& pod = *p->pod;
+      if (pod.deleting() || pod.terminated() || pod.node_name.empty()) continue;
+      const cache::ContainerInfo* init = pod.FindInitContainer(kPreflightContainer);
+      if (init != nullptr && init->state != cache::ContainerState::kTerminated) {
+        return std::chrono::duration_cast<Duration>(deadline - now_);
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Pre-flight init containers failed (one or several pods of the attempt, seen together). Each
+  // report (the termination message) names the failed items and whether the node or the job's
+  // configuration is at fault; the nodes at fault are cordoned (all of them in one plan, so the
+  // circuit breaker sees the whole pattern) and the job is re-issued once.
+  void PreflightFailed(
+      const std::vector<std::pair<const ObservedPod*, const Termination*>>& failed) {
+    std::string nodes_at_fault;
+    std::string all_items;
+    const ObservedPod* culprit = nullptr;
+    Termination shown;
+    std::string culprit_items;
+    bool culprit_node_fault = false;
+    for (const auto& [p, t] : failed) {
+      const std::optional<preflight::Report> report = preflight::ParseReport(t->message);
+      std::string items;
+      for (const preflight::ItemResult& result :
+           report ? report->items : std::vector<preflight::ItemResult>{}) {
+        if (result.passed) continue;
+        const std::string& item = result.item;
         if (!items.empty()) items += ",";
-        items += item.value("item", "?");
+        items += item;
+        if (("," + all_items + ",").find("," + item + ",") == std::string::npos) {
+          all_items += (all_items.empty() ? "" : ",") + item;
+        }
+      }
+      const bool node_fault = t->exit_code && *t->exit_code == preflight::kExitNodeFault;
+      const std::string node(p->pod->node_name.view());
+      if (node_fault && !node.empty()) {
+        nodes_at_fault += (nodes_at_fault.empty() ? "" : ", ") + node;
+        if (spec_->fault_tolerance.cordon_faulty_nodes) {
+          plan_.cordon.push_back(
+              {node, "PreflightFailed",
+               Describe(*p) +
+                   ": pre-flight check failed: " + (items.empty() ? "no readable report" : items) +
+                   " on node " + node + " (the node is at fault)",
+               items, p->pod->uid + "/" + (items.empty() ? "preflight" : items)});
+        }
+      }
+      // The culprit named in faults[]: a node at fault first, then the first failure.
+      if (culprit == nullptr || (node_fault && !culprit_node_fault)) {
+        culprit = p;
+        shown = *t;
+        culprit_items = items;
+        culprit_node_fault = node_fault;
       }
     }
-    const bool node_fault = t.exit_code && *t.exit_code == kPreflightNodeFault;
-    const std::string node(p.pod->node_name.view());
-    Termination shown = t;
-    shown.message = items.empty() ? std::string("no readable report") : "failed: " + items;
-    std::string why = Describe(p) + ": pre-flight check " + shown.message + " on node " +
+    const std::string node(culprit->pod->node_name.view());
+    shown.message =
+        culprit_items.empty() ? std::string("no readable report") : "failed: " + culprit_items;
+    std::string why = Describe(*culprit) + ": pre-flight check " + shown.message + " on node " +
                       (node.empty() ? "<none>" : node);
-    if (node_fault) {
-      why += " (the node is at fault)";
-      if (spec_->fault_tolerance.cordon_faulty_nodes && !node.empty()) {
-        plan_.cordon.push_back({node, "PreflightFailed", why, items,
-                                p.pod->uid + "/" + (items.empty() ? "preflight" : items)});
-      }
-    } else {
-      why += " (the job's configuration is at fault)";
+    if (failed.size() > 1) {
+      why += "; " + std::to_string(failed.size()) + " pods failed pre-flight (" + all_items + ")";
     }
-    Reissue(p, shown, why, /*counts=*/true, std::nullopt, {}, items);
+    why += nodes_at_fault.empty() ? " (the job's configuration is at fault)"
+                                  : " (node at fault: " + nodes_at_fault + ")";
+    Reissue(*culprit, shown, why, /*counts=*/true, std::nullopt, culprit_items);
   }
 
   void Reissue(const ObservedPod& culprit, const Termination& t, const std::string& why,
                bool counts, std::optional<int64_t> grace = std::nullopt,
-               const std::set<std::string>& forced_nodes = {}, const std::string& item = "",
-               const std::string& kind = "") {
+               const std::string& item = "", const std::string& kind = "") {
     JobStatus& s = plan_.status;
     const int32_t max_retries = spec_->fault_tolerance.max_job_retries;
     if (counts && s.job_retries >= max_retries) {
@@ -510,10 +596,8 @@ class Decider {
                       : " (a disruption: no retry used)"));
     for (const ObservedPod& p : in_.pods) {
       if (p.pod->deleting()) continue;
-      // Pods on a node whose kubelet is gone never confirm a graceful delete: force them.
-      const bool force = forced_nodes.contains(std::string(p.pod->node_name.view()));
-      Delete(*p.pod, force ? std::optional<int64_t>(0) : grace,
-             force ? "the job is re-issued; its node is lost" : "the job is re-issued");
+      // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).
+      Delete(*p.pod, grace, "the job is re-issued");
     }
   }
 

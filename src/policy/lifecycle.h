@@ -29,6 +29,7 @@
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
 #include "policy/node_health.h"
+#include "preflight/report.h"
 
 namespace tpujob::policy {
 
@@ -54,7 +55,19 @@ struct LifecycleInput {
   bool admit = true;
   std::string not_admitted_reason = "Queued";
   std::string not_admitted_message = "waiting for capacity";
+  // Nodes the cache shows cordoned by the operator on this job's evidence; merged into
+  // status.cordonedNodes (which keeps them after they are uncordoned: it is the job's record).
+  std::vector<std::string> cordoned_nodes;
 };
+
+// How long the pods of an attempt may take to finish their pre-flight checks once one of them
+// failed, counted from the attempt's admission. A failure is acted on when every scheduled peer
+// has a verdict or this has passed: the same item failing on many nodes at once is a
+// configuration problem (the circuit breaker sees all of them together), not faulty hardware.
+inline constexpr Duration kPreflightSettle = std::chrono::minutes(3);
+
+// status.cordonedNodes keeps at most this many names.
+inline constexpr size_t kMaxCordonedNodes = 64;
 
 struct PodToCreate {
   ReplicaType type = ReplicaType::kWorker;
@@ -92,6 +105,9 @@ struct Plan {
   std::vector<PodToDelete> remove;
   std::vector<EventToRecord> events;
   std::vector<NodeToCordon> cordon;
+  // Decide again after this long even if nothing changes (a pre-flight verdict still awaited,
+  // a lost node's pod whose grace period runs out).
+  std::optional<Duration> requeue_after;
 };
 
 Plan Decide(const LifecycleInput& input);
@@ -109,8 +125,8 @@ PodState ObservePod(const cache::PodInfo& pod, Termination* termination);
 
 // The pre-flight init container's name, and its exit codes (see docs/preflight.md).
 inline constexpr std::string_view kPreflightContainer = "preflight";
-inline constexpr int32_t kPreflightNodeFault = 10;
-inline constexpr int32_t kPreflightConfigFault = 11;
+inline constexpr int32_t kPreflightNodeFault = preflight::kExitNodeFault;
+inline constexpr int32_t kPreflightConfigFault = preflight::kExitConfigFault;
 
 // "Worker-3": the key of workerRestarts and of log lines.
 std::string ReplicaKey(ReplicaType type, int32_t index);

@@ -424,5 +424,103 @@ TEST(CordonPatchTest, BoundsTextsAndMakesTheTaintValueALabelValue) {
             std::string(63, 'R'));
 }
 
+// --- Automatic uncordon ----------------------------------------------------------------------
+
+WallTime T(int64_t seconds) { return WallTime{} + std::chrono::seconds(1'700'000'000 + seconds); }
+
+cache::NodeCondition Condition(std::string_view type, cache::ConditionStatus status,
+                               WallTime since) {
+  cache::NodeCondition c;
+  c.type = InternedString::Intern(type);
+  c.status = status;
+  c.last_transition_time = since;
+  return c;
+}
+
+NodeInfo CordonedAt(WallTime at, WallTime ready_since) {
+  NodeInfo node = CordonedNode("n1", "e1");
+  node.annotations.Set(kCordonedAtAnnotation, cache::FormatRfc3339(at));
+  node.conditions.push_back(Condition("Ready", cache::ConditionStatus::kTrue, ready_since));
+  return node;
+}
+
+TEST(UncordonTest, WaitsForTheHealthyPeriodFromTheLatestTimestamp) {
+  const NodeHealthConfig health;
+  const auto period = std::chrono::seconds(600);
+  // Cordoned at 100, Ready since long before: healthy since the cordon.
+  NodeInfo node = CordonedAt(T(100), T(0));
+  UncordonDecision d = DecideUncordon(node, health, period, T(400));
+  EXPECT_FALSE(d.uncordon);
+  ASSERT_TRUE(d.wait.has_value());
+  EXPECT_EQ(*d.wait, std::chrono::seconds(300));
+  EXPECT_TRUE(DecideUncordon(node, health, period, T(700)).uncordon);
+
+  // The hardware condition cleared at 500: the period counts from then.
+  node.conditions.push_back(Condition("TPUUnhealthy", cache::ConditionStatus::kFalse, T(500)));
+  d = DecideUncordon(node, health, period, T(700));
+  EXPECT_FALSE(d.uncordon);
+  ASSERT_TRUE(d.wait.has_value());
+  EXPECT_EQ(*d.wait, std::chrono::seconds(400));
+  d = DecideUncordon(node, health, period, T(1100));
+  EXPECT_TRUE(d.uncordon);
+  EXPECT_NE(d.message.find("TPUUnhealthy last changed"), std::string::npos) << d.message;
+
+  // Ready flapped at 1000.
+  node.conditions[0].last_transition_time = T(1000);
+  EXPECT_FALSE(DecideUncordon(node, health, period, T(1100)).uncordon);
+}
+
+TEST(UncordonTest, NeverWhileUnhealthyOrNotOurs) {
+  const NodeHealthConfig health;
+  NodeInfo sick = CordonedAt(T(0), T(0));
+  sick.conditions.push_back(Condition("TPUUnhealthy", cache::ConditionStatus::kTrue, T(0)));
+  UncordonDecision d = DecideUncordon(sick, health, std::chrono::seconds(1), T(100000));
+  EXPECT_FALSE(d.uncordon);
+  EXPECT_FALSE(d.wait.has_value());
+
+  NodeInfo maintenance = CordonedAt(T(0), T(0));
+  maintenance.taints.push_back(
+      MakeTaint("cloud.google.com/impending-node-termination", "", TaintEffect::kNoSchedule));
+  EXPECT_FALSE(DecideUncordon(maintenance, health, std::chrono::seconds(1), T(100000)).uncordon);
+
+  NodeInfo by_person = Node("n2");  // unschedulable without our annotations
+  by_person.unschedulable = true;
+  by_person.taints.push_back(MakeTaint(kFaultyTaint, "x", TaintEffect::kNoSchedule));
+  EXPECT_FALSE(DecideUncordon(by_person, health, std::chrono::seconds(1), T(100000)).uncordon);
+
+  NodeInfo no_taint = CordonedAt(T(0), T(0));  // ours, but a person removed the taint
+  no_taint.taints.clear();
+  EXPECT_FALSE(DecideUncordon(no_taint, health, std::chrono::seconds(1), T(100000)).uncordon);
+}
+
+TEST(UncordonTest, PatchRemovesOurTaintAndAnnotationsOnly) {
+  NodeInfo node = CordonedAt(T(0), T(0));
+  node.taints.insert(node.taints.begin(),
+                     MakeTaint("google.com/tpu", "present", TaintEffect::kNoSchedule));
+  const nlohmann::json patch = UncordonPatch(node);
+  EXPECT_EQ(patch["metadata"]["resourceVersion"], "7");
+  EXPECT_TRUE(patch["spec"]["unschedulable"].is_null());
+  ASSERT_EQ(patch["spec"]["taints"].size(), 1u);
+  EXPECT_EQ(patch["spec"]["taints"][0]["key"], "google.com/tpu");
+  for (std::string_view key : {kCordonedByAnnotation, kCordonEvidenceAnnotation,
+                               kCordonJobAnnotation, kCordonedAtAnnotation}) {
+    ASSERT_TRUE(patch["metadata"]["annotations"].contains(std::string(key))) << key;
+    EXPECT_TRUE(patch["metadata"]["annotations"][std::string(key)].is_null()) << key;
+  }
+}
+
+TEST_F(CordonSafetyTest, RecordedFailuresTripTheBreakerForTheFirstDecision) {
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 3;
+  CordonSafety safety(policy);
+  for (const char* node : {"n1", "n2", "n3"}) safety.RecordFailure(Request(node, "dns"), now_);
+  const NodeInfo node = Node("n1");
+  EXPECT_EQ(safety.Decide(Request("n1", "dns"), &node, 0, kManyNodes, now_),
+            CordonVerdict::kSystemic);
+  // Other items are not affected.
+  EXPECT_EQ(safety.Decide(Request("n1", "ulimit"), &node, 0, kManyNodes, now_),
+            CordonVerdict::kCordon);
+}
+
 }  // namespace
 }  // namespace tpujob::policy

@@ -256,6 +256,11 @@ class PodSim {
     std::erase_if(pods_, [](const SimPod& p) { return p.pod.deleting(); });
   }
 
+  // As FinishDeletions, except for the pod with `uid` (its kubelet is gone).
+  void FinishDeletionsExcept(const std::string& uid) {
+    std::erase_if(pods_, [&](const SimPod& p) { return p.pod.deleting() && p.pod.uid != uid; });
+  }
+
   // The newest pod of a replica.
   cache::PodInfo& Pod(ReplicaType type, int32_t index) {
     for (auto it = pods_.rbegin(); it != pods_.rend(); ++it) {

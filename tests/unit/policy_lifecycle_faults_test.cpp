@@ -1,0 +1,271 @@
+// The fault table rows of Decide() (DESIGN.md section 4): node health, maintenance, lost nodes
+// and pre-flight failures, with node health supplied as the reconciler supplies it.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "policy/lifecycle.h"
+#include "policy_fixtures.h"
+#include "preflight/report.h"
+
+namespace tpujob::policy {
+namespace {
+
+using namespace fixtures;
+constexpr ReplicaType kWorker = ReplicaType::kWorker;
+
+// Node health by name; nodes not listed are healthy.
+class Nodes {
+ public:
+  void Set(const std::string& node, NodeVerdict verdict, std::string reason,
+           bool unreachable = false) {
+    health_[node] = NodeHealth{verdict, reason, "node " + node + ": " + reason, unreachable};
+  }
+  std::function<NodeHealth(std::string_view)> Fn() const {
+    return [health = health_](std::string_view node) {
+      auto it = health.find(std::string(node));
+      return it == health.end() ? NodeHealth{} : it->second;
+    };
+  }
+
+ private:
+  std::map<std::string, NodeHealth> health_;
+};
+
+// Decides with node health (and the cordoned nodes the cache shows), applies the plan.
+Plan StepWith(PodSim& sim, const Nodes& nodes, std::vector<std::string> cordoned = {}) {
+  LifecycleInput in = sim.Input();
+  in.node_health = nodes.Fn();
+  in.cordoned_nodes = std::move(cordoned);
+  Plan plan = Decide(in);
+  sim.Apply(plan);
+  return plan;
+}
+
+void StartJobWithPods(PodSim& sim) {
+  ASSERT_EQ(sim.Step().status.phase, Phase::kQueued);
+  ASSERT_EQ(sim.Step().status.phase, Phase::kStarting);
+}
+
+void RunJob(PodSim& sim) {
+  StartJobWithPods(sim);
+  sim.AllReady();
+  ASSERT_EQ(sim.Step().status.phase, Phase::kRunning);
+}
+
+const PodToDelete* Removal(const Plan& plan, const std::string& name) {
+  for (const PodToDelete& d : plan.remove) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+std::string PreflightReport(const std::string& node, const std::string& item,
+                            preflight::Fault fault) {
+  preflight::ItemResult result;
+  result.item = item;
+  result.passed = false;
+  result.fault = fault;
+  result.message = item + " failed";
+  return preflight::SerializeReport(preflight::MakeReport(node, {result}));
+}
+
+// The pre-flight init container of `pod` exited with `code` and `report`.
+void FailPreflight(cache::PodInfo& pod, int32_t code, std::string report) {
+  pod.phase = cache::PodPhase::kFailed;
+  pod.ready = false;
+  cache::ContainerInfo init;
+  init.name = cache::InternedString::Intern(kPreflightContainer);
+  init.state = cache::ContainerState::kTerminated;
+  init.exit_code = code;
+  init.reason = cache::InternedString::Intern("Error");
+  init.message = std::move(report);
+  pod.init_containers = {init};
+  for (auto& c : pod.containers) c.state = cache::ContainerState::kWaiting;
+}
+
+// The pod is scheduled and its pre-flight init container is still running.
+void PreflightRunning(cache::PodInfo& pod) {
+  pod.phase = cache::PodPhase::kPending;
+  pod.ready = false;
+  cache::ContainerInfo init;
+  init.name = cache::InternedString::Intern(kPreflightContainer);
+  init.state = cache::ContainerState::kRunning;
+  pod.init_containers = {init};
+}
+
+PodSim RetryingJob(int workers = 2) {
+  Json spec = SpecJson(workers);
+  spec["faultTolerance"] = {{"maxJobRetries", 2}};
+  return PodSim(spec);
+}
+
+TEST(PolicyNodeFaultsTest, MaintenanceReissuesWithTheGracePeriodAndUsesNoRetry) {
+  Json spec = SpecJson(2);
+  spec["faultTolerance"] = {{"maxJobRetries", 1}, {"maintenanceGracePeriodSeconds", 120}};
+  PodSim sim(spec);
+  RunJob(sim);
+  Nodes nodes;
+  nodes.Set("node-1", NodeVerdict::kMaintenance, "Maintenance");
+  const Plan plan = StepWith(sim, nodes);
+  EXPECT_EQ(plan.status.attempt, 2);
+  EXPECT_EQ(plan.status.job_retries, 0);
+  EXPECT_TRUE(plan.cordon.empty());
+  ASSERT_EQ(plan.remove.size(), 2u);
+  for (const PodToDelete& d : plan.remove) EXPECT_EQ(d.grace_period_seconds, 120) << d.name;
+  ASSERT_FALSE(plan.status.faults.empty());
+  EXPECT_EQ(plan.status.faults.back().kind, "Maintenance");
+}
+
+TEST(PolicyNodeFaultsTest, UnhealthyNodeIsCordonedAndCountsAgainstRetries) {
+  PodSim sim = RetryingJob();
+  RunJob(sim);
+  Nodes nodes;
+  nodes.Set("node-0", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  const Plan plan = StepWith(sim, nodes);
+  EXPECT_EQ(plan.status.attempt, 2);
+  EXPECT_EQ(plan.status.job_retries, 1);
+  ASSERT_EQ(plan.cordon.size(), 1u);
+  EXPECT_EQ(plan.cordon[0].node, "node-0");
+  EXPECT_EQ(plan.cordon[0].reason, "NodeUnhealthy");
+  EXPECT_EQ(plan.status.faults.back().kind, "NodeUnhealthy");
+  for (const PodToDelete& d : plan.remove) EXPECT_FALSE(d.grace_period_seconds) << d.name;
+}
+
+TEST(PolicyNodeFaultsTest, LostNodePodsAreDeletedGracefullyThenForcedPastTheirGrace) {
+  PodSim sim = RetryingJob();
+  RunJob(sim);
+  Nodes nodes;
+  nodes.Set("node-1", NodeVerdict::kUnhealthy, "NodeUnreachable", /*unreachable=*/true);
+  Plan plan = StepWith(sim, nodes);
+  EXPECT_EQ(plan.status.attempt, 2);
+  ASSERT_EQ(plan.cordon.size(), 1u);
+  EXPECT_EQ(plan.cordon[0].reason, "NodeLost");
+  EXPECT_EQ(plan.status.faults.back().kind, "NodeLost");
+  // First a graceful delete, like any other: a partitioned kubelet may still run the worker.
+  const PodToDelete* lost = Removal(plan, PodName(kWorker, 1));
+  ASSERT_NE(lost, nullptr);
+  EXPECT_FALSE(lost->grace_period_seconds);
+
+  // The API server sets deletionTimestamp to the end of the grace period (30 s by default).
+  cache::PodInfo& pod = sim.Worker(1);
+  pod.deletion_timestamp = sim.now() + std::chrono::seconds(30);
+  sim.FinishDeletionsExcept(pod.uid);
+  plan = StepWith(sim, nodes);
+  EXPECT_EQ(Removal(plan, pod.name), nullptr) << "forced before its grace period ended";
+  ASSERT_TRUE(plan.requeue_after.has_value());
+  EXPECT_GT(*plan.requeue_after, std::chrono::seconds(25));
+  EXPECT_LE(*plan.requeue_after, std::chrono::seconds(31));
+  EXPECT_TRUE(plan.create.empty()) << "the next attempt started while a pod of the last is left";
+
+  sim.Advance(std::chrono::seconds(30));
+  plan = StepWith(sim, nodes);
+  const PodToDelete* forced = Removal(plan, pod.name);
+  ASSERT_NE(forced, nullptr);
+  EXPECT_EQ(forced->grace_period_seconds, 0);
+  EXPECT_EQ(forced->uid, pod.uid);
+}
+
+TEST(PolicyNodeFaultsTest, ReachableNotReadyNodeIsNeverForced) {
+  PodSim sim = RetryingJob();
+  RunJob(sim);
+  Nodes nodes;
+  nodes.Set("node-1", NodeVerdict::kUnhealthy, "NodeNotReady", /*unreachable=*/false);
+  StepWith(sim, nodes);
+  cache::PodInfo& pod = sim.Worker(1);
+  pod.deletion_timestamp = sim.now();
+  sim.Advance(std::chrono::seconds(600));
+  const Plan plan = StepWith(sim, nodes);
+  EXPECT_EQ(Removal(plan, pod.name), nullptr);
+}
+
+TEST(PolicyNodeFaultsTest, PreflightNodeFaultCordonsAndConfigFaultDoesNot) {
+  for (const bool node_fault : {true, false}) {
+    SCOPED_TRACE(node_fault ? "node fault" : "config fault");
+    PodSim sim = RetryingJob();
+    StartJobWithPods(sim);
+    FailPreflight(
+        sim.Worker(1), node_fault ? kPreflightNodeFault : kPreflightConfigFault,
+        PreflightReport("node-1", node_fault ? "accelerator" : "disk-size cache",
+                        node_fault ? preflight::Fault::kNode : preflight::Fault::kConfig));
+    sim.Worker(0).init_containers = {};  // passed: no pre-flight status left to wait for
+    const Plan plan = StepWith(sim, Nodes{});
+    EXPECT_EQ(plan.status.attempt, 2);
+    EXPECT_EQ(plan.status.job_retries, 1);
+    ASSERT_FALSE(plan.status.faults.empty());
+    EXPECT_EQ(plan.status.faults.back().kind, "PreflightFailed");
+    EXPECT_EQ(plan.status.faults.back().item, node_fault ? "accelerator" : "disk-size cache");
+    const EventToRecord* reissued = FindEvent(plan, "Reissued");
+    ASSERT_NE(reissued, nullptr);
+    if (node_fault) {
+      ASSERT_EQ(plan.cordon.size(), 1u);
+      EXPECT_EQ(plan.cordon[0].node, "node-1");
+      EXPECT_EQ(plan.cordon[0].item, "accelerator");
+      EXPECT_NE(reissued->message.find("node at fault: node-1"), std::string::npos)
+          << reissued->message;
+    } else {
+      EXPECT_TRUE(plan.cordon.empty());
+      EXPECT_NE(reissued->message.find("configuration is at fault"), std::string::npos)
+          << reissued->message;
+    }
+  }
+}
+
+TEST(PolicyNodeFaultsTest, PreflightWaitsForPeersThenCordonsAllNodesInOnePlan) {
+  PodSim sim = RetryingJob(3);
+  StartJobWithPods(sim);
+  FailPreflight(sim.Worker(0), kPreflightNodeFault,
+                PreflightReport("node-0", "dns", preflight::Fault::kNode));
+  PreflightRunning(sim.Worker(1));
+  PreflightRunning(sim.Worker(2));
+  Plan plan = StepWith(sim, Nodes{});
+  EXPECT_EQ(plan.status.attempt, 1) << "acted before the peers' verdicts";
+  EXPECT_TRUE(plan.cordon.empty());
+  EXPECT_TRUE(plan.remove.empty());
+  ASSERT_TRUE(plan.requeue_after.has_value());
+  EXPECT_LE(*plan.requeue_after, kPreflightSettle);
+
+  FailPreflight(sim.Worker(1), kPreflightNodeFault,
+                PreflightReport("node-1", "dns", preflight::Fault::kNode));
+  FailPreflight(sim.Worker(2), kPreflightNodeFault,
+                PreflightReport("node-2", "dns", preflight::Fault::kNode));
+  plan = StepWith(sim, Nodes{});
+  EXPECT_EQ(plan.status.attempt, 2);
+  EXPECT_EQ(plan.status.job_retries, 1) << "one re-issue for the whole attempt";
+  ASSERT_EQ(plan.cordon.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(plan.cordon[i].node, "node-" + std::to_string(i));
+    EXPECT_EQ(plan.cordon[i].item, "dns");
+  }
+}
+
+TEST(PolicyNodeFaultsTest, PreflightStopsWaitingForPeersAfterTheSettleTime) {
+  PodSim sim = RetryingJob(2);
+  StartJobWithPods(sim);
+  FailPreflight(sim.Worker(0), kPreflightNodeFault,
+                PreflightReport("node-0", "accelerator", preflight::Fault::kNode));
+  PreflightRunning(sim.Worker(1));
+  EXPECT_EQ(StepWith(sim, Nodes{}).status.attempt, 1);
+  sim.Advance(std::chrono::duration_cast<std::chrono::seconds>(kPreflightSettle));
+  const Plan plan = StepWith(sim, Nodes{});
+  EXPECT_EQ(plan.status.attempt, 2);
+  ASSERT_EQ(plan.cordon.size(), 1u);
+  EXPECT_EQ(plan.cordon[0].node, "node-0");
+}
+
+TEST(PolicyNodeFaultsTest, CordonedNodesAreRecordedInTheStatusAndKept) {
+  PodSim sim = RetryingJob();
+  RunJob(sim);
+  Plan plan = StepWith(sim, Nodes{}, {"node-9", "node-3"});
+  EXPECT_EQ(plan.status.cordoned_nodes, (std::vector<std::string>{"node-9", "node-3"}));
+  EXPECT_EQ(plan.status.ToJson()["cordonedNodes"], Json::parse(R"(["node-9","node-3"])"));
+  // Uncordoned since: the job's record keeps them; a new one is appended once.
+  plan = StepWith(sim, Nodes{}, {"node-4", "node-3"});
+  EXPECT_EQ(plan.status.cordoned_nodes, (std::vector<std::string>{"node-9", "node-3", "node-4"}));
+  plan = StepWith(sim, Nodes{}, {"node-4"});
+  EXPECT_TRUE(plan.events.empty());
+  EXPECT_EQ(plan.status.cordoned_nodes.size(), 3u);
+}
+
+}  // namespace
+}  // namespace tpujob::policy
