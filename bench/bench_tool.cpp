@@ -4,18 +4,30 @@
 //     creates N pods labelled as J TPUJobs' workers, bound round-robin to the KWOK nodes
 //     bench-node-0..M-1, with 16 threads and no client-side rate limit, and prints the rate.
 //   tpujob-bench create-nodes --kubeconfig K --count M
+//     creates M KWOK-managed fake TPU nodes.
 //   tpujob-bench gang --kubeconfig K --namespace NS --name J --workers W --topology T [--finish]
 //     creates a TPUJob of W workers and reports the time until the operator created all its
 //     pods (seen through a watch opened before the create); with --finish it then drives the
 //     job to success (worker 0 exits 0), waits for Succeeded, deletes it and waits until its
 //     pods are gone: one job's whole life
-//     creates M KWOK-managed fake TPU nodes.
+//   tpujob-bench fault-latency --kubeconfig K --namespace NS --faults F [--workers W]
+//     creates F + 4W fake TPU nodes of an accelerator of their own, then F times: runs a
+//     W-worker TPUJob until Running, writes the hardware condition TPUUnhealthy=True on worker
+//     0's node and times, through watches opened beforehand, how long until that node is
+//     cordoned and every pod of the job is being deleted; prints p50/p90/p99/max of both and
+//     of each, then deletes what it created.
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -59,12 +71,13 @@ double MsSince(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Polls `condition` every 10 ms for up to `seconds`.
-bool WaitFor(const std::function<bool()>& condition, int seconds) {
+// Polls `condition` every `interval` for up to `seconds`.
+bool WaitFor(const std::function<bool()>& condition, int seconds,
+             std::chrono::milliseconds interval = std::chrono::milliseconds(10)) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(interval);
   }
   return false;
 }
@@ -177,6 +190,394 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
   return gone ? 0 : 1;
 }
 
+// Follows one watch on a thread of its own and hands every event to `on_event` together with
+// the moment it arrived. A watch that breaks or ends is opened again from the last
+// resourceVersion seen (relisting after 410 Gone), so no event is lost; `reopened()` counts
+// those reconnections.
+class Follower {
+ public:
+  using Handler =
+      std::function<void(const tpujob::kube::WatchEvent&, std::chrono::steady_clock::time_point)>;
+
+  Follower(tpujob::kube::Client& client, Resource resource, std::string ns, std::string selector,
+           Handler on_event)
+      : client_(client),
+        resource_(std::move(resource)),
+        ns_(std::move(ns)),
+        selector_(std::move(selector)),
+        on_event_(std::move(on_event)) {}
+  ~Follower() { Stop(); }
+
+  // Lists once (for the resourceVersion to watch from) and starts following.
+  bool Start() {
+    if (!Relist()) return false;
+    thread_ = std::thread([this] { Run(); });
+    return true;
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      if (stream_ != nullptr) stream_->Cancel();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  int reopened() const { return reopened_; }
+
+ private:
+  bool Relist() {
+    tpujob::kube::ListOptions options;
+    options.label_selector = selector_;
+    auto listed = client_.List(resource_, ns_, options);
+    if (!listed) {
+      std::fprintf(stderr, "error: %s\n", listed.error().ToString().c_str());
+      return false;
+    }
+    resource_version_ = listed->value("/metadata/resourceVersion"_json_pointer, "");
+    return true;
+  }
+
+  void Run() {
+    bool first = true;
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+      }
+      if (!first) {
+        ++reopened_;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      first = false;
+      tpujob::kube::WatchOptions options;
+      options.label_selector = selector_;
+      options.resource_version = resource_version_;
+      auto watch = client_.Watch(resource_, ns_, options);
+      if (!watch) {
+        if (watch.error().IsGone()) Relist();
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        stream_ = watch->get();
+      }
+      while (true) {
+        auto event = (*watch)->Next();
+        const auto at = std::chrono::steady_clock::now();
+        if (!event || !*event) break;
+        if ((*event)->type == tpujob::kube::WatchEventType::kError) {
+          if ((*event)->error.IsGone()) Relist();
+          break;
+        }
+        const std::string version =
+            (*event)->object.value("/metadata/resourceVersion"_json_pointer, "");
+        if (!version.empty()) resource_version_ = version;
+        if ((*event)->type != tpujob::kube::WatchEventType::kBookmark) on_event_(**event, at);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      stream_ = nullptr;
+    }
+  }
+
+  tpujob::kube::Client& client_;
+  const Resource resource_;
+  const std::string ns_;
+  const std::string selector_;
+  const Handler on_event_;
+  std::string resource_version_;  // only the watch thread touches it once started
+  std::atomic<int> reopened_{0};
+  std::mutex mu_;
+  bool stopping_ = false;
+  tpujob::kube::WatchStream* stream_ = nullptr;  // the open watch, to cancel it
+  std::thread thread_;
+};
+
+// What one injected fault is waiting for, filled in by the watch threads.
+struct FaultProbe {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::string node;            // the node the condition was written on
+  std::set<std::string> pods;  // uids of the job's pods not yet seen being deleted
+  std::optional<std::chrono::steady_clock::time_point> cordoned;  // node seen unschedulable
+  std::optional<std::chrono::steady_clock::time_point> deleted;   // last of `pods` seen going
+
+  bool Done() const { return cordoned && deleted; }
+};
+
+// "2025-01-02T03:04:05Z": now, as the API's date-time fields want it.
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// Nearest-rank percentile of sorted `values` (p in (0, 100]).
+double Percentile(const std::vector<double>& sorted, double p) {
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100 * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+void PrintLatencies(const char* label, std::vector<double> ms) {
+  if (ms.empty()) {
+    std::printf("  %-22s no samples\n", label);
+    return;
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("  %-22s n=%zu  p50 %.0f ms  p90 %.0f ms  p99 %.0f ms  max %.0f ms\n", label,
+              ms.size(), Percentile(ms, 50), Percentile(ms, 90), Percentile(ms, 99), ms.back());
+}
+
+int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
+                 int faults, int workers, const std::string& condition, int timeout_seconds) {
+  auto client = Connect(kubeconfig);
+  const std::string accelerator = "tpu-" + prefix;
+  const std::string topology = "2x" + std::to_string(2 * workers);  // 4 chips per worker
+  const std::string node_label = "tpujob.dev/bench-nodes";
+  const int node_count = faults + 4 * workers;  // one node cordoned per fault, plus room
+
+  // Fresh nodes of an accelerator no other job asks for, tainted as GKE taints TPU nodes.
+  const int node_failures = Parallel(node_count, 4, [&](int i) {
+    Json node = {
+        {"apiVersion", "v1"},
+        {"kind", "Node"},
+        {"metadata",
+         {{"name", prefix + "-node-" + std::to_string(i)},
+          {"annotations", {{"kwok.x-k8s.io/node", "fake"}}},
+          {"labels",
+           {{"type", "kwok"},
+            {node_label, prefix},
+            {"cloud.google.com/gke-tpu-accelerator", accelerator},
+            {"cloud.google.com/gke-tpu-topology", topology},
+            {"cloud.google.com/gke-nodepool", prefix}}}}},
+        {"spec",
+         {{"taints",
+           Json::array(
+               {{{"key", "google.com/tpu"}, {"value", "present"}, {"effect", "NoSchedule"}}})}}},
+        {"status",
+         {{"allocatable",
+           {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}, {"google.com/tpu", "4"}}},
+          {"capacity",
+           {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}, {"google.com/tpu", "4"}}}}}};
+    auto created = client->Create(Resource::Nodes(), "", node);
+    return created.has_value() || created.error().IsAlreadyExists();
+  });
+  const auto delete_nodes = [&] {
+    Parallel(node_count, 4, [&](int i) {
+      auto deleted = client->Delete(Resource::Nodes(), "", prefix + "-node-" + std::to_string(i));
+      return deleted.has_value() || deleted.error().IsNotFound();
+    });
+  };
+  if (node_failures > 0) {
+    std::fprintf(stderr, "error: %d of %d nodes not created\n", node_failures, node_count);
+    delete_nodes();
+    return 1;
+  }
+  tpujob::kube::ListOptions by_nodes;
+  by_nodes.label_selector = node_label + "=" + prefix;
+  const bool ready = WaitFor(
+      [&] {
+        auto nodes = client->List(Resource::Nodes(), "", by_nodes);
+        if (!nodes) return false;
+        int count = 0;
+        for (const auto& node : (*nodes)["items"]) {
+          for (const auto& c : node.value("/status/conditions"_json_pointer, Json::array())) {
+            count += c.value("type", "") == "Ready" && c.value("status", "") == "True";
+          }
+        }
+        return count >= node_count;
+      },
+      60, std::chrono::milliseconds(200));
+  if (!ready) {
+    std::fprintf(stderr, "error: the %d nodes did not all become Ready\n", node_count);
+    delete_nodes();
+    return 1;
+  }
+
+  // Both watches run for the whole benchmark, so each is open long before its fault.
+  FaultProbe probe;
+  Follower node_watch(
+      *client, Resource::Nodes(), "", by_nodes.label_selector,
+      [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
+        std::lock_guard<std::mutex> lock(probe.mu);
+        if (probe.cordoned || probe.node.empty() ||
+            event.object.value("/metadata/name"_json_pointer, "") != probe.node ||
+            !event.object.value("/spec/unschedulable"_json_pointer, false)) {
+          return;
+        }
+        probe.cordoned = at;
+        probe.changed.notify_all();
+      });
+  Follower pod_watch(
+      *client, Resource::Pods(), ns, "tpujob.dev/job-name",
+      [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
+        std::lock_guard<std::mutex> lock(probe.mu);
+        const bool going = event.type == tpujob::kube::WatchEventType::kDeleted ||
+                           event.object.contains("/metadata/deletionTimestamp"_json_pointer);
+        if (!going || probe.pods.erase(event.object.value("/metadata/uid"_json_pointer, "")) == 0) {
+          return;
+        }
+        if (probe.pods.empty()) {
+          probe.deleted = at;
+          probe.changed.notify_all();
+        }
+      });
+  if (!node_watch.Start() || !pod_watch.Start()) {
+    delete_nodes();
+    return 1;
+  }
+
+  Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
+  std::vector<double> total_ms, cordon_ms, delete_ms;
+  int failures = 0;
+  // Deletes the job and waits until it and its pods are gone.
+  const auto remove_job = [&](const std::string& name) {
+    tpujob::kube::DeleteOptions foreground;
+    foreground.propagation_policy = "Foreground";
+    client->Delete(Resource::TPUJobs(), ns, name, foreground);
+    tpujob::kube::ListOptions by_job;
+    by_job.label_selector = "tpujob.dev/job-name=" + name;
+    const bool gone = WaitFor(
+        [&] {
+          auto pods = client->List(Resource::Pods(), ns, by_job);
+          return pods && (*pods)["items"].empty() && !client->Get(Resource::TPUJobs(), ns, name);
+        },
+        120, std::chrono::milliseconds(50));
+    if (!gone) {
+      std::fprintf(stderr, "error: %s and its pods not gone 120 s after its deletion\n",
+                   name.c_str());
+    }
+    return gone;
+  };
+  const auto bench_start = std::chrono::steady_clock::now();
+  for (int fault = 0; fault < faults; ++fault) {
+    const std::string name = prefix + "-" + std::to_string(fault);
+    tpujob::kube::ListOptions by_job;
+    by_job.label_selector = "tpujob.dev/job-name=" + name;
+    Json job = {
+        {"apiVersion", "tpujob.dev/v1alpha1"},
+        {"kind", "TPUJob"},
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"tpu", {{"accelerator", accelerator}, {"topology", topology}, {"chipsPerWorker", 4}}},
+          {"faultTolerance", {{"maxJobRetries", 1}}},
+          {"replicaSpecs",
+           {{"Worker",
+             {{"replicas", workers},
+              {"template", {{"spec", {{"containers", Json::array({container})}}}}}}}}}}}};
+    auto created = client->Create(Resource::TPUJobs(), ns, job);
+    if (!created) {
+      std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+      ++failures;
+      break;
+    }
+    const bool running = WaitFor(
+        [&] {
+          auto got = client->Get(Resource::TPUJobs(), ns, name);
+          return got && got->value("/status/phase"_json_pointer, "") == "Running";
+        },
+        120, std::chrono::milliseconds(50));
+    // The pods the fault must remove, and worker 0's node.
+    std::set<std::string> uids;
+    std::string node;
+    if (auto pods = client->List(Resource::Pods(), ns, by_job); running && pods) {
+      for (const auto& pod : (*pods)["items"]) {
+        if (pod.contains("/metadata/deletionTimestamp"_json_pointer)) continue;
+        uids.insert(pod.value("/metadata/uid"_json_pointer, ""));
+        if (pod.value("/metadata/name"_json_pointer, "") == name + "-worker-0") {
+          node = pod.value("/spec/nodeName"_json_pointer, "");
+        }
+      }
+    }
+    if (!running || node.empty() || static_cast<int>(uids.size()) != workers) {
+      std::fprintf(stderr, "error: %s never Running with %d pods (node of worker 0: \"%s\")\n",
+                   name.c_str(), workers, node.c_str());
+      ++failures;
+      remove_job(name);
+      break;
+    }
+
+    {
+      std::lock_guard<std::mutex> lock(probe.mu);
+      probe.node = node;
+      probe.pods = uids;
+      probe.cordoned.reset();
+      probe.deleted.reset();
+    }
+    // As node-problem-detector reports it: a strategic merge on the status subresource,
+    // which merges conditions by type and leaves the ones KWOK keeps alone.
+    const std::string now = UtcNow();
+    Json patch = {{"status",
+                   {{"conditions", Json::array({{{"type", condition},
+                                                 {"status", "True"},
+                                                 {"reason", "ChipError"},
+                                                 {"message", "injected by tpujob-bench"},
+                                                 {"lastHeartbeatTime", now},
+                                                 {"lastTransitionTime", now}}})}}}};
+    tpujob::kube::PatchOptions status_options;
+    status_options.subresource = "status";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto written = client->Patch(Resource::Nodes(), "", node,
+                                 tpujob::kube::PatchType::kStrategicMerge, patch, status_options);
+    if (!written) {
+      std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
+      ++failures;
+      remove_job(name);
+      break;
+    }
+    {
+      std::unique_lock<std::mutex> lock(probe.mu);
+      probe.changed.wait_for(lock, std::chrono::seconds(timeout_seconds),
+                             [&] { return probe.Done(); });
+      const auto ms = [&](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(t - t0).count();
+      };
+      if (probe.cordoned) cordon_ms.push_back(ms(*probe.cordoned));
+      if (probe.deleted) delete_ms.push_back(ms(*probe.deleted));
+      if (probe.Done()) {
+        total_ms.push_back(ms(std::max(*probe.cordoned, *probe.deleted)));
+      } else {
+        std::fprintf(stderr, "error: %s: no %s within %d s of %s=True on node %s\n", name.c_str(),
+                     probe.cordoned ? "pod deletion" : "cordon", timeout_seconds, condition.c_str(),
+                     node.c_str());
+        ++failures;
+      }
+      probe.node.clear();
+      probe.pods.clear();
+    }
+
+    // Gone, with its re-issued pods, before the next fault, so each is timed on a quiet job.
+    if (!remove_job(name)) {
+      ++failures;
+      break;
+    }
+  }
+  node_watch.Stop();
+  pod_watch.Stop();
+  delete_nodes();
+
+  std::printf(
+      "fault-to-action latency over %zu faults (%d-worker TPUJobs; %s=True written on worker "
+      "0's node -> that node cordoned and the job's %d pods deleted), %.0f s in all:\n",
+      total_ms.size(), workers, condition.c_str(), workers, MsSince(bench_start) / 1000);
+  PrintLatencies("cordon + pods deleted:", total_ms);
+  PrintLatencies("node cordoned:", cordon_ms);
+  PrintLatencies("pods deleted:", delete_ms);
+  std::printf("  samples (ms, cordon + pods deleted):");
+  for (double ms : total_ms) std::printf(" %.0f", ms);
+  std::printf("\n");
+  if (node_watch.reopened() + pod_watch.reopened() > 0) {
+    std::printf("  watches reopened: %d\n", node_watch.reopened() + pod_watch.reopened());
+  }
+  if (failures > 0) std::printf("  faults not measured: %d\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,8 +606,34 @@ int main(int argc, char** argv) {
   auto* node_cmd = app.add_subcommand("create-nodes", "Create KWOK-managed fake TPU nodes.");
   node_cmd->add_option("--kubeconfig", kubeconfig)->required();
   node_cmd->add_option("--count", nodes)->capture_default_str();
+  std::string prefix = "fault-latency", condition = "TPUUnhealthy";
+  int faults = 50, fault_workers = 2, timeout_seconds = 30;
+  auto* fault_cmd = app.add_subcommand(
+      "fault-latency",
+      "Time node condition written -> node cordoned and the job's pods deleted, per fault.");
+  fault_cmd->add_option("--kubeconfig", kubeconfig)->required();
+  fault_cmd->add_option("--namespace", ns)->capture_default_str();
+  fault_cmd->add_option("--prefix", prefix, "Names of the nodes and jobs it creates.")
+      ->capture_default_str();
+  fault_cmd->add_option("--faults", faults, "Faults injected, one per TPUJob, one at a time.")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  fault_cmd->add_option("--workers", fault_workers, "Workers (TPU hosts) of each TPUJob.")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  fault_cmd
+      ->add_option("--condition", condition,
+                   "Node condition written True (the operator's "
+                   "--hardware-condition).")
+      ->capture_default_str();
+  fault_cmd->add_option("--timeout", timeout_seconds, "Seconds to wait for the action per fault.")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, finish);
+  if (fault_cmd->parsed()) {
+    return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, condition, timeout_seconds);
+  }
 
   auto client = Connect(kubeconfig);
   const auto start = std::chrono::steady_clock::now();

@@ -3,6 +3,9 @@
 #   - gang creation: time from creating a 64-worker TPUJob to all its pods created by the
 #     operator (5 runs, median), and the API requests the operator made for each job's whole
 #     life (create, Running, success, delete);
+#   - fault-to-action latency: from writing the node condition TPUUnhealthy=True to that node
+#     cordoned and the job's pods deleted, seen through watches, over FAULT_COUNT (50) faults,
+#     one 2-worker TPUJob each (p50, p90, p99, max; the target is p99 <= 200 ms);
 #   - API write throughput of a plain client creating pods (the machine's raw ceiling);
 #   - RSS of `tpujob-operator run` with no pods cached and with POD_COUNT (10,000) pods cached,
 #     and the bytes per cached pod; the time to sync the caches at that size.
@@ -12,6 +15,7 @@ build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TPUJOB_BENCH_DIR:-/tmp/tpujob-bench}
 pods=${POD_COUNT:-10000}
+faults=${FAULT_COUNT:-50}
 operator="$root/$build/tpujob-operator"
 bench="$root/$build/tpujob-bench"
 bin=$("$root/e2e/tools/build.sh")
@@ -76,6 +80,17 @@ for run in 1 2 3 4 5; do
 done
 median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 3p)
 echo "gang creation, 64 workers: median ${median} ms over 5 runs (${times[*]} ms)"
+echo
+
+echo "== fault-to-action latency: $faults faults, one 2-worker TPUJob each"
+# Every fault cordons a node of its own: lift the operator's cordon cap, rate limit and breaker.
+kubectl create namespace faults >/dev/null
+"$operator" run --kubeconfig "$kubeconfig" --namespace faults --health-address 127.0.0.1:0 \
+  --max-cordoned-nodes 1000 --max-cordoned-fraction 1 --cordon-rate 0 --cordon-breaker-nodes 0 \
+  >"$dir/operator-faults.log" 2>&1 &
+op_pid=$!
+"$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults --faults "$faults" --workers 2
+stop_operator
 echo
 
 start_operator "$dir/operator-empty.log"
