@@ -16,6 +16,12 @@
 //     0's node and times, through watches opened beforehand, how long until that node is
 //     cordoned and every pod of the job is being deleted; prints p50/p90/p99/max of both and
 //     of each, then deletes what it created.
+//   tpujob-bench admission --nodes 5000 --jobs 1000 [--runs 21] [--seed S]
+//     needs no cluster: builds a random cluster in memory (several accelerators and topologies,
+//     node pools of 4-64 nodes with 4 or 8 chips, about 70% of the chips used by pods, a few
+//     nodes cordoned or unhealthy, a few reservations) and a queue of mixed gangs, then times
+//     the queue's BuildCapacity + PlanAdmissions per run: median, p90, min, max, and how many
+//     jobs were admitted.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -28,12 +34,19 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "cache/intern.h"
+#include "cache/objects.h"
+#include "cache/store.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "policy/node_health.h"
+#include "policy/queue.h"
 
 namespace {
 
@@ -578,6 +591,160 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
   return failures == 0 ? 0 : 1;
 }
 
+// One kind of slice in the simulated cluster: its node labels, chips per node (and per worker)
+// and the worker counts its jobs ask for.
+struct SliceKind {
+  const char* accelerator;
+  const char* topology;
+  int64_t chips;
+  std::vector<int32_t> workers;
+};
+
+int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
+  using tpujob::cache::InternedString;
+  using tpujob::cache::NodeInfo;
+  using tpujob::cache::PodInfo;
+  namespace policy = tpujob::policy;
+  std::mt19937 rng(seed);
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+
+  const std::vector<SliceKind> kinds = {
+      {"tpu-v5-lite-podslice", "2x2", 4, {1}},
+      {"tpu-v5-lite-podslice", "2x4", 8, {1}},
+      {"tpu-v5-lite-podslice", "4x4", 4, {4}},
+      {"tpu-v5-lite-podslice", "8x8", 4, {16}},
+      {"tpu-v4-podslice", "2x2x4", 4, {4}},
+      {"tpu-v5p-slice", "4x4x4", 4, {16}},
+      {"tpu-v6e-slice", "4x8", 4, {8}},
+      {"tpu-v6e-slice", "16x16", 4, {2, 4, 8, 16, 32, 64}},  // some ask for part of a pod
+  };
+  const InternedString ready = InternedString::Intern("Ready");
+  const InternedString trainer = InternedString::Intern("trainer");
+  const InternedString ns = InternedString::Intern("bench");
+
+  // Node pools of 4-64 nodes, each of one slice kind; ~70% of the chips taken by running
+  // pods, plus finished pods that no longer count; 1% cordoned, 1% NotReady.
+  std::vector<NodeInfo> nodes;
+  std::vector<PodInfo> pods;
+  nodes.reserve(node_count);
+  int pool_count = 0;
+  int64_t chips_total = 0, chips_used = 0;
+  while (static_cast<int>(nodes.size()) < node_count) {
+    const SliceKind& kind = kinds[pick(0, static_cast<int>(kinds.size()) - 1)];
+    const std::string pool = "pool-" + std::to_string(pool_count++);
+    const int size = std::min(pick(4, 64), node_count - static_cast<int>(nodes.size()));
+    for (int i = 0; i < size; ++i) {
+      NodeInfo node;
+      node.name = pool + "-node-" + std::to_string(i);
+      node.labels.Set(policy::kAcceleratorLabel, kind.accelerator);
+      node.labels.Set(policy::kTopologyLabel, kind.topology);
+      node.labels.Set(tpujob::cache::kNodePoolLabel, pool);
+      node.tpu_allocatable = kind.chips;
+      node.unschedulable = chance(0.01);
+      node.ready = chance(0.01) ? tpujob::cache::ConditionStatus::kFalse
+                                : tpujob::cache::ConditionStatus::kTrue;
+      node.conditions.push_back({ready, node.ready, InternedString(), "", std::nullopt});
+      chips_total += kind.chips;
+      // Workers of 4 chips (2 per 8-chip node) or of the whole node.
+      const int64_t pod_chips = kind.chips == 8 && chance(0.5) ? 4 : kind.chips;
+      for (int64_t used = 0; used < kind.chips; used += pod_chips) {
+        const bool running = chance(0.7);
+        if (!running && !chance(0.2)) continue;
+        PodInfo pod;
+        pod.ns = ns;
+        pod.name = node.name + "-pod-" + std::to_string(used);
+        pod.node_name = InternedString::Intern(node.name);
+        pod.phase =
+            running ? tpujob::cache::PodPhase::kRunning : tpujob::cache::PodPhase::kSucceeded;
+        tpujob::cache::ContainerInfo c;
+        c.name = trainer;
+        c.tpu_request = pod_chips;
+        pod.containers.push_back(std::move(c));
+        pods.push_back(std::move(pod));
+        if (running) chips_used += pod_chips;
+      }
+      nodes.push_back(std::move(node));
+    }
+  }
+
+  // The queue: mostly small gangs, some big ones; a few re-issued; priorities 0-3; queued over
+  // the last hour. A few admitted gangs whose pods are not bound yet hold reservations.
+  const tpujob::WallTime now = std::chrono::system_clock::now();
+  std::vector<policy::GangRequest> queued;
+  queued.reserve(job_count);
+  for (int j = 0; j < job_count; ++j) {
+    const SliceKind& kind = kinds[pick(0, static_cast<int>(kinds.size()) - 1)];
+    policy::GangRequest job;
+    job.job = "team-" + std::to_string(j % 17) + "/job-" + std::to_string(j);
+    job.accelerator = kind.accelerator;
+    job.topology = kind.topology;
+    job.workers = kind.workers[pick(0, static_cast<int>(kind.workers.size()) - 1)];
+    job.chips_per_worker = kind.chips;
+    job.reissued = chance(0.05);
+    job.priority = pick(0, 3);
+    job.queued_at = now - std::chrono::seconds(pick(0, 3600));
+    queued.push_back(std::move(job));
+  }
+  std::vector<policy::Reservation> reservations;
+  for (int r = 0; r < 20; ++r) {
+    const int n = pick(0, static_cast<int>(nodes.size()) - 1);
+    reservations.push_back({"team-r/started-" + std::to_string(r),
+                            std::string(nodes[n].labels.Value(policy::kAcceleratorLabel)),
+                            std::string(nodes[n].labels.Value(policy::kTopologyLabel)),
+                            std::string(nodes[n].labels.Value(tpujob::cache::kNodePoolLabel)),
+                            pick(1, 4), nodes[n].tpu_allocatable});
+  }
+
+  std::vector<const NodeInfo*> node_ptrs;
+  for (const NodeInfo& node : nodes) node_ptrs.push_back(&node);
+  std::vector<const PodInfo*> pod_ptrs;
+  for (const PodInfo& pod : pods) pod_ptrs.push_back(&pod);
+  const policy::NodeHealthConfig health;
+
+  std::vector<double> total_ms, build_ms, plan_ms;
+  int admitted = 0, for_capacity = 0, in_line = 0;
+  size_t classes = 0;
+  for (int run = 0; run < runs; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const policy::Capacity capacity =
+        policy::BuildCapacity(node_ptrs, pod_ptrs, reservations, health);
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto plan = policy::PlanAdmissions(capacity, queued);
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    build_ms.push_back(ms(t1 - t0));
+    plan_ms.push_back(ms(t2 - t1));
+    total_ms.push_back(ms(t2 - t0));
+    admitted = for_capacity = in_line = 0;
+    for (const auto& [key, a] : plan) {
+      admitted += a.admit;
+      for_capacity += a.reason == "WaitingForCapacity";
+      in_line += a.reason == "WaitingInLine";
+    }
+    classes = capacity.pools.size();
+  }
+
+  std::printf(
+      "admission planning: %zu nodes in %d pools (%zu classes offering chips), %zu pods, %.0f%% "
+      "of %lld chips used, %zu reservations, %zu queued jobs; %d runs\n",
+      nodes.size(), pool_count, classes, pods.size(),
+      chips_total > 0 ? 100.0 * static_cast<double>(chips_used) / static_cast<double>(chips_total)
+                      : 0.0,
+      static_cast<long long>(chips_total), reservations.size(), queued.size(), runs);
+  const auto print = [](const char* label, std::vector<double> ms) {
+    std::sort(ms.begin(), ms.end());
+    std::printf("  %-34s median %.2f ms  p90 %.2f ms  min %.2f ms  max %.2f ms\n", label,
+                Percentile(ms, 50), Percentile(ms, 90), ms.front(), ms.back());
+  };
+  print("BuildCapacity + PlanAdmissions:", total_ms);
+  print("  BuildCapacity:", build_ms);
+  print("  PlanAdmissions:", plan_ms);
+  std::printf("  admitted %d of %zu jobs (waiting for capacity: %d, waiting in line: %d)\n",
+              admitted, queued.size(), for_capacity, in_line);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -629,7 +796,23 @@ int main(int argc, char** argv) {
   fault_cmd->add_option("--timeout", timeout_seconds, "Seconds to wait for the action per fault.")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  int admission_nodes = 5000, admission_jobs = 1000, runs = 21;
+  unsigned seed = 1;
+  auto* admission_cmd = app.add_subcommand(
+      "admission", "Time the queue's admission plan on a random in-memory cluster (no cluster).");
+  admission_cmd->add_option("--nodes", admission_nodes, "TPU nodes.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  admission_cmd->add_option("--jobs", admission_jobs, "Queued jobs.")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  admission_cmd->add_option("--runs", runs, "Timed runs.")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  admission_cmd->add_option("--seed", seed, "Random seed of the cluster and queue.")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (admission_cmd->parsed()) return AdmissionBench(admission_nodes, admission_jobs, runs, seed);
   if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, finish);
   if (fault_cmd->parsed()) {
     return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, condition, timeout_seconds);

@@ -8,7 +8,10 @@
 #     one 2-worker TPUJob each (p50, p90, p99, max; the target is p99 <= 200 ms);
 #   - API write throughput of a plain client creating pods (the machine's raw ceiling);
 #   - RSS of `tpujob-operator run` with no pods cached and with POD_COUNT (10,000) pods cached,
-#     and the bytes per cached pod; the time to sync the caches at that size.
+#     and the bytes per cached pod; the time to sync the caches at that size;
+#   - admission planning (first, needs no cluster): the queue's BuildCapacity + PlanAdmissions
+#     on an in-memory cluster of ADMISSION_NODES (5,000) nodes with ADMISSION_JOBS (1,000)
+#     queued jobs, 21 runs (median, p90, min, max; the target is tens of ms).
 # Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
 set -euo pipefail
 build=${1:-build}
@@ -16,8 +19,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TPUJOB_BENCH_DIR:-/tmp/tpujob-bench}
 pods=${POD_COUNT:-10000}
 faults=${FAULT_COUNT:-50}
+admission_nodes=${ADMISSION_NODES:-5000}
+admission_jobs=${ADMISSION_JOBS:-1000}
 operator="$root/$build/tpujob-operator"
 bench="$root/$build/tpujob-bench"
+
+echo "== admission planning: $admission_nodes nodes, $admission_jobs queued jobs (in memory, no cluster)"
+"$bench" admission --nodes "$admission_nodes" --jobs "$admission_jobs" --runs 21
+echo
+
 bin=$("$root/e2e/tools/build.sh")
 
 cleanup() {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/store.h"
 #include "policy/lifecycle.h"
 
 namespace tpujob::controller {
@@ -238,7 +239,8 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOpt
 }  // namespace
 
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, ReplicaType type,
-              int32_t index, int32_t attempt, const PodBuildOptions& options) {
+              int32_t index, int32_t attempt, const PodBuildOptions& options,
+              const std::string& node_pool) {
   static const Json kEmptyTemplate = Json::object();
   const policy::ReplicaSpec* replica = spec.Replica(type);
   const Json& pod_template =
@@ -272,7 +274,12 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   pod_spec["restartPolicy"] = "Never";
   pod_spec["hostname"] = name;
   pod_spec["subdomain"] = ServiceName(job.name);
-  if (type == ReplicaType::kWorker) AddTpuScheduling(pod_spec, spec.tpu);
+  if (type == ReplicaType::kWorker) {
+    AddTpuScheduling(pod_spec, spec.tpu);
+    if (!node_pool.empty()) {
+      ObjectField(pod_spec, "nodeSelector")[std::string(cache::kNodePoolLabel)] = node_pool;
+    }
+  }
 
   if (type == ReplicaType::kWorker && spec.fault_tolerance.preflight_enabled) {
     AddPreflight(pod_spec, spec, options);

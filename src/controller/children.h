@@ -71,8 +71,11 @@ struct PodBuildOptions {
 //   - in every container and init container, the operator's environment variables first (so
 //     the template's own variables can refer to them as $(VAR)), replacing any template
 //     variable of the same name.
+//   - workers of an attempt pinned to a node pool (`node_pool` not empty): a node selector on
+//     cloud.google.com/gke-nodepool.
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy::ReplicaType type,
-              int32_t index, int32_t attempt, const PodBuildOptions& options = {});
+              int32_t index, int32_t attempt, const PodBuildOptions& options = {},
+              const std::string& node_pool = "");
 
 // The headless Service (clusterIP None, no ports) selecting every pod of the job, publishing
 // addresses of pods that are not ready yet: peers must resolve each other while they start.

@@ -50,6 +50,12 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   recorder_ = std::make_unique<EventRecorder>(client_, options_.events, clock_);
   cordoner_ =
       std::make_unique<Cordoner>(client_, nodes_->store(), *recorder_, options_.cordon, clock_);
+  job_queue_ = std::make_unique<JobQueue>(client_, jobs_->store(), pods_->store(), nodes_->store(),
+                                          options_.reconciler.node_health, clock_);
+  options_.reconciler.admission = [this](const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                                         const policy::JobStatus& status) {
+    return job_queue_->Admit(job, spec, status);
+  };
   reconciler_ =
       std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(), nodes_->store(),
                                          *recorder_, *cordoner_, options_.reconciler, clock_);
@@ -58,8 +64,10 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
                                                       *recorder_, options_.nodes, clock_);
   cordoner_->SetRetryHook([this](const std::string& node) { node_queue_->AddRateLimited(node); });
 
+  // Every change of a job, a pod or a node may change the queue's plan (JobQueue coalesces).
   auto enqueue_job = [this](const std::shared_ptr<const cache::TPUJobInfo>& job) {
     queue_->Add(cache::ObjectKey(job->ns, job->name));
+    job_queue_->Invalidate();
   };
   jobs_->AddEventHandlers(
       {.on_add = enqueue_job,
@@ -68,6 +76,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   auto enqueue_owner = [this](const std::shared_ptr<const cache::PodInfo>& pod) {
     const std::string key = JobKeyOfPod(*pod);
     if (!key.empty()) queue_->Add(key);
+    job_queue_->Invalidate();
   };
   pods_->AddEventHandlers(
       {.on_add = enqueue_owner,
@@ -86,6 +95,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
       if (!job.empty()) queue_->Add(std::string(job));
     }
     if (node_reconciler_->Interested(*node)) node_queue_->Add(node->name);
+    job_queue_->Invalidate();
   };
   nodes_->AddEventHandlers(
       {.on_add = enqueue_jobs_on_node,
@@ -95,6 +105,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
              if (before->ready != after->ready || before->unschedulable != after->unschedulable ||
                  before->taints != after->taints || before->labels != after->labels ||
                  before->annotations != after->annotations ||
+                 before->tpu_allocatable != after->tpu_allocatable ||
                  before->conditions.size() != after->conditions.size() ||
                  !std::equal(before->conditions.begin(), before->conditions.end(),
                              after->conditions.begin(), [](const auto& a, const auto& b) {
@@ -151,6 +162,7 @@ kube::Status Manager::Run() {
       Worker(*queue_, "tpujob",
              [this](const std::string& key) { return reconciler_->Reconcile(key); });
     });
+  job_queue_->Start([this](const std::string& key) { queue_->Add(key); });
   workers.emplace_back([this] {
     Worker(*node_queue_, "node",
            [this](const std::string& name) { return node_reconciler_->Reconcile(name); });
@@ -167,6 +179,7 @@ kube::Status Manager::Run() {
   ready_ = false;
   spdlog::info("msg=\"shutting down: draining the work queue\" in_flight={}",
                queue_->Stats().in_flight);
+  job_queue_->Stop();
   queue_->ShutDownWithDrain();
   node_queue_->ShutDownWithDrain();
   for (auto& worker : workers) worker.join();

@@ -21,6 +21,7 @@
 #include "cache/reflector.h"
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
+#include "controller/job_queue.h"
 #include "controller/node_reconciler.h"
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
@@ -71,6 +72,7 @@ class Manager {
   std::unique_ptr<workqueue::WorkQueue> queue_;
   std::unique_ptr<EventRecorder> recorder_;
   std::unique_ptr<Cordoner> cordoner_;
+  std::unique_ptr<JobQueue> job_queue_;
   std::unique_ptr<TPUJobReconciler> reconciler_;
   std::unique_ptr<workqueue::WorkQueue> node_queue_;  // node names, for node_reconciler_
   std::unique_ptr<NodeReconciler> node_reconciler_;

@@ -147,10 +147,14 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
   if (spec && options_.admission) {
     const auto current = policy::JobStatus::FromJson(job->status);
-    AdmissionDecision admission = options_.admission(*job, *spec, current);
-    input.admit = admission.admit;
-    input.not_admitted_reason = admission.reason;
-    if (!admission.message.empty()) input.not_admitted_message = admission.message;
+    if (current.phase == policy::Phase::kQueued) {
+      AdmissionDecision admission = options_.admission(*job, *spec, current);
+      input.admit = admission.admit;
+      input.not_admitted_reason = admission.reason;
+      if (!admission.message.empty()) input.not_admitted_message = admission.message;
+      input.admit_pool = admission.pool;
+      input.queue_position = admission.position;
+    }
   }
 
   const policy::Plan plan = policy::Decide(input);
@@ -164,40 +168,54 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
 
   // Faulty nodes, within the operator's cordon limits; the job's Event says what was done.
-  // All of one plan's findings go together, so the circuit breaker sees them at once.
+  // Cordons and deletions are independent of each other (the next attempt's pods are created
+  // only once the old ones are gone, by which time the cordon is written), so they run at the
+  // same time: the fault-to-action latency is the slower of the two, not their sum. All of one
+  // plan's findings go to the Cordoner together, so the circuit breaker sees them at once.
+  std::thread cordons;
   if (!plan.cordon.empty()) {
-    std::vector<policy::CordonRequest> requests;
-    for (const auto& node : plan.cordon) {
-      requests.push_back({node.node, key, node.reason, node.message, node.item, node.evidence});
-    }
-    const auto outcomes = cordoner_.CordonAll(requests);
-    for (const auto& outcome : outcomes) {
-      recorder_.Record(RefOf(*job), EventType::kWarning,
-                       outcome.cordoned() ? "NodeCordoned" : "NodeNotCordoned",
-                       outcome.error ? outcome.message + "; retrying" : outcome.message);
-    }
+    cordons = std::thread([&] {
+      std::vector<policy::CordonRequest> requests;
+      for (const auto& node : plan.cordon) {
+        requests.push_back({node.node, key, node.reason, node.message, node.item, node.evidence});
+      }
+      for (const auto& outcome : cordoner_.CordonAll(requests)) {
+        recorder_.Record(RefOf(*job), EventType::kWarning,
+                         outcome.cordoned() ? "NodeCordoned" : "NodeNotCordoned",
+                         outcome.error ? outcome.message + "; retrying" : outcome.message);
+      }
+    });
   }
 
   kube::Status result;
-  for (const auto& remove : plan.remove) {
+  std::vector<std::optional<kube::Error>> delete_errors(plan.remove.size());
+  std::vector<bool> deleted(plan.remove.size(), false);
+  ParallelFor(plan.remove.size(), options_.create_parallelism, [&](size_t i) {
+    const auto& remove = plan.remove[i];
     kube::DeleteOptions options;
     options.precondition_uid = remove.uid;
     options.grace_period_seconds = remove.grace_period_seconds;
     options.propagation_policy = "Background";
-    spdlog::info("msg=\"deleting pod\" tpujob={} pod={} why={}", key, remove.name,
+    spdlog::info("msg=\"deleting pod\" tpujob={} pod={} grace={} why={}", key, remove.name,
+                 remove.grace_period_seconds ? std::to_string(*remove.grace_period_seconds)
+                                             : std::string("pod's own"),
                  LogQuote(remove.why));
-    auto deleted =
+    auto answer =
         client_.Delete(kube::Resource::Pods(), std::string(job->ns.view()), remove.name, options);
-    if (deleted || deleted.error().IsNotFound()) {
-      expect.deleted.insert(remove.uid);
-    } else if (deleted.error().IsConflict()) {
-      // The uid precondition failed: the pod of that name is already a newer one.
-    } else {
+    if (answer || answer.error().IsNotFound()) {
+      deleted[i] = true;
+    } else if (!answer.error().IsConflict()) {
+      // Conflict: the uid precondition failed, the pod of that name is already a newer one.
       spdlog::warn("msg=\"cannot delete pod\" tpujob={} pod={} error={}", key, remove.name,
-                   LogQuote(deleted.error().ToString()));
-      result = std::unexpected(deleted.error());
+                   LogQuote(answer.error().ToString()));
+      delete_errors[i] = answer.error();
     }
+  });
+  for (size_t i = 0; i < plan.remove.size(); ++i) {
+    if (deleted[i]) expect.deleted.insert(plan.remove[i].uid);
+    if (delete_errors[i] && result) result = std::unexpected(*delete_errors[i]);
   }
+  if (cordons.joinable()) cordons.join();
 
   if (spec && (plan.ensure_service || !plan.create.empty())) {
     if (auto created = CreatePods(*job, *spec, plan, expect); !created && result) {
@@ -263,9 +281,9 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   std::vector<bool> made(plan.create.size(), false);
   ParallelFor(plan.create.size(), options_.create_parallelism, [&](size_t i) {
     const auto& want = plan.create[i];
-    auto created =
-        client_.Create(kube::Resource::Pods(), ns,
-                       BuildPod(job, spec, want.type, want.index, attempt, options_.pod_options));
+    auto created = client_.Create(kube::Resource::Pods(), ns,
+                                  BuildPod(job, spec, want.type, want.index, attempt,
+                                           options_.pod_options, plan.status.node_pool));
     if (created) {
       made[i] = true;
     } else if (!created.error().IsAlreadyExists()) {

@@ -39,12 +39,14 @@ struct ReconcileResult {
   std::optional<Duration> requeue_after;
 };
 
-// Whether the queue lets a job's current attempt start. Until the queue exists every job is
-// admitted at once.
+// Whether the queue lets a job's current attempt start (JobQueue::Admit). Without one every job
+// is admitted at once.
 struct AdmissionDecision {
   bool admit = true;
   std::string reason = "Queued";
   std::string message;
+  std::string pool;                 // admitted: pin the workers to this node pool ("" = don't)
+  std::optional<int32_t> position;  // waiting: the place in the queue
 };
 using AdmissionFunc = std::function<AdmissionDecision(
     const cache::TPUJobInfo&, const policy::JobSpec&, const policy::JobStatus&)>;

@@ -26,6 +26,9 @@ struct Resource {
   static Resource Events() { return {"", "v1", "events", true}; }
   static Resource ConfigMaps() { return {"", "v1", "configmaps", true}; }
   static Resource Leases() { return {"coordination.k8s.io", "v1", "leases", true}; }
+  static Resource PriorityClasses() {
+    return {"scheduling.k8s.io", "v1", "priorityclasses", false};
+  }
   static Resource TPUJobs() { return {"tpujob.dev", "v1alpha1", "tpujobs", true}; }
 };
 

@@ -115,6 +115,9 @@ JobStatus JobStatus::FromJson(const Json& j) {
   s.start_time = ReadTime(j, "startTime");
   s.running_at = ReadTime(j, "runningAt");
   s.completion_time = ReadTime(j, "completionTime");
+  if (auto it = j.find("nodePool"); it != j.end() && it->is_string()) {
+    s.node_pool = it->get<std::string>();
+  }
   if (auto it = j.find("queuePosition"); it != j.end() && it->is_number_integer()) {
     s.queue_position = it->get<int32_t>();
   }
@@ -192,6 +195,7 @@ Json JobStatus::ToJson() const {
   PutTime(out, "runningAt", running_at);
   PutTime(out, "completionTime", completion_time);
   if (queue_position) out["queuePosition"] = *queue_position;
+  if (!node_pool.empty()) out["nodePool"] = node_pool;
   if (reissued) out["reissued"] = true;
   if (!faults.empty()) {
     Json list = Json::array();

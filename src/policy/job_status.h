@@ -96,6 +96,9 @@ struct JobStatus {
   std::optional<WallTime> running_at;
   std::optional<WallTime> completion_time;
   std::optional<int32_t> queue_position;
+  // The node pool the current attempt's workers are pinned to (multi-host attempts), set at
+  // admission; "" otherwise.
+  std::string node_pool;
   bool reissued = false;
   std::vector<FaultRecord> faults;  // oldest first, at most kMaxFaults
   std::vector<std::string> cordoned_nodes;

@@ -110,7 +110,15 @@ class Decider {
 
     const bool admitted = s.ConditionTrue(condition::kAdmitted);
     if (s.phase == Phase::kQueued || !admitted) {
-      if (old_left) {
+      // Pods of the current attempt exist while it is not admitted only when the admission was
+      // released (capacity raced away): they go before the attempt queues again.
+      bool current_left = false;
+      for (const ObservedPod& p : in_.pods) {
+        if (p.attempt != s.attempt) continue;
+        current_left = true;
+        if (!p.pod->deleting()) Delete(*p.pod, std::nullopt, "the admission was released");
+      }
+      if (old_left || current_left) {
         UpdateCounts();
         return std::move(plan_);
       }
@@ -118,6 +126,7 @@ class Decider {
         // Restarting after a re-issue: the old attempt is gone; queue the new one.
         s.phase = Phase::kQueued;
         s.queued_at = now_;
+        s.node_pool.clear();
         s.SetCondition(
             condition::kAdmitted, false, "Reissued",
             "attempt " + std::to_string(s.attempt) + " waits for capacity with first priority",
@@ -127,12 +136,18 @@ class Decider {
         UpdateCounts();
         return std::move(plan_);
       }
-      if (!in_.admit) {
-        s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason,
-                       in_.not_admitted_message, now_, gen_);
+      if (QueueTimedOut()) {
         UpdateCounts();
         return std::move(plan_);
       }
+      if (!in_.admit) {
+        s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason,
+                       in_.not_admitted_message, now_, gen_);
+        s.queue_position = in_.queue_position;
+        UpdateCounts();
+        return std::move(plan_);
+      }
+      s.node_pool = in_.admit_pool;
       s.phase = Phase::kStarting;
       s.admitted_at = now_;
       if (!s.start_time) s.start_time = now_;
@@ -152,6 +167,30 @@ class Decider {
  private:
   void Event(bool warning, std::string reason, std::string message) {
     plan_.events.push_back({warning, std::move(reason), Bounded(std::move(message))});
+  }
+
+  // The queue timeout of the current attempt: spec.queueTimeoutSeconds, or for a re-issued
+  // attempt kDefaultReissueQueueTimeoutSeconds. The deadline is queuedAt plus the timeout, both
+  // in the status, so it survives restarts. Past it the job fails (QueueTimeout); before it the
+  // plan asks to be decided again at the deadline.
+  bool QueueTimedOut() {
+    JobStatus& s = plan_.status;
+    std::optional<int64_t> timeout = spec_->queue_timeout_seconds;
+    if (!timeout && s.reissued) timeout = kDefaultReissueQueueTimeoutSeconds;
+    if (!timeout || !s.queued_at) return false;
+    const WallTime deadline = *s.queued_at + std::chrono::seconds(*timeout);
+    if (now_ < deadline) {
+      Requeue(std::chrono::duration_cast<Duration>(deadline - now_));
+      return false;
+    }
+    const Condition* waiting = s.FindCondition(condition::kAdmitted);
+    Finish(false, "QueueTimeout",
+           "attempt " + std::to_string(s.attempt) + (s.reissued ? " (re-issued)" : "") +
+               " waited in the queue longer than its queue timeout of " + std::to_string(*timeout) +
+               "s" +
+               (waiting != nullptr && !waiting->message.empty() ? ": " + waiting->message : ""));
+    s.queue_position.reset();
+    return true;
   }
 
   void Requeue(Duration after) {
@@ -308,6 +347,10 @@ class Decider {
     // 0. Faults of the nodes the pods run on (fault table): maintenance moves the job without
     // using a retry; an unhealthy or lost node is cordoned and the job re-issued.
     if (NodeFaults(current)) {
+      UpdateCounts();
+      return;
+    }
+    if (ReleaseIfUnschedulable(current)) {
       UpdateCounts();
       return;
     }
@@ -480,6 +523,46 @@ class Decider {
       return true;
     }
     return false;
+  }
+
+  // A worker of the admitted attempt has been unschedulable for kUnschedulableRelease: the
+  // capacity the queue counted was taken in the meantime (another scheduler's pod, a node gone).
+  // The admission is released: the attempt's pods are removed and it queues again first, like a
+  // re-issue (and with a re-issue's queue timeout), without using a retry.
+  bool ReleaseIfUnschedulable(
+      const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) {
+    JobStatus& s = plan_.status;
+    if (!s.admitted_at || now_ - *s.admitted_at < kUnschedulableRelease) return false;
+    const ObservedPod* stuck = nullptr;
+    for (const auto& [id, p] : current) {
+      if (!p->pod->deleting() && p->pod->unschedulable && p->pod->node_name.empty()) {
+        stuck = p;
+        break;
+      }
+    }
+    if (stuck == nullptr) return false;
+    const std::string why =
+        Describe(*stuck) + " cannot be scheduled" +
+        (stuck->pod->message.empty() ? std::string() : " (" + stuck->pod->message + ")") +
+        "; the capacity counted at admission was taken";
+    s.reissued = true;
+    s.phase = Phase::kRestarting;
+    s.admitted_at.reset();
+    s.running_at.reset();
+    s.node_pool.clear();
+    s.SetCondition(condition::kAdmitted, false, "AdmissionReleased",
+                   why + "; attempt " + std::to_string(s.attempt) + " queues again first", now_,
+                   gen_);
+    s.SetCondition(condition::kReady, false, "AdmissionReleased", why, now_, gen_);
+    Event(true, "AdmissionReleased",
+          why + "; releasing the admission, attempt " + std::to_string(s.attempt) +
+              " queues again with first priority (no retry used)");
+    for (const ObservedPod& p : in_.pods) {
+      if (p.attempt == s.attempt && !p.pod->deleting()) {
+        Delete(*p.pod, std::nullopt, "the admission was released");
+      }
+    }
+    return true;
   }
 
   // When some pods of the attempt failed their pre-flight checks while scheduled peers are still

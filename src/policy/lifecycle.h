@@ -55,6 +55,10 @@ struct LifecycleInput {
   bool admit = true;
   std::string not_admitted_reason = "Queued";
   std::string not_admitted_message = "waiting for capacity";
+  // Admitted: the node pool to pin a multi-host attempt's workers to ("" = no pinning).
+  // Waiting: the job's place in the queue (status.queuePosition).
+  std::string admit_pool;
+  std::optional<int32_t> queue_position;
   // Nodes the cache shows cordoned by the operator on this job's evidence; merged into
   // status.cordonedNodes (which keeps them after they are uncordoned: it is the job's record).
   std::vector<std::string> cordoned_nodes;
@@ -65,6 +69,15 @@ struct LifecycleInput {
 // has a verdict or this has passed: the same item failing on many nodes at once is a
 // configuration problem (the circuit breaker sees all of them together), not faulty hardware.
 inline constexpr Duration kPreflightSettle = std::chrono::minutes(3);
+
+// How long pods of an admitted attempt may stay unschedulable (the capacity the queue counted
+// was taken by someone else in the meantime) before the admission is released and the job
+// queues again at the head, counted from the admission.
+inline constexpr Duration kUnschedulableRelease = std::chrono::seconds(30);
+
+// Queue timeout of a re-issued attempt when spec.queueTimeoutSeconds is not set. A new job has
+// none unless the spec sets one.
+inline constexpr int64_t kDefaultReissueQueueTimeoutSeconds = 1800;
 
 // status.cordonedNodes keeps at most this many names.
 inline constexpr size_t kMaxCordonedNodes = 64;

@@ -1,0 +1,105 @@
+// JobQueue: the queue of waiting TPUJobs (policy/queue.h has the rules) over the operator's
+// caches. It keeps one admission plan for every waiting job, recomputed on a thread of its own
+// whenever something that changes capacity or the queue happens (Invalidate(), called by the
+// informers' event handlers); recomputations are coalesced over kCoalesce. After each
+// recomputation the jobs whose answer changed (admitted now, another position, another message)
+// are handed to `enqueue`, so a job is reconciled when the queue has news for it and only then:
+// capacity freed by a finished job or an uncordoned node admits the next job within one
+// recomputation plus one reconcile.
+//
+// The reconciler asks Admit() for a job in phase Queued and gets the latest plan's answer. A job
+// the plan does not know yet (it has just been queued) waits for the next recomputation, which
+// this call triggers.
+//
+// What a plan counts, from the caches:
+//   - waiting: jobs whose status phase is Queued (or not set yet: a job just created waits from
+//     its creation), with their spec's priority, or the value of the
+//     PriorityClass their spec names (read from the API server once and kept for five minutes;
+//     a class that cannot be read counts as spec.priority, with a warning);
+//   - reserved: admitted attempts (phase Starting, Running or Restarting with Admitted=True)
+//     whose workers are not all bound to nodes yet hold their chips in their node pool;
+//   - free: policy::BuildCapacity over every node and the operator's pods. Pods of other
+//     workloads are not cached; on nodes shared with them the scheduler has the last word, and a
+//     gang that then cannot be scheduled releases its admission (policy/lifecycle.h).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/tpujob_reconciler.h"
+#include "kube/client.h"
+#include "policy/job_spec.h"
+#include "policy/job_status.h"
+#include "policy/node_health.h"
+#include "policy/queue.h"
+
+namespace tpujob::controller {
+
+class JobQueue {
+ public:
+  static constexpr Duration kCoalesce = std::chrono::milliseconds(20);
+  static constexpr Duration kPriorityClassTtl = std::chrono::minutes(5);
+
+  JobQueue(kube::Client& client, const cache::Store<cache::TPUJobInfo>& jobs,
+           const cache::Store<cache::PodInfo>& pods, const cache::Store<cache::NodeInfo>& nodes,
+           policy::NodeHealthConfig health, Clock& clock = Clock::Real());
+  ~JobQueue();
+
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
+
+  // Starts the recomputation thread; `enqueue` receives job keys ("namespace/name").
+  void Start(std::function<void(const std::string&)> enqueue);
+  void Stop();
+
+  // Something that may change capacity or the queue happened.
+  void Invalidate();
+
+  // The answer for a waiting job. Thread-safe.
+  AdmissionDecision Admit(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                          const policy::JobStatus& status);
+
+  // Computes a plan from the caches now (what the thread does), for tests and benchmarks.
+  std::map<std::string, policy::Admission> ComputePlan();
+
+  // Recomputations so far.
+  uint64_t recomputations() const { return recomputations_.load(); }
+
+ private:
+  int32_t Priority(const policy::JobSpec& spec);
+  void Loop();
+
+  kube::Client& client_;
+  const cache::Store<cache::TPUJobInfo>& jobs_;
+  const cache::Store<cache::PodInfo>& pods_;
+  const cache::Store<cache::NodeInfo>& nodes_;
+  const policy::NodeHealthConfig health_;
+  Clock& clock_;
+
+  std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool dirty_ = true;
+  bool stop_ = false;
+  std::map<std::string, policy::Admission> plan_;
+  std::function<void(const std::string&)> enqueue_;
+  std::thread thread_;
+
+  std::mutex priority_mu_;
+  struct CachedPriority {
+    std::optional<int32_t> value;
+    TimePoint read_at;
+  };
+  std::map<std::string, CachedPriority> priority_classes_;  // guarded by priority_mu_
+
+  std::atomic<uint64_t> recomputations_{0};
+};
+
+}  // namespace tpujob::controller

@@ -1,0 +1,325 @@
+#include "policy/queue.h"
+
+#include <algorithm>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "cache/store.h"
+
+namespace tpujob::policy {
+
+namespace {
+
+// Three-way comparison with a shortcut for interned texts (the same address).
+int Compare(std::string_view a, std::string_view b) {
+  if (a.data() == b.data() && a.size() == b.size()) return 0;
+  return a.compare(b);
+}
+
+// A pool's name as messages show it.
+std::string PoolLabel(const std::string& pool) {
+  return pool.empty() ? std::string("(nodes without a node pool label)") : pool;
+}
+
+// Takes whole `chips_per_worker` slots, up to `workers` of them, from `nodes` in the order given
+// (each node as often as it holds one). Returns the workers placed.
+int32_t TakeSlots(const std::vector<NodeCapacity*>& nodes, int32_t workers,
+                  int64_t chips_per_worker) {
+  int32_t placed = 0;
+  for (NodeCapacity* node : nodes) {
+    if (placed == workers) break;
+    const int64_t fit = std::min<int64_t>(node->free_chips / chips_per_worker, workers - placed);
+    node->free_chips -= fit * chips_per_worker;
+    placed += static_cast<int32_t>(fit);
+  }
+  return placed;
+}
+
+// --- Planning state ---------------------------------------------------------------------------
+
+// One pool of one class while a plan is made: its nodes' free chips (name order) and, for each
+// worker size asked for so far, the pool's free worker slots of that size and the first node
+// that may still hold one. Free chips only go down while planning, so the cursors only move on.
+class PoolState {
+ public:
+  explicit PoolState(const std::string& name, const std::vector<NodeCapacity>& nodes)
+      : name_(&name) {
+    free_.reserve(nodes.size());
+    for (const NodeCapacity& node : nodes) free_.push_back(std::max<int64_t>(node.free_chips, 0));
+  }
+
+  const std::string& name() const { return *name_; }
+
+  // The most free chips on one node.
+  int64_t MostFree() const {
+    return free_.empty() ? 0 : *std::max_element(free_.begin(), free_.end());
+  }
+
+  // Free worker slots of `chips` chips (chips > 0).
+  int64_t Slots(int64_t chips) { return Count(chips).slots; }
+
+  // Places `workers` workers of `chips` chips, nodes in name order, one slot at a time. The
+  // caller has checked Slots(chips) >= workers.
+  void Place(int32_t workers, int64_t chips) {
+    SlotCount& count = Count(chips);
+    for (int32_t placed = 0; placed < workers; ++placed) {
+      while (count.cursor < free_.size() && free_[count.cursor] < chips) ++count.cursor;
+      if (count.cursor == free_.size()) return;  // not reached: the slots were counted
+      Take(count.cursor, chips);
+    }
+  }
+
+ private:
+  struct SlotCount {
+    int64_t chips = 0;
+    int64_t slots = 0;
+    size_t cursor = 0;
+  };
+
+  SlotCount& Count(int64_t chips) {
+    for (SlotCount& count : counts_) {
+      if (count.chips == chips) return count;
+    }
+    SlotCount count{.chips = chips};
+    for (int64_t free : free_) count.slots += free / chips;
+    counts_.push_back(count);
+    return counts_.back();
+  }
+
+  void Take(size_t node, int64_t chips) {
+    const int64_t before = free_[node];
+    const int64_t after = before - chips;
+    free_[node] = after;
+    for (SlotCount& count : counts_) count.slots -= before / count.chips - after / count.chips;
+  }
+
+  const std::string* name_;
+  std::vector<int64_t> free_;
+  std::vector<SlotCount> counts_;  // a class rarely sees more than one or two worker sizes
+};
+
+// One class (accelerator, topology) while a plan is made.
+struct ClassState {
+  std::vector<PoolState> pools;  // pool name order
+  // Set once a job of the class does not fit: every later one waits behind it.
+  bool blocked = false;
+  std::string head_job;
+  int32_t head_position = 0;
+  std::string head_message;
+};
+
+std::string Describe(const GangRequest& job) { return job.accelerator + " " + job.topology; }
+
+// Why `job` does not fit. `best_pool` has the most free slots, `best_slots` (nullptr when the
+// class has no node at all), `most_free` the most free chips on one node (single host).
+std::string CapacityMessage(const GangRequest& job, const ClassState& state, int64_t best_slots,
+                            const std::string* best_pool, int64_t most_free) {
+  std::string needs;
+  if (job.workers == 1) {
+    needs = "needs 1 host of " + Describe(job) + " with " + std::to_string(job.chips_per_worker) +
+            " free chips";
+  } else {
+    needs = "needs " + std::to_string(job.workers) + " hosts of " + Describe(job) + " (" +
+            std::to_string(job.chips_per_worker) + " chips each) in one node pool";
+  }
+  if (state.pools.empty()) return needs + "; no schedulable, healthy node has " + Describe(job);
+  if (job.workers == 1) {
+    return needs + "; none has (the most free on one node is " + std::to_string(most_free) + ")";
+  }
+  return needs + "; the best pool, " + PoolLabel(*best_pool) + ", has " +
+         std::to_string(best_slots) + " free";
+}
+
+}  // namespace
+
+bool QueueBefore(const GangRequest& a, const GangRequest& b) {
+  // Re-issued first (true before false), higher priority first, earlier first, then the key.
+  return std::tuple(!a.reissued, -int64_t{a.priority}, a.queued_at, std::string_view(a.job)) <
+         std::tuple(!b.reissued, -int64_t{b.priority}, b.queued_at, std::string_view(b.job));
+}
+
+Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
+                       const std::vector<const cache::PodInfo*>& pods,
+                       const std::vector<Reservation>& reservations,
+                       const NodeHealthConfig& health) {
+  // The nodes that offer chips at all, with their allocatable chips, sorted by class, pool and
+  // name. Label values are interned, so equal ones mostly compare by address.
+  struct Entry {
+    std::string_view accelerator, topology, pool, name;
+    int64_t free_chips = 0;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(nodes.size());
+  for (const cache::NodeInfo* node : nodes) {
+    if (node == nullptr || node->unschedulable) continue;
+    const std::string_view accelerator = node->labels.Value(kAcceleratorLabel);
+    const std::string_view topology = node->labels.Value(kTopologyLabel);
+    if (accelerator.empty() || topology.empty()) continue;
+    if (EvaluateNode(node, health).verdict != NodeVerdict::kHealthy) continue;
+    entries.push_back({accelerator, topology, node->labels.Value(cache::kNodePoolLabel), node->name,
+                       std::max<int64_t>(node->tpu_allocatable, 0)});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (int c = Compare(a.accelerator, b.accelerator); c != 0) return c < 0;
+    if (int c = Compare(a.topology, b.topology); c != 0) return c < 0;
+    if (int c = Compare(a.pool, b.pool); c != 0) return c < 0;
+    return a.name < b.name;
+  });
+
+  // What the pods bound to them use. A node name seen twice counts once, in its first place.
+  std::unordered_map<std::string_view, size_t> by_name;
+  by_name.reserve(entries.size());
+  std::vector<bool> first(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) first[i] = by_name.emplace(entries[i].name, i).second;
+  for (const cache::PodInfo* pod : pods) {
+    if (pod == nullptr || pod->node_name.empty() || pod->terminated()) continue;
+    auto it = by_name.find(pod->node_name.view());
+    if (it == by_name.end()) continue;
+    int64_t& free = entries[it->second].free_chips;
+    free = std::max<int64_t>(free - pod->TpuRequest(), 0);
+  }
+
+  Capacity capacity;
+  const Entry* last = nullptr;  // the last entry added, and the pool it went to
+  std::vector<NodeCapacity>* pool = nullptr;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& entry = entries[i];
+    if (!first[i]) continue;  // a name seen twice
+    if (last == nullptr || Compare(entry.accelerator, last->accelerator) != 0 ||
+        Compare(entry.topology, last->topology) != 0 || Compare(entry.pool, last->pool) != 0) {
+      auto& pools = capacity.pools[{std::string(entry.accelerator), std::string(entry.topology)}];
+      pool = &pools.emplace_hint(pools.end(), std::string(entry.pool), std::vector<NodeCapacity>())
+                  ->second;
+    }
+    pool->push_back(
+        NodeCapacity{std::string(entry.name), std::string(entry.pool), entry.free_chips});
+    last = &entry;
+  }
+
+  // Reservations, in a fixed order whatever order they come in: each takes its workers' slots
+  // from the nodes of its class (of its pool when set) in name order, one slot at a time. One
+  // that no longer fits takes the whole slots there are; its other workers are left out.
+  std::vector<const Reservation*> ordered;
+  ordered.reserve(reservations.size());
+  for (const Reservation& r : reservations) ordered.push_back(&r);
+  std::sort(ordered.begin(), ordered.end(), [](const Reservation* a, const Reservation* b) {
+    return std::tie(a->job, a->accelerator, a->topology, a->pool, a->workers, a->chips_per_worker) <
+           std::tie(b->job, b->accelerator, b->topology, b->pool, b->workers, b->chips_per_worker);
+  });
+  std::map<Capacity::Class, std::vector<NodeCapacity*>> class_nodes;  // any pool, name order
+  for (const Reservation* r : ordered) {
+    if (r->workers <= 0 || r->chips_per_worker <= 0) continue;
+    auto found = capacity.pools.find({r->accelerator, r->topology});
+    if (found == capacity.pools.end()) continue;
+    if (!r->pool.empty()) {
+      auto pool = found->second.find(r->pool);
+      if (pool == found->second.end()) continue;
+      std::vector<NodeCapacity*> in_pool;
+      in_pool.reserve(pool->second.size());
+      for (NodeCapacity& node : pool->second) in_pool.push_back(&node);
+      TakeSlots(in_pool, r->workers, r->chips_per_worker);
+      continue;
+    }
+    auto [any, added] = class_nodes.try_emplace(found->first);
+    if (added) {
+      for (auto& [name, pool] : found->second) {
+        for (NodeCapacity& node : pool) any->second.push_back(&node);
+      }
+      std::sort(any->second.begin(), any->second.end(),
+                [](const NodeCapacity* a, const NodeCapacity* b) { return a->name < b->name; });
+    }
+    TakeSlots(any->second, r->workers, r->chips_per_worker);
+  }
+  return capacity;
+}
+
+std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
+                                                std::vector<GangRequest> queued) {
+  std::sort(queued.begin(), queued.end(), QueueBefore);
+
+  std::map<std::string, Admission> out;
+  std::map<Capacity::Class, ClassState> classes;  // filled as jobs ask for them
+  for (size_t i = 0; i < queued.size(); ++i) {
+    const GangRequest& job = queued[i];
+    Admission admission;
+    admission.position = static_cast<int32_t>(i + 1);
+
+    Capacity::Class key{job.accelerator, job.topology};
+    auto [it, added] = classes.try_emplace(key);
+    ClassState& state = it->second;
+    if (added) {
+      if (auto found = capacity.pools.find(key); found != capacity.pools.end()) {
+        state.pools.reserve(found->second.size());
+        for (const auto& [name, nodes] : found->second) state.pools.emplace_back(name, nodes);
+      }
+    }
+
+    if (job.workers <= 0 || job.chips_per_worker <= 0) {
+      // Nothing that could ever be placed (the spec's validation keeps these out): it waits,
+      // and holds up no one.
+      admission.reason = "WaitingForCapacity";
+      admission.message = "asks for " + std::to_string(job.workers) + " workers of " +
+                          std::to_string(job.chips_per_worker) + " chips: nothing to place";
+      out.insert_or_assign(job.job, std::move(admission));
+      continue;
+    }
+    if (state.blocked) {
+      admission.reason = "WaitingInLine";
+      admission.message = "waiting behind " + state.head_job + " (position " +
+                          std::to_string(state.head_position) + "), which " + state.head_message;
+      out.insert_or_assign(job.job, std::move(admission));
+      continue;
+    }
+
+    // Best fit: of the pools that hold every worker, the one left with the fewest free slots;
+    // pools are in name order, so the first of equals wins the tie. A single-host job takes one
+    // slot of any pool by the same rule. Nodes without a pool label are a pool of their own,
+    // named "": they serve multi-host jobs too (a cluster without pool labels is one slice),
+    // though the workers of such a job cannot be pinned to them by node selector.
+    PoolState* chosen = nullptr;
+    int64_t chosen_left = 0;
+    PoolState* best = nullptr;  // the most free slots, for the message
+    int64_t best_slots = -1;
+    for (PoolState& pool : state.pools) {
+      const int64_t slots = pool.Slots(job.chips_per_worker);
+      if (slots > best_slots) {
+        best = &pool;
+        best_slots = slots;
+      }
+      if (slots < job.workers) continue;
+      const int64_t left = slots - job.workers;
+      if (chosen == nullptr || left < chosen_left) {
+        chosen = &pool;
+        chosen_left = left;
+      }
+    }
+
+    if (chosen != nullptr) {
+      chosen->Place(job.workers, job.chips_per_worker);
+      admission.admit = true;
+      // A single-host job is not pinned: its pool is "" (any pool), whichever node it was
+      // counted on.
+      if (job.workers > 1) admission.pool = chosen->name();
+      out.insert_or_assign(job.job, std::move(admission));
+      continue;
+    }
+
+    int64_t most_free = 0;  // once per class at most: it is blocked from here on
+    if (job.workers == 1) {
+      for (const PoolState& pool : state.pools) most_free = std::max(most_free, pool.MostFree());
+    }
+    state.blocked = true;
+    state.head_job = job.job;
+    state.head_position = admission.position;
+    state.head_message = CapacityMessage(job, state, best_slots,
+                                         best != nullptr ? &best->name() : nullptr, most_free);
+    admission.reason = "WaitingForCapacity";
+    admission.message = state.head_message;
+    out.insert_or_assign(job.job, std::move(admission));
+  }
+  return out;
+}
+
+}  // namespace tpujob::policy

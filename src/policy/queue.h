@@ -1,0 +1,112 @@
+// The queue (DESIGN.md section 5) as pure functions: the free TPU capacity the node and pod
+// caches show, the order of waiting jobs, and which of them to admit now. No I/O, no clock.
+//
+// Capacity. A node offers chips to a job when it is schedulable (not spec.unschedulable),
+// healthy (EvaluateNode: Ready, no hardware condition, no maintenance notice), and labelled with
+// the job's accelerator (cloud.google.com/gke-tpu-accelerator) and topology
+// (cloud.google.com/gke-tpu-topology). Its free chips are status.allocatable[google.com/tpu]
+// minus the google.com/tpu requests of the non-terminated pods bound to it, minus the chips
+// reserved for admitted workers whose pods are not bound yet (Reservation).
+//
+// Gang admission. An attempt is admitted only when all its workers fit at once: a worker needs
+// chipsPerWorker free chips on one node (a node with 8 free chips holds two 4-chip workers). A
+// multi-host attempt (more than one worker) goes to one node pool
+// (cloud.google.com/gke-nodepool), which its pods are then pinned to by node selector: the
+// workers of one slice talk over the slice's interconnect. Among pools that fit, the one left
+// with the fewest free worker slots wins (best fit keeps big holes for big gangs); ties go to
+// the pool name.
+//
+// Order. Re-issued attempts first (their job was already running and lost its place to a
+// fault), then priority, higher first, then the time queued, earlier first, then the job's key.
+//
+// Head of line. Jobs are grouped into classes by (accelerator, topology): jobs of different
+// classes never compete for nodes, so one class's wait never holds up another. Within a class
+// the order is strict: when the first waiting job does not fit, no later job of that class is
+// admitted, even one that would fit. A small job behind a big one waits; in exchange a big gang
+// is never starved by a stream of small jobs that each take the chips it is waiting for, and
+// the order users see is the order jobs start. The cost is capacity left idle while the head
+// waits for the rest of its gang's capacity to free up; queueTimeoutSeconds bounds that wait
+// for re-issued jobs (default 30 minutes).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "policy/node_health.h"
+
+namespace tpujob::policy {
+
+inline constexpr std::string_view kAcceleratorLabel = "cloud.google.com/gke-tpu-accelerator";
+inline constexpr std::string_view kTopologyLabel = "cloud.google.com/gke-tpu-topology";
+// The node pool label is cache::kNodePoolLabel ("cloud.google.com/gke-nodepool").
+
+// What one attempt of a queued job asks for, and where it stands in the order.
+struct GangRequest {
+  std::string job;  // "namespace/name"
+  std::string accelerator;
+  std::string topology;
+  int32_t workers = 0;
+  int64_t chips_per_worker = 0;
+  bool reissued = false;
+  int32_t priority = 0;  // resolved from spec.priority or the PriorityClass
+  WallTime queued_at{};
+};
+
+// Whether `a` goes before `b` (the order above). A strict weak order; equal only for equal keys.
+bool QueueBefore(const GangRequest& a, const GangRequest& b);
+
+// Chips held for an admitted attempt whose worker pods are not all bound to nodes yet: taken out
+// of `pool` (any pool when empty) before anything else is placed.
+struct Reservation {
+  std::string job;
+  std::string accelerator;
+  std::string topology;
+  std::string pool;
+  int32_t workers = 0;  // workers still to be bound
+  int64_t chips_per_worker = 0;
+};
+
+// One node's share of the capacity.
+struct NodeCapacity {
+  std::string name;
+  std::string pool;  // "" when the node has no pool label
+  int64_t free_chips = 0;
+};
+
+// Free capacity by class (accelerator, topology) and pool; nodes in name order.
+struct Capacity {
+  using Class = std::pair<std::string, std::string>;  // accelerator, topology
+  std::map<Class, std::map<std::string, std::vector<NodeCapacity>>> pools;
+};
+
+// Builds the capacity from the caches' snapshots. `pods` may include pods of any job and pods
+// not bound yet (those are ignored); terminated pods are ignored; a pod that is being deleted
+// still holds its chips until it is gone. Reservations are then taken out.
+Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
+                       const std::vector<const cache::PodInfo*>& pods,
+                       const std::vector<Reservation>& reservations,
+                       const NodeHealthConfig& health);
+
+// The queue's answer for one waiting job.
+struct Admission {
+  bool admit = false;
+  std::string pool;      // admitted: the pool to pin the workers to ("" = single host, any pool)
+  std::string reason;    // not admitted: "WaitingForCapacity" or "WaitingInLine"
+  std::string message;   // not admitted, with numbers, e.g. "needs 4 hosts of
+                         // tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool; the best
+                         // pool, pool-a, has 3 free"; or "waiting behind team/big (position 1),
+                         // which needs ..."
+  int32_t position = 0;  // 1-based place in the whole queue order
+};
+
+// Decides every waiting job at once, in queue order, placing admitted gangs as it goes.
+// `queued` may be in any order. The result has one entry per job of `queued`.
+std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
+                                                std::vector<GangRequest> queued);
+
+}  // namespace tpujob::policy

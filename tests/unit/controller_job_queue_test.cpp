@@ -1,0 +1,146 @@
+// JobQueue over real stores: what it counts as waiting, reserved and used when it plans.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/children.h"
+#include "controller/job_queue.h"
+#include "fake_client.h"
+
+namespace tpujob::controller {
+namespace {
+
+using kube::Json;
+
+Json JobJson(const std::string& name, int priority, const std::string& phase, bool admitted = false,
+             int attempt = 1) {
+  Json status = Json::object();
+  if (!phase.empty()) {
+    status = {{"phase", phase},
+              {"attempt", attempt},
+              {"queuedAt", "2026-01-01T00:00:00Z"},
+              {"conditions", Json::array({{{"type", "Admitted"},
+                                           {"status", admitted ? "True" : "False"},
+                                           {"reason", admitted ? "Admitted" : "Queued"},
+                                           {"message", ""},
+                                           {"lastTransitionTime", "2026-01-01T00:00:00Z"}}})}};
+  }
+  return {
+      {"apiVersion", "tpujob.dev/v1alpha1"},
+      {"kind", "TPUJob"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "team"},
+        {"uid", "uid-" + name},
+        {"resourceVersion", "1"},
+        {"creationTimestamp", "2026-01-01T00:00:00Z"}}},
+      {"spec",
+       {{"priority", priority},
+        {"tpu", {{"accelerator", "tpu-v5e"}, {"topology", "2x4"}, {"chipsPerWorker", 4}}},
+        {"replicaSpecs",
+         {{"Worker",
+           {{"replicas", 2},
+            {"template",
+             {{"spec", {{"containers", Json::array({{{"name", "t"}, {"image", "i"}}})}}}}}}}}}}},
+      {"status", status}};
+}
+
+class JobQueueTest : public ::testing::Test {
+ protected:
+  JobQueueTest() : queue_(fake_, jobs_, pods_, nodes_, policy::NodeHealthConfig{}) {}
+
+  void AddNodes(int count) {
+    for (int i = 0; i < count; ++i) {
+      Json node = {{"metadata",
+                    {{"name", "n" + std::to_string(i)},
+                     {"labels",
+                      {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5e"},
+                       {"cloud.google.com/gke-tpu-topology", "2x4"},
+                       {"cloud.google.com/gke-nodepool", "pool-a"}}}}},
+                   {"status",
+                    {{"allocatable", {{"google.com/tpu", "4"}}},
+                     {"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+      nodes_.Update(std::make_shared<const cache::NodeInfo>(*cache::NodeInfo::FromJson(node)));
+    }
+  }
+  std::shared_ptr<const cache::TPUJobInfo> AddJob(const Json& json) {
+    auto job = std::make_shared<const cache::TPUJobInfo>(*cache::TPUJobInfo::FromJson(json));
+    jobs_.Update(job);
+    return job;
+  }
+  // The job's worker pods of `attempt`, as the operator builds them, bound to `nodes`.
+  void AddWorkers(const cache::TPUJobInfo& job, std::vector<std::string> nodes, int attempt = 1) {
+    const auto spec = policy::ParseJobSpec(job);
+    ASSERT_TRUE(spec.has_value()) << spec.error();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Json pod =
+          BuildPod(job, *spec, policy::ReplicaType::kWorker, static_cast<int32_t>(i), attempt);
+      pod["metadata"]["uid"] = job.name + "-pod-" + std::to_string(i);
+      pod["spec"]["nodeName"] = nodes[i];
+      pod["status"] = {{"phase", "Running"}};
+      auto parsed = cache::PodInfo::FromJson(pod);
+      ASSERT_TRUE(parsed.has_value());
+      pods_.Update(std::make_shared<const cache::PodInfo>(std::move(*parsed)));
+    }
+  }
+
+  kube::FakeClient fake_;
+  cache::Store<cache::TPUJobInfo> jobs_;
+  cache::Store<cache::PodInfo> pods_;
+  cache::Store<cache::NodeInfo> nodes_;
+  JobQueue queue_;
+};
+
+TEST_F(JobQueueTest, RunningJobWithBoundWorkersReservesNothingMore) {
+  AddNodes(4);
+  auto running = AddJob(JobJson("running", 0, "Running", /*admitted=*/true));
+  AddWorkers(*running, {"n0", "n1"});
+  AddJob(JobJson("waiting", 0, "Queued"));
+  const auto plan = queue_.ComputePlan();
+  ASSERT_EQ(plan.count("team/waiting"), 1u);
+  EXPECT_TRUE(plan.at("team/waiting").admit) << plan.at("team/waiting").message;
+  EXPECT_EQ(plan.at("team/waiting").pool, "pool-a");
+  EXPECT_EQ(plan.count("team/running"), 0u) << "a running job is not waiting";
+}
+
+TEST_F(JobQueueTest, AdmittedJobWithoutPodsYetHoldsItsChips) {
+  AddNodes(4);
+  auto starting = AddJob(JobJson("starting", 0, "Starting", /*admitted=*/true));
+  AddWorkers(*starting, {"n0"});  // one of two workers bound so far
+  AddJob(JobJson("waiting", 0, "Queued"));
+  const auto plan = queue_.ComputePlan();
+  ASSERT_EQ(plan.count("team/waiting"), 1u);
+  // n0 used, one slot reserved for starting's second worker: two left, enough.
+  EXPECT_TRUE(plan.at("team/waiting").admit) << plan.at("team/waiting").message;
+  // A second waiting gang of the same age does not fit as well: exactly one of the two (the
+  // name breaks the tie) is admitted.
+  AddJob(JobJson("third", 0, "Queued"));
+  const auto again = queue_.ComputePlan();
+  EXPECT_TRUE(again.at("team/third").admit);
+  EXPECT_FALSE(again.at("team/waiting").admit);
+}
+
+TEST_F(JobQueueTest, JustCreatedJobsWaitFromCreationInPriorityOrder) {
+  AddNodes(2);
+  AddJob(JobJson("low", 0, "Queued"));
+  AddJob(JobJson("fresh", 5, ""));  // no status yet
+  const auto plan = queue_.ComputePlan();
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_TRUE(plan.at("team/fresh").admit);
+  EXPECT_FALSE(plan.at("team/low").admit);
+  EXPECT_EQ(plan.at("team/low").position, 2);
+}
+
+TEST_F(JobQueueTest, OldAttemptsPodsDoNotCountAsTheCurrentAttempts) {
+  AddNodes(4);
+  auto restarted = AddJob(JobJson("again", 0, "Starting", /*admitted=*/true, /*attempt=*/2));
+  AddWorkers(*restarted, {"n0", "n1"}, /*attempt=*/1);  // still going away
+  AddJob(JobJson("waiting", 0, "Queued"));
+  // n0, n1 used by the old pods, n2, n3 reserved for attempt 2: nothing left.
+  EXPECT_FALSE(queue_.ComputePlan().at("team/waiting").admit);
+}
+
+}  // namespace
+}  // namespace tpujob::controller
