@@ -30,20 +30,8 @@ class FaultsE2E : public ::testing::Test {
                   const std::string& annotations = "fault-tolerance/job-retry-num: \"2\"") {
     return JobYaml(name, 2, "2x4", extra_spec, false, annotations, accelerator_);
   }
-  std::string NodeOf(const std::string& ns, const std::string& pod) {
-    return Get(ns, "pod " + pod, "{.spec.nodeName}");
-  }
-  static std::string NodeField(const std::string& node, const std::string& jsonpath) {
-    return Trim(Kubectl("get node " + node + " -o jsonpath='" + jsonpath + "'", false).output);
-  }
   // Nodes of this test the operator cordoned.
-  std::string CordonedNodes() {
-    return Trim(Kubectl("get nodes -l tpujob.dev/e2e-nodes=" + prefix_ +
-                            " -o jsonpath='{range .items[?(@.spec.unschedulable==true)]}"
-                            "{.metadata.name} {end}'",
-                        false)
-                    .output);
-  }
+  std::string CordonedNodes() { return UnschedulableNodes(prefix_); }
 
   std::string prefix_;
   std::string accelerator_;
@@ -167,46 +155,11 @@ TEST_F(FaultsE2E, PreflightNodeFaultCordonsTheNodeAndReissues) {
             "preflight preflight");
   const std::string node = NodeOf(ns.name(), "pf-worker-1");
 
-  const std::string dir = ClusterDir() + "/preflight-" + ns.name();
-  ASSERT_EQ(RunCommand("mkdir -p " + dir + "/dev").exit_code, 0);
-  ASSERT_EQ(Kubectl("get pod pf-worker-1 -n " + ns.name() +
-                    " -o jsonpath='{range .spec.initContainers[0].env[*]}{.name}={.value}{\"\\n\"}"
-                    "{end}' > " +
-                    dir + "/env")
-                .exit_code,
-            0);
-  const auto run = RunCommand(
-      "bash -c 'while IFS= read -r line; do [ -n \"$line\" ] && export \"$line\"; done < " + dir +
-      "/env; export NODE_NAME=" + node + "; exec " + TPUJOB_OPERATOR_BINARY +
-      " preflight --dev-root " + dir + "/dev --report-file " + dir + "/report.json'");
+  const PreflightRun run = RunPreflightFor(ns.name(), "pf-worker-1", node);
   ASSERT_EQ(run.exit_code, 10) << run.output;
   EXPECT_NE(run.output.find("item=accelerator"), std::string::npos) << run.output;
-  const std::string report = ReadFile(dir + "/report.json");
-  ASSERT_FALSE(report.empty());
-
-  const nlohmann::json status = {
-      {"status",
-       {{"phase", "Failed"},
-        {"initContainerStatuses",
-         {{{"name", "preflight"},
-           {"ready", false},
-           {"restartCount", 0},
-           {"image", "tpujob-operator:latest"},
-           {"imageID", ""},
-           {"state",
-            {{"terminated", {{"exitCode", 10}, {"reason", "Error"}, {"message", report}}}}}}}},
-        {"containerStatuses",
-         {{{"name", "trainer"},
-           {"ready", false},
-           {"restartCount", 0},
-           {"image", "busybox"},
-           {"imageID", ""},
-           {"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}}}}}};
-  std::ofstream(dir + "/status.json") << status.dump();
-  ASSERT_EQ(Kubectl("patch pod pf-worker-1 -n " + ns.name() +
-                    " --subresource=status --type=merge --patch-file " + dir + "/status.json")
-                .exit_code,
-            0);
+  ASSERT_FALSE(run.report.empty());
+  ASSERT_EQ(FailInitContainer(ns.name(), "pf-worker-1", 10, run.report).exit_code, 0);
 
   ASSERT_TRUE(JobFieldBecomes(ns.name(), "pf", "{.status.attempt}", "2")) << op.Log();
   ASSERT_TRUE(JobFieldBecomes(ns.name(), "pf", "{.status.phase}", "Running")) << op.Log();
@@ -217,6 +170,71 @@ TEST_F(FaultsE2E, PreflightNodeFaultCordonsTheNodeAndReissues) {
   EXPECT_EQ(CordonedNodes(), node);
   EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"),
             "PreflightFailed");
+}
+
+// The case "pre-flight failed, the job's configuration at fault": the job asks for a /dev/shm
+// larger than any host has (thresholds.shmGB), so the real pre-flight command fails `disk-size
+// shm`, a configuration fault (exit 11). The job is re-issued against its retries, and no node
+// is cordoned: the node is not what is wrong.
+TEST_F(FaultsE2E, PreflightConfigFaultReissuesWithoutCordoning) {
+  TestNamespace ns("ft-precfg");
+  OperatorProcess op({"--namespace", ns.name()});
+  ASSERT_EQ(
+      ApplyYaml(ns.name(), Job("cf",
+                               "  faultTolerance: {preflight: {enabled: true, checks: [disk], "
+                               "thresholds: {rootDiskGB: 0, cacheDiskGB: 0, "
+                               "shmGB: 1000000}}}\n"))
+          .exit_code,
+      0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "cf", "{.status.phase}", "Running")) << op.Log();
+  const std::string node = NodeOf(ns.name(), "cf-worker-1");
+  ASSERT_FALSE(node.empty());
+
+  // The three disk items look at one real file system here; the job's thresholds come from the
+  // init container's environment.
+  const std::string dir = ClusterDir();
+  const PreflightRun run = RunPreflightFor(
+      ns.name(), "cf-worker-1", node, {"--root-path", dir, "--shm-path", dir, "--cache-path", dir});
+  ASSERT_EQ(run.exit_code, 11) << run.output;
+  EXPECT_NE(run.output.find("item=\"disk-size shm\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("min_gb=1000000 "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("fault=config"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("fault=node"), std::string::npos) << run.output;
+  const nlohmann::json report = nlohmann::json::parse(run.report, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.report;
+  EXPECT_EQ(report.value("verdict", ""), "config-fault") << run.report;
+  EXPECT_EQ(report.value("node", ""), node) << run.report;
+  ASSERT_EQ(FailInitContainer(ns.name(), "cf-worker-1", 11, run.report).exit_code, 0);
+
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "cf", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "cf", "{.status.phase}", "Running")) << op.Log();
+  EXPECT_EQ(JobField(ns.name(), "cf", "{.status.jobRetries}"), "1");
+  EXPECT_EQ(JobField(ns.name(), "cf",
+                     "{.status.faults[0].kind}/{.status.faults[0].item}/"
+                     "{.status.faults[0].node}/{.status.faults[0].action}"),
+            "PreflightFailed/disk-size shm/" + node + "/ReissueJob");
+  // Events are written in the order they are recorded, so once the new attempt's Running is
+  // there, whatever the re-issuing reconcile recorded is there too.
+  std::vector<EventRecord> events;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        events = JobEvents(ns.name(), "cf");
+        return !EventsWith(events, "Running", "of attempt 2 are ready").empty();
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)))
+      << DescribeEvents(events);
+  const auto reissued = EventsWith(events, "Reissued", "(the job's configuration is at fault)");
+  ASSERT_EQ(reissued.size(), 1u) << DescribeEvents(events);
+  EXPECT_NE(reissued[0].message.find("disk-size shm"), std::string::npos) << reissued[0].message;
+  EXPECT_NE(reissued[0].message.find("node " + node), std::string::npos) << reissued[0].message;
+  EXPECT_EQ(reissued[0].type, "Warning");
+  // Nothing cordoned, nor even considered for a cordon.
+  EXPECT_TRUE(EventsWith(events, "NodeCordoned").empty()) << DescribeEvents(events);
+  EXPECT_TRUE(EventsWith(events, "NodeNotCordoned").empty()) << DescribeEvents(events);
+  EXPECT_EQ(CordonedNodes(), "");
+  EXPECT_EQ(NodeField(node, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].effect}"), "");
+  EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordoned-by}"), "");
+  EXPECT_EQ(op.Log().find("msg=\"cordon\""), std::string::npos) << op.Log();
 }
 
 }  // namespace

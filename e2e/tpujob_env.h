@@ -143,6 +143,92 @@ inline std::string PodUid(const std::string& ns, const std::string& pod) {
   return Get(ns, "pod " + pod, "{.metadata.uid}");
 }
 
+// The node the pod is bound to; empty while it is not scheduled.
+inline std::string NodeOf(const std::string& ns, const std::string& pod) {
+  return Get(ns, "pod " + pod, "{.spec.nodeName}");
+}
+
+inline std::string NodeField(const std::string& node, const std::string& jsonpath) {
+  return Trim(Kubectl("get node " + node + " -o jsonpath='" + jsonpath + "'", false).output);
+}
+
+// Names of the nodes made by CreateTpuNodes(prefix, ...) that are unschedulable (cordoned),
+// each followed by a space.
+inline std::string UnschedulableNodes(const std::string& prefix) {
+  return Trim(Kubectl("get nodes -l tpujob.dev/e2e-nodes=" + prefix +
+                          " -o jsonpath='{range .items[?(@.spec.unschedulable==true)]}"
+                          "{.metadata.name} {end}'",
+                      false)
+                  .output);
+}
+
+// One core/v1 Event.
+struct EventRecord {
+  std::string type;  // Normal, Warning
+  std::string reason;
+  std::string message;
+  int count = 0;
+};
+
+// The Events about the object `name` of `kind` in `ns` (Nodes' are in "default"), oldest first.
+inline std::vector<EventRecord> EventsAbout(const std::string& ns, const std::string& kind,
+                                            const std::string& name) {
+  const auto r =
+      Kubectl("get events -n " + ns + " --field-selector involvedObject.kind=" + kind +
+                  ",involvedObject.name=" + name + " --sort-by=.metadata.creationTimestamp -o json",
+              false);
+  const nlohmann::json list = nlohmann::json::parse(r.output, nullptr, false);
+  std::vector<EventRecord> events;
+  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) return events;
+  for (const auto& item : list["items"]) {
+    events.push_back({item.value("type", ""), item.value("reason", ""), item.value("message", ""),
+                      item.value("count", 0)});
+  }
+  return events;
+}
+
+inline std::vector<EventRecord> JobEvents(const std::string& ns, const std::string& job) {
+  return EventsAbout(ns, "TPUJob", job);
+}
+
+// The events with this reason whose message contains `text`.
+inline std::vector<EventRecord> EventsWith(const std::vector<EventRecord>& events,
+                                           const std::string& reason,
+                                           const std::string& text = "") {
+  std::vector<EventRecord> matching;
+  for (const EventRecord& e : events) {
+    if (e.reason == reason && e.message.find(text) != std::string::npos) matching.push_back(e);
+  }
+  return matching;
+}
+
+// "Warning NodeNotCordoned: node n1 not cordoned: ...", one line each, for failure messages.
+inline std::string DescribeEvents(const std::vector<EventRecord>& events) {
+  std::string out;
+  for (const EventRecord& e : events) {
+    out += e.type + " " + e.reason + " (x" + std::to_string(e.count) + "): " + e.message + "\n";
+  }
+  return out;
+}
+
+// One entry of a pod's status.containerStatuses or status.initContainerStatuses, as the kubelet
+// writes it; `state` is the state object, e.g. {"terminated": {"exitCode": 1}} or
+// {"waiting": {"reason": "PodInitializing"}}.
+inline nlohmann::json ContainerStatusJson(const std::string& name, const nlohmann::json& state,
+                                          const std::string& image) {
+  return {{"name", name},   {"ready", false}, {"restartCount", 0},
+          {"image", image}, {"imageID", ""},  {"state", state}};
+}
+
+// Merges `status` (an object with a "status" key) into the pod's status subresource.
+inline CommandResult PatchPodStatus(const std::string& ns, const std::string& pod,
+                                    const nlohmann::json& status) {
+  const std::string path = ClusterDir() + "/status-" + ns + "-" + pod + ".json";
+  std::ofstream(path) << status.dump();
+  return Kubectl("patch pod " + pod + " -n " + ns +
+                 " --subresource=status --type=merge --patch-file " + path);
+}
+
 // Writes a terminated main container into the pod's status, as the kubelet does when the
 // program exits: phase Failed for a non-zero code, Succeeded for 0.
 inline CommandResult TerminatePod(const std::string& ns, const std::string& pod, int exit_code,
@@ -151,20 +237,77 @@ inline CommandResult TerminatePod(const std::string& ns, const std::string& pod,
       {"exitCode", exit_code},
       {"reason", reason.empty() ? (exit_code == 0 ? "Completed" : "Error") : reason}};
   if (!message.empty()) terminated["message"] = message;
-  nlohmann::json status = {{"status",
-                            {{"phase", exit_code == 0 ? "Succeeded" : "Failed"},
-                             {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
-                             {"containerStatuses",
-                              {{{"name", "trainer"},
-                                {"ready", false},
-                                {"restartCount", 0},
-                                {"image", "busybox"},
-                                {"imageID", ""},
-                                {"state", {{"terminated", terminated}}}}}}}}};
-  const std::string path = ClusterDir() + "/status-" + pod + ".json";
-  std::ofstream(path) << status.dump();
-  return Kubectl("patch pod " + pod + " -n " + ns +
-                 " --subresource=status --type=merge --patch-file " + path);
+  return PatchPodStatus(
+      ns, pod,
+      {{"status",
+        {{"phase", exit_code == 0 ? "Succeeded" : "Failed"},
+         {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
+         {"containerStatuses", nlohmann::json::array({ContainerStatusJson(
+                                   "trainer", {{"terminated", terminated}}, "busybox")})}}}});
+}
+
+// What one run of the real pre-flight command gave.
+struct PreflightRun {
+  int exit_code = -1;
+  std::string output;  // its log lines (stdout and stderr)
+  std::string report;  // the report file it wrote; empty if none
+};
+
+// Runs the real `tpujob-operator preflight` here, as the pod's first init container would run
+// on `node`: with the environment the operator put in that container (NODE_NAME set to `node`,
+// since the downward API does not reach this process), an empty directory as /dev (a host
+// without TPU devices) and a report file of its own. `extra_args` are appended to the command
+// line; a flag given there overrides the one before it.
+inline PreflightRun RunPreflightFor(const std::string& ns, const std::string& pod,
+                                    const std::string& node,
+                                    const std::vector<std::string>& extra_args = {}) {
+  PreflightRun run;
+  const std::string dir = ClusterDir() + "/preflight-" + ns + "-" + pod;
+  const auto made = RunCommand("rm -rf " + dir + " && mkdir -p " + dir + "/dev");
+  if (made.exit_code != 0) {
+    run.output = made.output;
+    return run;
+  }
+  const auto env = Kubectl("get pod " + pod + " -n " + ns +
+                           " -o jsonpath='{range .spec.initContainers[0].env[*]}{.name}={.value}"
+                           "{\"\\n\"}{end}' > " +
+                           dir + "/env");
+  if (env.exit_code != 0) {
+    run.output = env.output;
+    return run;
+  }
+  std::string args;
+  for (const std::string& arg : extra_args) args += " '" + arg + "'";
+  const auto result = RunCommand(
+      "bash -c 'while IFS= read -r line; do [ -n \"$line\" ] && export \"$line\"; done < " + dir +
+      "/env; export NODE_NAME=" + node + "; exec " + TPUJOB_OPERATOR_BINARY +
+      " preflight --dev-root " + dir + "/dev --report-file " + dir + "/report.json \"$@\"' _" +
+      args);
+  run.exit_code = result.exit_code;
+  run.output = result.output;
+  run.report = ReadFile(dir + "/report.json");
+  return run;
+}
+
+// Writes a failed first init container into the pod's status as the kubelet does: the
+// container terminated with `exit_code` and `report` as its termination message, the main
+// container still waiting, phase Failed (the pods' restartPolicy is Never).
+inline CommandResult FailInitContainer(const std::string& ns, const std::string& pod, int exit_code,
+                                       const std::string& report) {
+  const std::string name = Get(ns, "pod " + pod, "{.spec.initContainers[0].name}");
+  const std::string image = Get(ns, "pod " + pod, "{.spec.initContainers[0].image}");
+  return PatchPodStatus(
+      ns, pod,
+      {{"status",
+        {{"phase", "Failed"},
+         {"initContainerStatuses",
+          nlohmann::json::array({ContainerStatusJson(
+              name,
+              {{"terminated", {{"exitCode", exit_code}, {"reason", "Error"}, {"message", report}}}},
+              image)})},
+         {"containerStatuses",
+          nlohmann::json::array({ContainerStatusJson(
+              "trainer", {{"waiting", {{"reason", "PodInitializing"}}}}, "busybox")})}}}});
 }
 
 // Sets a condition in a node's status, as node-problem-detector does (strategic merge by type,

@@ -127,12 +127,15 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan() {
     const policy::JobStatus status = policy::JobStatus::FromJson(job->status);
     // A job not yet marked Queued (just created) waits too, from its creation: otherwise jobs
     // created together would be admitted in the order their first reconciles happen to run.
-    const bool waiting =
-        status.phase == policy::Phase::kQueued || status.phase == policy::Phase::kNone;
-    const bool admitted =
-        status.ConditionTrue(policy::condition::kAdmitted) &&
-        (status.phase == policy::Phase::kStarting || status.phase == policy::Phase::kRunning ||
-         status.phase == policy::Phase::kRestarting);
+    // A re-issued attempt waiting for its old pods to go (Restarting, not admitted) holds its
+    // place at the head already: the capacity those pods free must not go to a job behind it.
+    const bool holds_admission = status.ConditionTrue(policy::condition::kAdmitted);
+    const bool waiting = status.phase == policy::Phase::kQueued ||
+                         status.phase == policy::Phase::kNone ||
+                         (status.phase == policy::Phase::kRestarting && !holds_admission);
+    const bool admitted = holds_admission && (status.phase == policy::Phase::kStarting ||
+                                              status.phase == policy::Phase::kRunning ||
+                                              status.phase == policy::Phase::kRestarting);
     if (!waiting && !admitted) continue;
     const auto spec = policy::ParseJobSpec(*job);
     if (!spec) continue;

@@ -13,7 +13,8 @@
 //
 // What a plan counts, from the caches:
 //   - waiting: jobs whose status phase is Queued (or not set yet: a job just created waits from
-//     its creation), with their spec's priority, or the value of the
+//     its creation; or Restarting without admission: a re-issued attempt whose old pods are still
+//     going away already holds its place), with their spec's priority, or the value of the
 //     PriorityClass their spec names (read from the API server once and kept for five minutes;
 //     a class that cannot be read counts as spec.priority, with a warning);
 //   - reserved: admitted attempts (phase Starting, Running or Restarting with Admitted=True)

@@ -1,7 +1,5 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +15,7 @@
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
 #include "fake_client.h"
+#include "log_capture.h"
 #include "policy/cordon.h"
 
 namespace tpujob::policy {
@@ -39,40 +38,6 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 constexpr auto kWait = seconds(10);  // bound on waiting for the event recorder; never reached
-
-// Captures what the default logger writes while it lives.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()), sink_(std::make_shared<Sink>()) {
-    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_pattern("level=%l %v");
-    logger->set_level(spdlog::level::info);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-
-  std::string text() const {
-    std::lock_guard<std::mutex> lock(sink_->text_mu);
-    return sink_->text;
-  }
-
- private:
-  struct Sink : spdlog::sinks::base_sink<std::mutex> {
-    void sink_it_(const spdlog::details::log_msg& message) override {
-      spdlog::memory_buf_t formatted;
-      formatter_->format(message, formatted);
-      std::lock_guard<std::mutex> lock(text_mu);
-      text.append(formatted.data(), formatted.size());
-    }
-    void flush_() override {}
-
-    std::mutex text_mu;
-    std::string text;
-  };
-
-  std::shared_ptr<spdlog::logger> previous_;
-  std::shared_ptr<Sink> sink_;
-};
 
 CordonRequest Request(const std::string& node, const std::string& evidence = "pod-uid-1/dns",
                       const std::string& item = "dns") {

@@ -1,7 +1,5 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +12,7 @@
 #include "cache/objects.h"
 #include "controller/event_recorder.h"
 #include "fake_client.h"
+#include "log_capture.h"
 
 namespace tpujob::controller {
 namespace {
@@ -100,50 +99,6 @@ class GatedClient : public kube::Client {
   std::condition_variable cv_;
   bool open_ = true;
   int waiting_ = 0;
-};
-
-// Captures what the default logger writes while it lives; lines may come from any thread.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()), sink_(std::make_shared<Sink>()) {
-    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_pattern("level=%l %v");
-    logger->set_level(spdlog::level::info);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-
-  std::string text() const {
-    std::lock_guard<std::mutex> lock(sink_->lines_mu);
-    return sink_->text;
-  }
-  // Blocks (bounded) until a line containing `needle` was logged.
-  bool AwaitLine(const std::string& needle) {
-    std::unique_lock<std::mutex> lock(sink_->lines_mu);
-    return sink_->logged.wait_for(lock, kWait,
-                                  [&] { return sink_->text.find(needle) != std::string::npos; });
-  }
-
- private:
-  struct Sink : spdlog::sinks::base_sink<std::mutex> {
-    void sink_it_(const spdlog::details::log_msg& message) override {
-      spdlog::memory_buf_t formatted;
-      formatter_->format(message, formatted);
-      {
-        std::lock_guard<std::mutex> lock(lines_mu);
-        text.append(formatted.data(), formatted.size());
-      }
-      logged.notify_all();
-    }
-    void flush_() override {}
-
-    std::mutex lines_mu;
-    std::condition_variable logged;
-    std::string text;
-  };
-
-  std::shared_ptr<spdlog::logger> previous_;
-  std::shared_ptr<Sink> sink_;
 };
 
 ObjectRef PodRef(const std::string& name = "llm-worker-0") {

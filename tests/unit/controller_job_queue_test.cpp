@@ -142,5 +142,21 @@ TEST_F(JobQueueTest, OldAttemptsPodsDoNotCountAsTheCurrentAttempts) {
   EXPECT_FALSE(queue_.ComputePlan().at("team/waiting").admit);
 }
 
+TEST_F(JobQueueTest, ReissueWaitingForItsOldPodsKeepsItsPlaceAtTheHead) {
+  AddNodes(4);
+  Json json = JobJson("reissued", 0, "Restarting", /*admitted=*/false, /*attempt=*/2);
+  json["status"]["reissued"] = true;
+  auto reissued = AddJob(json);
+  AddWorkers(*reissued, {"n0", "n1"}, /*attempt=*/1);  // the old attempt's pods, going away
+  AddJob(JobJson("high", 100, "Queued"));
+  const auto plan = queue_.ComputePlan();
+  ASSERT_EQ(plan.count("team/reissued"), 1u);
+  EXPECT_EQ(plan.at("team/reissued").position, 1);
+  // n2 and n3 are free: they go to the re-issued job, and the new job waits behind it.
+  EXPECT_TRUE(plan.at("team/reissued").admit);
+  EXPECT_FALSE(plan.at("team/high").admit);
+  EXPECT_EQ(plan.at("team/high").position, 2);
+}
+
 }  // namespace
 }  // namespace tpujob::controller
