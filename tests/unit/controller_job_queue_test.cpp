@@ -158,5 +158,24 @@ TEST_F(JobQueueTest, ReissueWaitingForItsOldPodsKeepsItsPlaceAtTheHead) {
   EXPECT_EQ(plan.at("team/high").position, 2);
 }
 
+TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
+  AddNodes(2);
+  fake_.Upsert(kube::Resource::PriorityClasses(), {{"apiVersion", "scheduling.k8s.io/v1"},
+                                                   {"kind", "PriorityClass"},
+                                                   {"metadata", {{"name", "urgent"}}},
+                                                   {"value", 1000}});
+  AddJob(JobJson("plain", 10, "Queued"));
+  Json json = JobJson("classy", 0, "Queued");
+  json["spec"]["priorityClassName"] = "urgent";
+  AddJob(json);
+  Json missing = JobJson("unknown-class", 5, "Queued");
+  missing["spec"]["priorityClassName"] = "no-such-class";  // falls back to spec.priority
+  AddJob(missing);
+  const auto plan = queue_.ComputePlan();
+  EXPECT_TRUE(plan.at("team/classy").admit);
+  EXPECT_EQ(plan.at("team/plain").position, 2);
+  EXPECT_EQ(plan.at("team/unknown-class").position, 3);
+}
+
 }  // namespace
 }  // namespace tpujob::controller
