@@ -53,10 +53,7 @@ void JobQueue::Invalidate() {
   cv_.notify_all();
 }
 
-AdmissionDecision JobQueue::Admit(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
-                                  const policy::JobStatus& status) {
-  (void)spec;
-  (void)status;
+AdmissionDecision JobQueue::Admit(const cache::TPUJobInfo& job) {
   const std::string key = job.Key();
   {
     std::lock_guard<std::mutex> lock(mu_);

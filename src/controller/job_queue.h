@@ -64,9 +64,8 @@ class JobQueue {
   // Something that may change capacity or the queue happened.
   void Invalidate();
 
-  // The answer for a waiting job. Thread-safe.
-  AdmissionDecision Admit(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
-                          const policy::JobStatus& status);
+  // The answer for a waiting job (the plan already holds its spec and status). Thread-safe.
+  AdmissionDecision Admit(const cache::TPUJobInfo& job);
 
   // Computes a plan from the caches now (what the thread does), for tests and benchmarks.
   std::map<std::string, policy::Admission> ComputePlan();

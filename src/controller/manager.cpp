@@ -52,9 +52,9 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
       std::make_unique<Cordoner>(client_, nodes_->store(), *recorder_, options_.cordon, clock_);
   job_queue_ = std::make_unique<JobQueue>(client_, jobs_->store(), pods_->store(), nodes_->store(),
                                           options_.reconciler.node_health, clock_);
-  options_.reconciler.admission = [this](const cache::TPUJobInfo& job, const policy::JobSpec& spec,
-                                         const policy::JobStatus& status) {
-    return job_queue_->Admit(job, spec, status);
+  options_.reconciler.admission = [this](const cache::TPUJobInfo& job, const policy::JobSpec&,
+                                         const policy::JobStatus&) {
+    return job_queue_->Admit(job);
   };
   reconciler_ =
       std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(), nodes_->store(),
