@@ -192,6 +192,22 @@ constexpr std::pair<const char*, const char*> kPreflightThresholdEnv[] = {
     {"dnsTimeoutSeconds", "TPUJOB_PREFLIGHT_DNS_TIMEOUT_SECONDS"},
 };
 
+// The pre-flight container's own securityContext, which meets the Pod Security "restricted"
+// profile whatever the pod template says: a fixed non-root user (the image's USER; explicit so
+// that a pod-level runAsUser 0 in the template cannot make the kubelet refuse the container),
+// no privilege escalation, no capabilities, the runtime's default seccomp profile and a
+// read-only root file system. The command only reads, except for its report, which goes to the
+// terminationMessagePath the kubelet mounts writable (mode 0666) for every container.
+Json PreflightSecurityContext() {
+  return Json{{"runAsNonRoot", true},
+              {"runAsUser", kPreflightUser},
+              {"runAsGroup", kPreflightUser},
+              {"allowPrivilegeEscalation", false},
+              {"readOnlyRootFilesystem", true},
+              {"capabilities", {{"drop", Json::array({"ALL"})}}},
+              {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+}
+
 void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOptions& options) {
   const policy::FaultTolerance& ft = spec.fault_tolerance;
   Json env = Json::array();
@@ -219,6 +235,7 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOpt
       {"resources",
        {{"requests", {{std::string(cache::kTpuResource), chips}}},
         {"limits", {{std::string(cache::kTpuResource), chips}}}}},
+      {"securityContext", PreflightSecurityContext()},
       {"terminationMessagePath", "/dev/termination-log"},
       {"terminationMessagePolicy", "File"}};
   auto containers = pod_spec.find("containers");

@@ -38,6 +38,8 @@ inline constexpr std::string_view kAcceleratorNodeLabel = "cloud.google.com/gke-
 inline constexpr std::string_view kTopologyNodeLabel = "cloud.google.com/gke-tpu-topology";
 // The taint GKE puts on TPU nodes so that only pods asking for TPUs land there.
 inline constexpr std::string_view kTpuTaintKey = "google.com/tpu";
+// The user and group the pre-flight init container runs as: the operator image's USER.
+inline constexpr int64_t kPreflightUser = 65532;
 // The owner reference's API version and kind.
 inline constexpr std::string_view kTPUJobApiVersion = "tpujob.dev/v1alpha1";
 inline constexpr std::string_view kTPUJobKind = "TPUJob";
@@ -66,8 +68,11 @@ struct PodBuildOptions {
 //     in the first container's requests and limits (other resources kept);
 //   - workers of a job with pre-flight enabled: a first init container "preflight" running
 //     `tpujob-operator preflight` with the job's thresholds as TPUJOB_PREFLIGHT_* variables,
-//     the first container's volume mounts (so it checks what the program will see) and the
-//     same google.com/tpu request (so the devices are visible to it);
+//     the first container's volume mounts (so it checks what the program will see), the
+//     same google.com/tpu request (so the devices are visible to it) and a securityContext
+//     that meets the Pod Security "restricted" profile (non-root user kPreflightUser, no
+//     privilege escalation, capabilities dropped, RuntimeDefault seccomp, read-only root file
+//     system); the template's own containers and pod securityContext are left as written;
 //   - in every container and init container, the operator's environment variables first (so
 //     the template's own variables can refer to them as $(VAR)), replacing any template
 //     variable of the same name.

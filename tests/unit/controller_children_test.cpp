@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -292,6 +293,99 @@ TEST(ChildrenBuildPodTest, MistypedTemplateFieldsDoNotThrow) {
   ASSERT_NO_THROW(pod = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1));
   EXPECT_EQ(pod["metadata"]["name"], "llm-worker-0");
   EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+}
+
+// What the Pod Security "restricted" profile (v1.25+) rejects in one container, given the pod's
+// securityContext: a container field wins over the pod's. Empty when the container complies.
+std::vector<std::string> RestrictedViolations(const Json& pod_security, const Json& container) {
+  const Json security = container.value("securityContext", Json::object());
+  auto effective = [&](const char* field) {
+    if (security.contains(field)) return security[field];
+    return pod_security.value(field, Json());
+  };
+  std::vector<std::string> violations;
+  if (effective("runAsNonRoot") != true) violations.push_back("runAsNonRoot");
+  if (effective("runAsUser") == 0) violations.push_back("runAsUser=0");
+  if (security.value("allowPrivilegeEscalation", Json()) != false) {
+    violations.push_back("allowPrivilegeEscalation");
+  }
+  if (security.value("privileged", false)) violations.push_back("privileged");
+  const Json capabilities = security.value("capabilities", Json::object());
+  const Json drop = capabilities.value("drop", Json::array());
+  if (std::find(drop.begin(), drop.end(), "ALL") == drop.end()) violations.push_back("drop ALL");
+  for (const Json& added : capabilities.value("add", Json::array())) {
+    if (added != "NET_BIND_SERVICE") violations.push_back("capabilities.add");
+  }
+  const std::string seccomp = effective("seccompProfile").is_object()
+                                  ? effective("seccompProfile").value("type", "")
+                                  : std::string();
+  if (seccomp != "RuntimeDefault" && seccomp != "Localhost") violations.push_back("seccomp");
+  return violations;
+}
+
+policy::JobSpec PreflightSpec() {
+  policy::JobSpec spec = Spec();
+  spec.fault_tolerance.preflight_enabled = true;
+  return spec;
+}
+
+TEST(ChildrenPreflightTest, InitContainerComesFirstWithTheJobsSettings) {
+  policy::JobSpec spec = PreflightSpec();
+  spec.fault_tolerance.preflight_thresholds = Json{{"rootDiskGB", 100}, {"nofile", 4096}};
+  const Json pod_spec = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1"})["spec"];
+  ASSERT_EQ(pod_spec["initContainers"].size(), 2u);
+  const Json& preflight = pod_spec["initContainers"][0];
+  EXPECT_EQ(preflight["name"], "preflight");
+  EXPECT_EQ(preflight["image"], "op:1");
+  EXPECT_EQ(preflight["command"], Json::array({"tpujob-operator", "preflight"}));
+  EXPECT_EQ(preflight["terminationMessagePath"], "/dev/termination-log");
+  EXPECT_EQ(preflight["volumeMounts"], WorkerTemplate()["spec"]["containers"][0]["volumeMounts"]);
+  EXPECT_EQ(preflight["resources"]["limits"]["google.com/tpu"], "4");
+  EXPECT_EQ(EnvValue(preflight, "TPUJOB_CHIPS_PER_WORKER"), "4");
+  EXPECT_EQ(EnvValue(preflight, "TPUJOB_PREFLIGHT_ROOT_MIN_GB"), "100");
+  EXPECT_EQ(EnvValue(preflight, "TPUJOB_PREFLIGHT_NOFILE_MIN"), "4096");
+  EXPECT_EQ(pod_spec["initContainers"][1]["name"], "fetch");
+
+  // Masters never get one.
+  const Json master = BuildPod(Job(), spec, ReplicaType::kMaster, 0, 1)["spec"];
+  EXPECT_FALSE(master.contains("initContainers"));
+}
+
+TEST(ChildrenPreflightTest, InitContainerMeetsPodSecurityRestricted) {
+  const Json pod_spec = BuildPod(Job(), PreflightSpec(), ReplicaType::kWorker, 0, 1)["spec"];
+  const Json& preflight = pod_spec["initContainers"][0];
+  ASSERT_EQ(preflight["name"], "preflight");
+  EXPECT_EQ(preflight["securityContext"], Json::parse(R"({
+    "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+    "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})"));
+  EXPECT_THAT(RestrictedViolations(Json::object(), preflight), ::testing::IsEmpty());
+  // The template's pod-level runAsUser (1000) does not matter to it.
+  EXPECT_THAT(RestrictedViolations(pod_spec["securityContext"], preflight), ::testing::IsEmpty());
+}
+
+TEST(ChildrenPreflightTest, HostilePodSecurityContextIsOverriddenForPreflightOnly) {
+  // A template that runs as root with no seccomp profile and a privileged trainer: the
+  // pre-flight container's own fields win over the pod's, and the user's containers and the
+  // pod securityContext stay exactly as written.
+  policy::JobSpec spec = PreflightSpec();
+  Json& template_spec = spec.worker.template_["spec"];
+  template_spec["securityContext"] =
+      Json::parse(R"({"runAsUser": 0, "runAsNonRoot": false, "fsGroup": 2000,
+                      "seccompProfile": {"type": "Unconfined"}})");
+  const Json privileged = Json::parse(R"({"privileged": true, "runAsUser": 0})");
+  template_spec["containers"][0]["securityContext"] = privileged;
+  const Json pod_spec = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1)["spec"];
+
+  EXPECT_THAT(RestrictedViolations(pod_spec["securityContext"], pod_spec["initContainers"][0]),
+              ::testing::IsEmpty());
+  EXPECT_EQ(pod_spec["securityContext"], template_spec["securityContext"]);
+  EXPECT_EQ(pod_spec["containers"][0]["securityContext"], privileged);
+  EXPECT_FALSE(pod_spec["containers"][1].contains("securityContext"));
+  EXPECT_FALSE(pod_spec["initContainers"][1].contains("securityContext"));
+  // The check itself notices a non-compliant container.
+  EXPECT_THAT(RestrictedViolations(pod_spec["securityContext"], pod_spec["containers"][0]),
+              ::testing::Not(::testing::IsEmpty()));
 }
 
 TEST(ChildrenBuildServiceTest, HeadlessServiceForPeerDns) {
