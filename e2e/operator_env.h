@@ -42,10 +42,13 @@ class OperatorProcess {
  public:
   explicit OperatorProcess(std::vector<std::string> extra_args = {}) {
     port_ = FreePort();
+    metrics_port_ = FreePort();
     log_path_ = ClusterDir() + "/operator-" + std::to_string(port_) + ".log";
-    std::vector<std::string> args = {TPUJOB_OPERATOR_BINARY, "run",
-                                     "--kubeconfig",         KubeconfigPath(),
-                                     "--health-address",     "127.0.0.1:" + std::to_string(port_)};
+    std::vector<std::string> args = {
+        TPUJOB_OPERATOR_BINARY, "run",
+        "--kubeconfig",         KubeconfigPath(),
+        "--health-address",     "127.0.0.1:" + std::to_string(port_),
+        "--metrics-address",    "127.0.0.1:" + std::to_string(metrics_port_)};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -91,13 +94,27 @@ class OperatorProcess {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // SIGSTOP / SIGCONT: the process freezes as a whole (a long GC pause, a stalled VM) while its
+  // clocks keep running.
+  void Pause() { ::kill(pid_, SIGSTOP); }
+  void Resume() { ::kill(pid_, SIGCONT); }
+  // Waits for the process to exit on its own and returns its exit status: -1 if it did not exit
+  // normally (a signal), -2 if it was still running after `timeout` (it is left running).
+  int WaitForExit(std::chrono::milliseconds timeout) {
+    int status = 0;
+    if (!Eventually([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout)) return -2;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
   bool running() const { return pid_ > 0; }
   int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
   std::string Log() const { return ReadFile(log_path_); }
 
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  int metrics_port_ = 0;
   std::string log_path_;
 };
 

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "controller/leader_election.h"
 #include "controller/manager.h"
+#include "controller/metrics.h"
 #include "kube/client.h"
 #include "kube/config.h"
 #include "preflight_command.h"
@@ -25,6 +27,7 @@ struct RunFlags {
   std::string context;
   std::string watch_namespace;
   std::string health_address = ":8081";
+  std::string metrics_address = ":8080";
   int workers = 4;
   double qps = 50;
   int burst = 100;
@@ -36,6 +39,13 @@ struct RunFlags {
   tpujob::policy::CordonPolicy cordon;
   bool no_cordon = false;
   int auto_uncordon_after_seconds = 0;
+  bool leader_elect = false;
+  int leader_elect_lease_duration_seconds = 15;
+  int leader_elect_renew_deadline_seconds = 10;
+  int leader_elect_retry_period_seconds = 2;
+  std::string leader_elect_namespace;  // "" = the service account's namespace, else "default"
+  std::string leader_elect_id = "tpujob-operator";
+  std::string leader_elect_identity;  // "" = $POD_NAME or the host name, plus a random suffix
 };
 
 // Blocks SIGTERM/SIGINT in every thread and waits for them on a dedicated one, so shutdown runs
@@ -68,6 +78,24 @@ int Run(const RunFlags& flags) {
                  flags.log_level.c_str());
     return 2;
   }
+  tpujob::controller::LeaderElectionOptions election;
+  election.ns = flags.leader_elect_namespace.empty()
+                    ? tpujob::controller::DefaultLeaderElectionNamespace()
+                    : flags.leader_elect_namespace;
+  election.name = flags.leader_elect_id;
+  election.identity = flags.leader_elect_identity.empty()
+                          ? tpujob::controller::DefaultLeaderElectionIdentity()
+                          : flags.leader_elect_identity;
+  election.lease_duration = std::chrono::seconds(flags.leader_elect_lease_duration_seconds);
+  election.renew_deadline = std::chrono::seconds(flags.leader_elect_renew_deadline_seconds);
+  election.retry_period = std::chrono::seconds(flags.leader_elect_retry_period_seconds);
+  if (auto valid = tpujob::controller::ValidateLeaderElectionOptions(election); !valid) {
+    std::fprintf(stderr,
+                 "error: invalid leader election flags: %s (want --leader-elect-lease-duration > "
+                 "--leader-elect-renew-deadline > --leader-elect-retry-period)\n",
+                 valid.error().message.c_str());
+    return 2;
+  }
   SignalWaiter signals;  // before any thread starts, so all of them inherit the mask
 
   auto config = tpujob::kube::ResolveConfig(flags.kubeconfig, flags.context);
@@ -78,9 +106,15 @@ int Run(const RunFlags& flags) {
   }
   config->qps = flags.qps;
   config->burst = flags.burst;
-  spdlog::info("msg=\"starting\" version={} server={} config={} namespace={} workers={}",
-               TPUJOB_VERSION, config->server, tpujob::LogQuote(config->source),
-               flags.watch_namespace.empty() ? "<all>" : flags.watch_namespace, flags.workers);
+  // The identity in every request, so the API server's audit log tells the replicas apart.
+  config->user_agent =
+      std::string("tpujob-operator/") + TPUJOB_VERSION + " (" + election.identity + ")";
+  spdlog::info(
+      "msg=\"starting\" version={} server={} config={} namespace={} workers={} leader_elect={} "
+      "identity={}",
+      TPUJOB_VERSION, config->server, tpujob::LogQuote(config->source),
+      flags.watch_namespace.empty() ? "<all>" : flags.watch_namespace, flags.workers,
+      flags.leader_elect, tpujob::LogQuote(election.identity));
 
   // Every API request the operator makes, by verb and resource: logged at shutdown, so the cost
   // of a workload can be read from the log.
@@ -91,17 +125,21 @@ int Run(const RunFlags& flags) {
   };
   auto counts = std::make_shared<RequestCounts>();
   tpujob::kube::RequestObserver observer;
-  observer.on_request = [counts](std::string_view verb, std::string_view resource, int,
-                                 tpujob::Duration) {
-    std::lock_guard<std::mutex> guard(counts->mu);
-    ++counts->total;
-    ++counts->by_kind[std::string(verb) + "_" + std::string(resource)];
+  observer.on_request = [counts](std::string_view verb, std::string_view resource, int status,
+                                 tpujob::Duration latency) {
+    {
+      std::lock_guard<std::mutex> guard(counts->mu);
+      ++counts->total;
+      ++counts->by_kind[std::string(verb) + "_" + std::string(resource)];
+    }
+    tpujob::controller::RecordApiRequest(verb, resource, status, latency);
   };
   auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;
   options.watch_namespace = flags.watch_namespace;
   options.workers = flags.workers;
   options.health_address = flags.health_address;
+  options.metrics_address = flags.metrics_address;
   options.cache_sync_timeout = std::chrono::seconds(flags.cache_sync_timeout_seconds);
   options.reconciler.pod_options.preflight_image = flags.preflight_image;
   options.reconciler.node_health.hardware_conditions = flags.hardware_conditions;
@@ -110,6 +148,7 @@ int Run(const RunFlags& flags) {
   options.cordon.enabled = !flags.no_cordon;
   options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
   options.nodes.node_health = options.reconciler.node_health;
+  if (flags.leader_elect) options.leader_election = election;
   tpujob::controller::Manager manager(*client, options);
 
   std::thread signal_thread = signals.OnSignal([&manager](int signal) {
@@ -155,6 +194,10 @@ int main(int argc, char** argv) {
       "Only manage TPUJobs (and their pods) in this namespace. Default: all namespaces.");
   run->add_option("--health-address", flags.health_address,
                   "host:port serving /healthz (alive) and /readyz (caches synced).")
+      ->capture_default_str();
+  run->add_option("--metrics-address", flags.metrics_address,
+                  "host:port serving /metrics (Prometheus text format); the health address "
+                  "serves it too when both are the same.")
       ->capture_default_str();
   run->add_option("--workers", flags.workers, "Number of TPUJobs reconciled concurrently.")
       ->check(CLI::Range(1, 256))
@@ -213,6 +256,37 @@ int main(int argc, char** argv) {
                   "A node condition that means maintenance when True (repeatable), in addition "
                   "to the taint cloud.google.com/impending-node-termination and the label "
                   "cloud.google.com/active-node-maintenance=ONGOING.");
+  run->add_flag("--leader-elect", flags.leader_elect,
+                "Run as one of several replicas: only the replica holding the Lease "
+                "(coordination.k8s.io/v1) reconciles and writes; the others stand by, answering "
+                "/healthz and /readyz, and take over when it is released or expires. A replica "
+                "that loses the Lease exits with status 1.");
+  run->add_option("--leader-elect-lease-duration", flags.leader_elect_lease_duration_seconds,
+                  "Seconds a standby waits, after it last saw the Lease change, before it takes "
+                  "the Lease over from a holder that stopped renewing.")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  run->add_option("--leader-elect-renew-deadline", flags.leader_elect_renew_deadline_seconds,
+                  "Seconds the leader keeps trying to renew before it gives leadership up; it "
+                  "writes nothing once its last renewal is this old. Must be less than the lease "
+                  "duration.")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  run->add_option("--leader-elect-retry-period", flags.leader_elect_retry_period_seconds,
+                  "Seconds between attempts to acquire or renew the Lease. Must be less than the "
+                  "renew deadline.")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  run->add_option("--leader-elect-namespace", flags.leader_elect_namespace,
+                  "Namespace of the Lease. Default: the namespace of the pod's service account "
+                  "(/var/run/secrets/kubernetes.io/serviceaccount/namespace), else \"default\".");
+  run->add_option("--leader-elect-id", flags.leader_elect_id,
+                  "Name of the Lease; replicas with the same name and namespace elect one leader.")
+      ->capture_default_str();
+  run->add_option("--leader-elect-identity", flags.leader_elect_identity,
+                  "This replica's name in the Lease (holderIdentity) and in the User-Agent of its "
+                  "API requests. Must differ between replicas. Default: $POD_NAME, else the host "
+                  "name, plus \"_\" and a random suffix.");
 
   tpujob::AddPreflightCommand(app);
   CLI::App* version = app.add_subcommand("version", "Print the version and exit.");

@@ -10,6 +10,7 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
   libgtest-dev libgmock-dev                       # unit tests
   curl procps iproute2 psmisc                     # the local control plane scripts
+  prometheus                                      # promtool and a real scrape in the tests
 )
 
 missing=()

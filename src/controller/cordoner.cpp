@@ -9,6 +9,7 @@
 
 #include "base/logging.h"
 #include "cache/intern.h"
+#include "controller/metrics.h"
 
 namespace tpujob::controller {
 namespace {
@@ -175,6 +176,22 @@ Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, T
     }
   }
 
+  switch (outcome.verdict) {
+    case CordonVerdict::kCordon:
+      if (!outcome.error) Metrics().node_cordons.With({request.reason}).Inc();
+      break;
+    case CordonVerdict::kCapReached:
+      Metrics().cordons_refused.With({"cap"}).Inc();
+      break;
+    case CordonVerdict::kRateLimited:
+      Metrics().cordons_refused.With({"rate"}).Inc();
+      break;
+    case CordonVerdict::kSystemic:
+      Metrics().cordons_refused.With({"breaker"}).Inc();
+      break;
+    default:
+      break;
+  }
   const bool warn = HeldBack(outcome.verdict) || outcome.error.has_value();
   spdlog::log(warn ? spdlog::level::warn : spdlog::level::info,
               "msg=\"cordon\" node={} job={} reason={} verdict={} dry_run={} item={} evidence={} "

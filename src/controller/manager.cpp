@@ -9,6 +9,7 @@
 
 #include "base/logging.h"
 #include "cache/store.h"
+#include "controller/metrics.h"
 #include "metrics/http_server.h"
 
 namespace tpujob::controller {
@@ -21,10 +22,26 @@ std::string JobKeyOfPod(const cache::PodInfo& pod) {
   return cache::ObjectKey(pod.ns, it->second);
 }
 
+// Work-queue latencies into the metrics, labelled with the queue's name.
+workqueue::WorkQueueOptions QueueMetrics(const std::string& name) {
+  metrics::Histogram& waited = Metrics().workqueue_queue_duration.With({name});
+  metrics::Histogram& worked = Metrics().workqueue_work_duration.With({name});
+  return {.on_queue_latency =
+              [&waited](Duration d) { waited.Observe(std::chrono::duration<double>(d).count()); },
+          .on_work_duration =
+              [&worked](Duration d) { worked.Observe(std::chrono::duration<double>(d).count()); }};
+}
+
 }  // namespace
 
 Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
-    : client_(client), options_(std::move(options)), clock_(clock) {
+    : elector_(options.leader_election
+                   ? std::make_unique<LeaderElector>(client, *options.leader_election, clock)
+                   : nullptr),
+      fenced_client_(elector_ ? std::make_unique<FencedClient>(client, *elector_) : nullptr),
+      client_(fenced_client_ ? *fenced_client_ : client),
+      options_(std::move(options)),
+      clock_(clock) {
   cache::ReflectorOptions pod_options;
   pod_options.name = "pods";
   pod_options.ns = options_.watch_namespace;
@@ -46,7 +63,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(client_, kube::Resource::TPUJobs(),
                                                                job_options, clock_);
 
-  queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
+  queue_ = std::make_unique<workqueue::WorkQueue>(clock_, nullptr, QueueMetrics("tpujob"));
   recorder_ = std::make_unique<EventRecorder>(client_, options_.events, clock_);
   cordoner_ =
       std::make_unique<Cordoner>(client_, nodes_->store(), *recorder_, options_.cordon, clock_);
@@ -59,7 +76,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   reconciler_ =
       std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(), nodes_->store(),
                                          *recorder_, *cordoner_, options_.reconciler, clock_);
-  node_queue_ = std::make_unique<workqueue::WorkQueue>(clock_);
+  node_queue_ = std::make_unique<workqueue::WorkQueue>(clock_, nullptr, QueueMetrics("node"));
   node_reconciler_ = std::make_unique<NodeReconciler>(client_, nodes_->store(), *cordoner_,
                                                       *recorder_, options_.nodes, clock_);
   cordoner_->SetRetryHook([this](const std::string& node) { node_queue_->AddRateLimited(node); });
@@ -116,9 +133,52 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
              }
            },
        .on_delete = enqueue_jobs_on_node});
+  collector_ = metrics::DefaultRegistry().AddCollector([this] { Collect(); });
 }
 
-Manager::~Manager() { Stop(); }
+Manager::~Manager() {
+  Stop();
+  // Before the informers go: a loss reported now must find them still there.
+  if (elector_) elector_->Stop();
+  metrics::DefaultRegistry().RemoveCollector(collector_);
+}
+
+void Manager::Collect() {
+  OperatorMetrics& m = Metrics();
+  std::map<policy::Phase, int> phases;
+  int waiting = 0;
+  std::optional<WallTime> oldest;
+  for (const auto& job : jobs_->store().List()) {
+    const policy::JobStatus status = policy::JobStatus::FromJson(job->status);
+    ++phases[status.phase];
+    if (status.phase != policy::Phase::kQueued) continue;
+    ++waiting;
+    if (status.queued_at && (!oldest || *status.queued_at < *oldest)) oldest = status.queued_at;
+  }
+  for (policy::Phase phase :
+       {policy::Phase::kQueued, policy::Phase::kStarting, policy::Phase::kRunning,
+        policy::Phase::kRestarting, policy::Phase::kSucceeded, policy::Phase::kFailed}) {
+    m.jobs.With({policy::ToString(phase)}).Set(phases[phase]);
+  }
+  m.queue_length.With({}).Set(waiting);
+  m.queue_oldest_wait.With({}).Set(
+      oldest ? std::max(0.0, std::chrono::duration<double>(clock_.WallNow() - *oldest).count())
+             : 0.0);
+  m.cache_objects.With({"pods"}).Set(static_cast<double>(pods_->store().Size()));
+  m.cache_objects.With({"nodes"}).Set(static_cast<double>(nodes_->store().Size()));
+  m.cache_objects.With({"tpujobs"}).Set(static_cast<double>(jobs_->store().Size()));
+  m.cordoned_nodes.With({}).Set(cordoner_->CordonedByUs());
+  m.cordon_limit_nodes.With({}).Set(
+      policy::CordonLimit(cordoner_->policy(), static_cast<int>(nodes_->store().Size())));
+  for (const auto& [name, queue] :
+       {std::pair<std::string_view, workqueue::WorkQueue*>{"tpujob", queue_.get()},
+        {"node", node_queue_.get()}}) {
+    const workqueue::WorkQueueStats stats = queue->Stats();
+    m.workqueue_depth.With({name}).Set(static_cast<double>(stats.depth));
+    m.workqueue_adds.With({name}).SetCumulative(static_cast<double>(stats.adds_total));
+    m.workqueue_retries.With({name}).SetCumulative(static_cast<double>(stats.retries_total));
+  }
+}
 
 int Manager::health_port() const { return health_port_.load(); }
 
@@ -127,10 +187,59 @@ kube::Status Manager::Run() {
   server.Handle("/healthz", [] { return metrics::HttpResponse{200, "text/plain", "ok\n", {}}; });
   server.Handle("/readyz", [this] {
     if (ready_.load()) return metrics::HttpResponse{200, "text/plain", "ok\n", {}};
+    if (standing_by_.load()) {
+      // A standby is healthy and ready to take over: not a reason to restart or alert.
+      const std::string holder = elector_->ObservedHolder();
+      std::string body = "standing by: waiting for the leader lease " + elector_->LeaseKey();
+      if (!holder.empty()) body += " (held by " + holder + ")";
+      return metrics::HttpResponse{200, "text/plain", body + "\n", {}};
+    }
     return metrics::HttpResponse{503, "text/plain", "caches not synced\n", {}};
   });
+  const bool shared_server =
+      options_.metrics_address.empty() || options_.metrics_address == options_.health_address;
+  auto serve_metrics = [] {
+    return metrics::HttpResponse{
+        200, "text/plain; version=0.0.4; charset=utf-8", metrics::DefaultRegistry().Render(), {}};
+  };
+  if (shared_server) server.Handle("/metrics", serve_metrics);
   if (auto started = server.Start(); !started) return started;
   health_port_ = server.port();
+  metrics::HttpServer metrics_server(shared_server ? std::string() : options_.metrics_address);
+  if (!shared_server) {
+    metrics_server.Handle("/metrics", serve_metrics);
+    if (auto started = metrics_server.Start(); !started) return started;
+  }
+  metrics_port_ = shared_server ? server.port() : metrics_server.port();
+
+  auto leadership_lost = [this]() -> std::optional<kube::Error> {
+    std::lock_guard<std::mutex> guard(stop_mu_);
+    if (!leadership_lost_) return std::nullopt;
+    return kube::Error::Cancelled("leader election lost (lease " + elector_->LeaseKey() +
+                                  ", identity " + elector_->options().identity +
+                                  "): " + *leadership_lost_);
+  };
+  if (elector_) {
+    // Stand by until this replica holds the Lease: the endpoints answer, nothing else runs.
+    standing_by_ = true;
+    LeaderCallbacks callbacks;
+    callbacks.on_started_leading = [this] {
+      { std::lock_guard<std::mutex> guard(stop_mu_); }
+      stop_cv_.notify_all();
+    };
+    callbacks.on_stopped_leading = [this](const std::string& reason) { OnLeadershipLost(reason); };
+    elector_->Start(std::move(callbacks));
+    {
+      std::unique_lock<std::mutex> lock(stop_mu_);
+      stop_cv_.wait(lock, [this] { return stop_requested_ || elector_->IsLeader(); });
+    }
+    standing_by_ = false;
+    if (!elector_->IsLeader()) {
+      elector_->Stop();
+      if (auto lost = leadership_lost()) return std::unexpected(*lost);
+      return {};
+    }
+  }
 
   const auto begin = clock_.Now();
   pods_->Start();
@@ -142,8 +251,12 @@ kube::Status Manager::Run() {
       pods_->WaitForSync(timeout) && nodes_->WaitForSync(timeout) && jobs_->WaitForSync(timeout);
   {
     std::lock_guard<std::mutex> guard(stop_mu_);
-    if (stop_requested_) return {};
+    if (stop_requested_ && !leadership_lost_) {
+      if (elector_) elector_->Stop();
+      return {};
+    }
   }
+  if (auto lost = leadership_lost()) return std::unexpected(*lost);
   if (!synced) {
     return std::unexpected(kube::Error::Transport(
         "caches did not sync within " + std::to_string(options_.cache_sync_timeout.count()) +
@@ -171,14 +284,23 @@ kube::Status Manager::Run() {
   for (const auto& node : nodes_->store().List()) {
     if (node_reconciler_->Interested(*node)) node_queue_->Add(node->name);
   }
+  Metrics().leader.With({}).Set(1);
   ready_ = true;
   {
     std::unique_lock<std::mutex> lock(stop_mu_);
     stop_cv_.wait(lock, [this] { return stop_requested_; });
   }
   ready_ = false;
-  spdlog::info("msg=\"shutting down: draining the work queue\" in_flight={}",
-               queue_->Stats().in_flight);
+  Metrics().leader.With({}).Set(0);
+  const std::optional<kube::Error> lost = leadership_lost();
+  if (lost) {
+    // Nothing may be written any more (the fence refuses it): drop the queued keys.
+    spdlog::info("msg=\"shutting down: leadership lost, abandoning queued work\" queued={}",
+                 queue_->Stats().depth);
+  } else {
+    spdlog::info("msg=\"shutting down: draining the work queue\" in_flight={}",
+                 queue_->Stats().in_flight);
+  }
   job_queue_->Stop();
   queue_->ShutDownWithDrain();
   node_queue_->ShutDownWithDrain();
@@ -186,8 +308,12 @@ kube::Status Manager::Run() {
   jobs_->Stop();
   nodes_->Stop();
   pods_->Stop();
-  recorder_->Flush(std::chrono::seconds(5));
+  if (!lost) recorder_->Flush(std::chrono::seconds(5));
+  // Released only now, after the drain wrote its last: the successor never overlaps with it.
+  if (elector_) elector_->Stop();
   server.Stop();
+  metrics_server.Stop();
+  if (lost) return std::unexpected(*lost);
   spdlog::info("msg=\"stopped\"");
   return {};
 }
@@ -204,11 +330,29 @@ void Manager::Stop() {
   jobs_->Stop();
 }
 
+void Manager::OnLeadershipLost(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> guard(stop_mu_);
+    if (!leadership_lost_) leadership_lost_ = reason;
+  }
+  abandon_work_ = true;
+  Stop();
+}
+
 void Manager::Worker(
     workqueue::WorkQueue& queue, std::string_view what,
     const std::function<kube::Result<ReconcileResult>(const std::string&)>& reconcile) {
+  OperatorMetrics& m = Metrics();
+  const std::string controller(what);
+  metrics::Histogram& duration = m.reconcile_duration.With({controller});
+  m.reconcile_errors.With({controller});  // present from the start, at 0
   while (auto key = queue.Get()) {
+    if (abandon_work_.load()) {
+      queue.Done(*key);
+      continue;
+    }
     kube::Result<ReconcileResult> result;
+    const TimePoint begin = clock_.Now();
     try {
       result = reconcile(*key);
     } catch (const std::exception& e) {
@@ -216,6 +360,13 @@ void Manager::Worker(
       spdlog::error("msg=\"reconcile threw\" {}={} error={}", what, *key, LogQuote(e.what()));
       result = std::unexpected(kube::Error::Decode(e.what()));
     }
+    duration.Observe(std::chrono::duration<double>(clock_.Now() - begin).count());
+    m.reconcile_total
+        .With({controller, !result                 ? "error"
+                           : result->requeue_after ? "requeue"
+                                                   : "success"})
+        .Inc();
+    if (!result) m.reconcile_errors.With({controller}).Inc();
     if (!result) {
       spdlog::warn("msg=\"reconcile failed, will retry\" {}={} retries={} error={}", what, *key,
                    queue.NumRequeues(*key), LogQuote(result.error().ToString()));

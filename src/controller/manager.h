@@ -6,6 +6,13 @@
 // Stop() shuts the queue down, lets in-flight reconciles finish (drain), stops the informers
 // and the HTTP server; Run() then returns.
 //
+// With leader election (ManagerOptions::leader_election), the endpoints start first and the
+// replica stands by (/healthz 200, /readyz 200 "standing by") until it holds the Lease; only
+// then do the informers and workers start. Every write goes through a FencedClient, so nothing
+// is written unless this replica holds a fresh Lease. Losing the Lease abandons the queued work
+// and Run() returns an error ("leader election lost"): the process is expected to exit. A
+// graceful Stop() drains first, then releases the Lease.
+//
 // Thread-safety: Stop() may be called from any thread, once Run() is running or before.
 #pragma once
 
@@ -15,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/clock.h"
@@ -22,6 +30,7 @@
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
 #include "controller/job_queue.h"
+#include "controller/leader_election.h"
 #include "controller/node_reconciler.h"
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
@@ -33,11 +42,15 @@ struct ManagerOptions {
   std::string watch_namespace;  // "" = all namespaces
   int workers = 4;
   std::string health_address = ":8081";
+  // Serves /metrics; "" or the health address: served there.
+  std::string metrics_address = ":8080";
   std::chrono::seconds cache_sync_timeout{120};
   TPUJobReconcilerOptions reconciler;
   EventRecorderOptions events;
   policy::CordonPolicy cordon;
   NodeReconcilerOptions nodes;
+  // Set: run only while this replica holds the Lease (see above). Unset: always run.
+  std::optional<LeaderElectionOptions> leader_election;
 };
 
 class Manager {
@@ -52,17 +65,28 @@ class Manager {
 
   bool Ready() const { return ready_.load(); }
   int health_port() const;
+  // Whether this replica leads: always true without leader election.
+  bool IsLeader() const { return elector_ == nullptr || elector_->IsLeader(); }
+  int metrics_port() const { return metrics_port_.load(); }
 
   cache::Informer<cache::PodInfo>& pods() { return *pods_; }
   cache::Informer<cache::NodeInfo>& nodes() { return *nodes_; }
   cache::Informer<cache::TPUJobInfo>& jobs() { return *jobs_; }
 
  private:
+  // Copies state into the gauges before a scrape (jobs by phase, queue, caches, work queues).
+  void Collect();
   // Processes keys of `queue` with `reconcile` until the queue shuts down, as a
   // controller-runtime worker: errors back off per key, requeue_after schedules the key again.
   void Worker(workqueue::WorkQueue& queue, std::string_view what,
               const std::function<kube::Result<ReconcileResult>(const std::string&)>& reconcile);
 
+  // Ends the work at once after the Lease was lost; Run() then returns the error.
+  void OnLeadershipLost(const std::string& reason);
+
+  // With leader election, client_ is fenced_client_ (so these come first).
+  std::unique_ptr<LeaderElector> elector_;
+  std::unique_ptr<FencedClient> fenced_client_;
   kube::Client& client_;
   ManagerOptions options_;
   Clock& clock_;
@@ -78,9 +102,14 @@ class Manager {
   std::unique_ptr<NodeReconciler> node_reconciler_;
   std::atomic<bool> ready_{false};
   std::atomic<int> health_port_{0};
+  std::atomic<int> metrics_port_{0};
+  int collector_ = -1;  // metrics::DefaultRegistry collector id
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_requested_ = false;
+  std::optional<std::string> leadership_lost_;  // why, once lost (under stop_mu_)
+  std::atomic<bool> standing_by_{false};        // waiting for the Lease
+  std::atomic<bool> abandon_work_{false};       // workers skip the keys still queued
 };
 
 }  // namespace tpujob::controller

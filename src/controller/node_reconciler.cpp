@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/logging.h"
+#include "controller/metrics.h"
 #include "policy/cordon.h"
 
 namespace tpujob::controller {
@@ -45,6 +46,7 @@ kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name)
                  LogQuote(patched.error().ToString()));
     return std::unexpected(patched.error());
   }
+  Metrics().node_uncordons.With({}).Inc();
   spdlog::info("msg=\"uncordoned node\" node={} reason={} detail={}", LogQuote(name),
                LogQuote(std::string(node->annotations.Value(policy::kCordonReasonAnnotation))),
                LogQuote(decision.message));

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "controller/metrics.h"
+#include "preflight/report.h"
 
 namespace tpujob::controller {
 namespace {
@@ -117,6 +119,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   if (job == nullptr) {
     std::lock_guard<std::mutex> guard(mu_);
     expectations_.erase(key);
+    preflight_counted_.erase(key);
     spdlog::debug("msg=\"TPUJob gone\" tpujob={}", key);
     return ReconcileResult{};
   }
@@ -157,6 +160,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     }
   }
 
+  CountPreflightReports(key, pods);
   const policy::Plan plan = policy::Decide(input);
   Expectations expect;
   if (auto written = WriteStatus(*job, plan, expect); !written)
@@ -232,6 +236,31 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   return ReconcileResult{plan.requeue_after};
 }
 
+void TPUJobReconciler::CountPreflightReports(
+    const std::string& key, const std::vector<cache::Store<cache::PodInfo>::Ptr>& pods) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string>& counted = preflight_counted_[key];
+  std::set<std::string> still_there;
+  for (const auto& pod : pods) {
+    const cache::ContainerInfo* init = pod->FindInitContainer(policy::kPreflightContainer);
+    if (init == nullptr || init->state != cache::ContainerState::kTerminated) continue;
+    if (counted.contains(pod->uid)) {
+      still_there.insert(pod->uid);
+      continue;
+    }
+    // No report (yet, or killed, truncated): nothing to count; a status update may bring one.
+    const std::optional<preflight::Report> report = preflight::ParseReport(init->message);
+    if (!report) continue;
+    still_there.insert(pod->uid);
+    for (const auto& item : report->items) {
+      Metrics().preflight_results.With({item.item, item.passed ? "pass" : "fail"}).Inc();
+    }
+  }
+  // Remember only pods that still exist, so the set stays as small as the job.
+  counted = std::move(still_there);
+  if (counted.empty()) preflight_counted_.erase(key);
+}
+
 kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
                                            Expectations& expect) {
   const nlohmann::json current = job.status.is_object() ? job.status : nlohmann::json::object();
@@ -252,7 +281,9 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
   }
   expect.job_resource_version =
       answer->value("/metadata/resourceVersion"_json_pointer, std::string());
-  const auto old_phase = policy::JobStatus::FromJson(current).phase;
+  const policy::JobStatus before = policy::JobStatus::FromJson(current);
+  RecordStatusChange(before, plan.status, clock_.WallNow());
+  const auto old_phase = before.phase;
   if (old_phase != plan.status.phase) {
     spdlog::info("msg=\"phase changed\" tpujob={} from={} to={} attempt={}", key,
                  old_phase == policy::Phase::kNone ? "<none>" : policy::ToString(old_phase),

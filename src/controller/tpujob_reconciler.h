@@ -83,6 +83,9 @@ class TPUJobReconciler {
   std::optional<Duration> Pending(const std::string& key, const cache::TPUJobInfo& job);
   kube::Status WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
                            Expectations& expect);
+  // Counts each terminated pre-flight init container's report once per pod (metrics).
+  void CountPreflightReports(const std::string& key,
+                             const std::vector<cache::Store<cache::PodInfo>::Ptr>& pods);
   kube::Status CreatePods(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
                           const policy::Plan& plan, Expectations& expect);
 
@@ -96,6 +99,8 @@ class TPUJobReconciler {
   Clock& clock_;
   std::mutex mu_;
   std::map<std::string, Expectations> expectations_;  // by job key; guarded by mu_
+  // Pods whose pre-flight report was counted, by job key; guarded by mu_.
+  std::map<std::string, std::set<std::string>> preflight_counted_;
 };
 
 // A JSON merge patch (RFC 7386) turning `from` into `to`: changed members, and null for

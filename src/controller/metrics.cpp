@@ -1,0 +1,141 @@
+#include "controller/metrics.h"
+
+#include <algorithm>
+#include <string>
+
+#include "version.h"
+
+namespace tpujob::controller {
+namespace {
+
+using metrics::DefaultRegistry;
+
+// Queue waits and recoveries take seconds to hours: 1 s to about 9 hours.
+std::vector<double> LongBuckets() { return metrics::ExponentialBuckets(1, 2, 16); }
+
+OperatorMetrics* Declare() {
+  auto& r = DefaultRegistry();
+  r.AddGauge("tpujob_build_info", "The operator's version; always 1.", {"version"})
+      .With({TPUJOB_VERSION})
+      .Set(1);
+  metrics::AddProcessMetrics(r);
+  return new OperatorMetrics{
+      .jobs =
+          r.AddGauge("tpujob_jobs", "TPUJobs in the operator's cache, by status.phase.", {"phase"}),
+      .job_restarts =
+          r.AddCounter("tpujob_job_restarts_total",
+                       "Workers restarted in place after a fault, by fault kind.", {"reason"}),
+      .job_reissues = r.AddCounter("tpujob_job_reissues_total",
+                                   "Jobs re-issued as a new attempt, by fault kind.", {"reason"}),
+      .job_failures =
+          r.AddCounter("tpujob_job_failures_total",
+                       "Jobs the operator failed after a fault, by fault kind.", {"reason"}),
+      .node_cordons = r.AddCounter("tpujob_node_cordons_total",
+                                   "Nodes the operator cordoned, by reason.", {"reason"}),
+      .cordons_refused = r.AddCounter(
+          "tpujob_node_cordons_refused_total",
+          "Cordons the operator decided against for safety: cap, rate or breaker.", {"reason"}),
+      .cordoned_nodes =
+          r.AddGauge("tpujob_cordoned_nodes",
+                     "Nodes held cordoned by the operator (its taint and annotation)."),
+      .cordon_limit_nodes =
+          r.AddGauge("tpujob_cordon_limit_nodes",
+                     "The most nodes the operator may hold cordoned now (--max-cordoned-nodes and "
+                     "--max-cordoned-fraction of the nodes in the cache)."),
+      .node_uncordons = r.AddCounter("tpujob_node_uncordons_total",
+                                     "Nodes the operator uncordoned after they stayed healthy."),
+      .preflight_results = r.AddCounter(
+          "tpujob_preflight_results_total",
+          "Pre-flight check results read from the workers' reports, by item and result.",
+          {"item", "result"}),
+      .queue_length = r.AddGauge("tpujob_queue_length", "TPUJobs waiting for admission."),
+      .queue_oldest_wait = r.AddGauge(
+          "tpujob_queue_oldest_wait_seconds",
+          "How long the longest-waiting TPUJob has been waiting for admission; 0 when none."),
+      .queue_wait = r.AddHistogram("tpujob_queue_wait_seconds",
+                                   "Time from status.queuedAt to admission.", {}, LongBuckets()),
+      .fault_recovery = r.AddHistogram(
+          "tpujob_fault_recovery_seconds",
+          "Time from a fault's detection to the job Running again (restart or re-issue).", {},
+          LongBuckets()),
+      .reconcile_total = r.AddCounter("tpujob_reconcile_total",
+                                      "Reconciles by controller and result (success, error, "
+                                      "requeue).",
+                                      {"controller", "result"}),
+      .reconcile_errors = r.AddCounter("tpujob_reconcile_errors_total",
+                                       "Reconciles that returned an error.", {"controller"}),
+      .reconcile_duration = r.AddHistogram("tpujob_reconcile_duration_seconds",
+                                           "Time one reconcile took.", {"controller"}),
+      .workqueue_depth =
+          r.AddGauge("tpujob_workqueue_depth", "Keys ready in the work queue.", {"name"}),
+      .workqueue_adds = r.AddCounter("tpujob_workqueue_adds_total",
+                                     "Adds that queued a key (duplicates excluded).", {"name"}),
+      .workqueue_retries =
+          r.AddCounter("tpujob_workqueue_retries_total",
+                       "Keys queued again after an error, with backoff.", {"name"}),
+      .workqueue_queue_duration =
+          r.AddHistogram("tpujob_workqueue_queue_duration_seconds",
+                         "Time a key waited in the work queue before a worker took it.", {"name"}),
+      .workqueue_work_duration = r.AddHistogram("tpujob_workqueue_work_duration_seconds",
+                                                "Time a worker held a key.", {"name"}),
+      .api_requests =
+          r.AddCounter("tpujob_api_requests_total",
+                       "Kubernetes API requests by verb, resource and HTTP status code (0: no "
+                       "response).",
+                       {"verb", "resource", "code"}),
+      .api_request_duration =
+          r.AddHistogram("tpujob_api_request_duration_seconds",
+                         "Kubernetes API request latency (a watch: until its first response).",
+                         {"verb", "resource"}),
+      .leader = r.AddGauge("tpujob_leader",
+                           "1 while this replica leads (holds the Lease, or runs without leader "
+                           "election); else 0."),
+      .cache_objects =
+          r.AddGauge("tpujob_cache_objects", "Objects in the operator's caches.", {"resource"}),
+  };
+}
+
+bool Contains(const std::vector<policy::FaultRecord>& faults, const policy::FaultRecord& f) {
+  return std::find(faults.begin(), faults.end(), f) != faults.end();
+}
+
+double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+OperatorMetrics& Metrics() {
+  static OperatorMetrics* metrics = Declare();  // never destroyed: used until exit
+  return *metrics;
+}
+
+void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus& after,
+                        WallTime now) {
+  OperatorMetrics& m = Metrics();
+  for (const auto& fault : after.faults) {
+    if (Contains(before.faults, fault)) continue;
+    if (fault.action == "RestartWorker") {
+      m.job_restarts.With({fault.kind}).Inc();
+    } else if (fault.action == "ReissueJob") {
+      m.job_reissues.With({fault.kind}).Inc();
+    } else if (fault.action == "FailJob") {
+      m.job_failures.With({fault.kind}).Inc();
+    }
+  }
+  if (after.admitted_at && after.admitted_at != before.admitted_at && after.queued_at) {
+    m.queue_wait.With({}).Observe(std::max(0.0, Seconds(*after.admitted_at - *after.queued_at)));
+  }
+  // Running again after a fault of this run: the time since the newest fault was detected.
+  if (after.phase == policy::Phase::kRunning && before.phase != policy::Phase::kRunning &&
+      !after.faults.empty() && after.faults.back().action != "FailJob") {
+    m.fault_recovery.With({}).Observe(std::max(0.0, Seconds(now - after.faults.back().time)));
+  }
+}
+
+void RecordApiRequest(std::string_view verb, std::string_view resource, int status,
+                      Duration latency) {
+  OperatorMetrics& m = Metrics();
+  m.api_requests.With({verb, resource, std::to_string(status)}).Inc();
+  m.api_request_duration.With({verb, resource}).Observe(Seconds(latency));
+}
+
+}  // namespace tpujob::controller
