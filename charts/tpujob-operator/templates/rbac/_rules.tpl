@@ -1,0 +1,53 @@
+{{/*
+The operator's permissions, derived from the requests it makes (src/controller):
+  - informers (manager.cpp) list and watch Pods, Nodes and TPUJobs;
+  - the TPUJob reconciler creates and deletes the workers' Pods, creates the headless Service,
+    and patches TPUJob status (tpujobs/status); the Pods and the Service carry an owner reference
+    with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin
+    allows only to those who may update tpujobs/finalizers (a permission check only: a
+    CustomResource has no finalizers subresource to call);
+  - the event recorder creates Events and patches them to count repeats;
+  - the cordoner and the node reconciler patch Nodes (cordon, taint, annotate, uncordon);
+  - the job queue gets PriorityClasses named by spec.priorityClassName;
+  - leader election gets, creates and updates its Lease (rbac/leader-election.yaml).
+No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildcards.
+*/}}
+
+{{/* Namespaced: where TPUJobs live (every namespace, or watchNamespace). */}}
+{{- define "tpujob-operator.namespacedRules" -}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["tpujob.dev"]
+  resources: ["tpujobs"]
+  verbs: ["list", "watch"]
+- apiGroups: ["tpujob.dev"]
+  resources: ["tpujobs/status"]
+  verbs: ["patch"]
+- apiGroups: ["tpujob.dev"]
+  resources: ["tpujobs/finalizers"]
+  verbs: ["update"]
+{{- end }}
+
+{{/* Cluster-scoped resources, always through a ClusterRole. */}}
+{{- define "tpujob-operator.clusterRules" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
+  verbs: ["get"]
+{{- end }}
+
+{{/* Events about Nodes (cluster-scoped objects) are recorded in namespace "default". */}}
+{{- define "tpujob-operator.nodeEventRules" -}}
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}

@@ -1,0 +1,908 @@
+// The Helm chart charts/tpujob-operator against a real control plane: it lints clean, takes its
+// CRD from the top-level crds/ directory, renders objects the API server accepts (the optional
+// monitoring objects included), installs into a namespace that enforces the "restricted" Pod
+// Security Standard, and grants its ServiceAccount exactly the permissions the operator uses.
+// The operator binary, run here with the Deployment's own arguments and that ServiceAccount's
+// token, syncs its caches and runs a job with pre-flight checks in a restricted namespace
+// without one refused request. The alert rules pass promtool (syntax and unit tests), and every
+// metric the dashboard and the alerts query is one the operator exports.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "policy/lifecycle.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+const std::string kChart = std::string(TPUJOB_SOURCE_DIR) + "/charts/tpujob-operator";
+const std::string kTestdata = std::string(TPUJOB_SOURCE_DIR) + "/e2e/testdata";
+
+// The release name used throughout; the chart then names its objects "chart-tpujob-operator".
+constexpr const char* kRelease = "chart";
+constexpr const char* kFullname = "chart-tpujob-operator";
+
+// Every combination of values the checks render: the defaults, every optional object on, and a
+// single watched namespace (`watched`, which must exist for a dry run).
+std::vector<std::pair<std::string, std::string>> ValueSets(const std::string& watched) {
+  return {{"defaults", ""},
+          {"monitoring",
+           "--set serviceMonitor.enabled=true --set prometheusRule.enabled=true "
+           "--set grafanaDashboard.enabled=true"},
+          {"watchNamespace", "--set watchNamespace=" + watched}};
+}
+
+// The project version (CMakeLists.txt), as the operator binary reports it.
+std::string ProjectVersion() {
+  const std::string out =
+      Trim(RunCommand(std::string(TPUJOB_OPERATOR_BINARY) + " version", false).output);
+  const size_t space = out.rfind(' ');
+  return space == std::string::npos ? "" : out.substr(space + 1);
+}
+
+// helm against the test cluster, with its cache and configuration under the cluster directory.
+CommandResult Helm(const std::string& args, bool with_stderr = true) {
+  const std::string home = ClusterDir() + "/helm";
+  return RunCommand("HELM_CACHE_HOME=" + home + "/cache HELM_CONFIG_HOME=" + home +
+                        "/config HELM_DATA_HOME=" + home + "/data " + ToolsBin() +
+                        "/helm --kubeconfig " + KubeconfigPath() + " " + args,
+                    with_stderr);
+}
+
+// The chart rendered by `helm template` (stdout only) into a file; returns its path.
+std::string RenderToFile(const std::string& ns, const std::string& values,
+                         const std::string& file) {
+  const std::string path = ClusterDir() + "/" + file;
+  const auto rendered =
+      Helm("template " + std::string(kRelease) + " " + kChart + " -n " + ns + " " + values, false);
+  EXPECT_EQ(rendered.exit_code, 0) << rendered.output;
+  std::ofstream(path) << rendered.output;
+  return path;
+}
+
+// The documents of a rendered file, by kind (the first of each kind).
+std::map<std::string, YAML::Node> DocumentsByKind(const std::string& path) {
+  std::map<std::string, YAML::Node> by_kind;
+  try {
+    for (const YAML::Node& doc : YAML::LoadAllFromFile(path)) {
+      if (doc.IsMap() && doc["kind"]) by_kind.try_emplace(doc["kind"].as<std::string>(), doc);
+    }
+  } catch (const YAML::Exception& e) {
+    ADD_FAILURE() << path << ": " << e.what();
+  }
+  return by_kind;
+}
+
+void RestrictNamespace(const std::string& ns) {
+  const auto labelled = Kubectl("label namespace " + ns +
+                                " pod-security.kubernetes.io/enforce=restricted"
+                                " pod-security.kubernetes.io/enforce-version=latest"
+                                " pod-security.kubernetes.io/warn=restricted");
+  ASSERT_EQ(labelled.exit_code, 0) << labelled.output;
+}
+
+// A release of the chart, uninstalled on destruction (its ClusterRole and ClusterRoleBinding
+// outlive the namespace otherwise).
+class Release {
+ public:
+  Release(std::string ns, const std::string& values) : ns_(std::move(ns)) {
+    install_ =
+        Helm("install " + std::string(kRelease) + " " + kChart + " -n " + ns_ + " " + values);
+  }
+  ~Release() { Helm("uninstall " + std::string(kRelease) + " -n " + ns_); }
+  const CommandResult& install() const { return install_; }
+  const std::string& ns() const { return ns_; }
+
+ private:
+  std::string ns_;
+  CommandResult install_;
+};
+
+// One permission as `kubectl auth can-i` asks for it. `ns`: "" for cluster-scoped, "*" for all
+// namespaces.
+struct Permission {
+  std::string verb;
+  std::string resource;
+  std::string ns;
+  std::string subresource = "";
+  std::string name = "";
+
+  std::string Describe() const {
+    std::string out = verb + " " + resource;
+    if (!subresource.empty()) out += "/" + subresource;
+    if (!name.empty()) out += " named " + name;
+    if (ns == "*") return out + " in all namespaces";
+    if (ns.empty()) return out + " (cluster-scoped)";
+    return out + " in " + ns;
+  }
+};
+
+// Asks the API server whether the ServiceAccount may do `p` (SubjectAccessReview through
+// impersonation); true on "yes".
+bool CanI(const std::string& account, const Permission& p) {
+  std::string args = "auth can-i '" + p.verb + "' '" + p.resource +
+                     (p.name.empty() ? "" : "/" + p.name) + "' --as=" + account;
+  if (!p.subresource.empty()) args += " --subresource=" + p.subresource;
+  if (p.ns == "*") {
+    args += " --all-namespaces";
+  } else if (!p.ns.empty()) {
+    args += " -n " + p.ns;
+  }
+  // The answer is the last line; kubectl warns before it about cluster-scoped resources.
+  const std::string output = Trim(Kubectl(args).output);
+  const size_t last_line = output.find_last_of('\n');
+  return output.substr(last_line == std::string::npos ? 0 : last_line + 1) == "yes";
+}
+
+// Checks both lists, printing every answer, so the output documents the permissions.
+void ExpectPermissions(const std::string& title, const std::string& account,
+                       const std::vector<Permission>& allowed,
+                       const std::vector<Permission>& denied) {
+  std::cout << "== " << title << " (" << account << ")\n";
+  for (const Permission& p : allowed) {
+    const bool yes = CanI(account, p);
+    std::cout << "  must allow: " << (yes ? "yes" : "NO ") << "  " << p.Describe() << "\n";
+    EXPECT_TRUE(yes) << account << " must be allowed to " << p.Describe();
+  }
+  for (const Permission& p : denied) {
+    const bool yes = CanI(account, p);
+    std::cout << "  must deny:  " << (yes ? "YES" : "no ") << "  " << p.Describe() << "\n";
+    EXPECT_FALSE(yes) << account << " must not be allowed to " << p.Describe();
+  }
+}
+
+// A kubeconfig for the ServiceAccount: a token from the TokenRequest API, the cluster's CA and
+// server, as the operator would get them in a pod. Returns its path; "" on failure.
+std::string ServiceAccountKubeconfig(const std::string& ns, const std::string& account) {
+  const std::string token =
+      Trim(Kubectl("create token " + account + " -n " + ns + " --duration=1h", false).output);
+  const std::string server =
+      Trim(Kubectl("config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}'", false)
+               .output);
+  const std::string ca =
+      Trim(Kubectl("config view --raw --minify -o "
+                   "jsonpath='{.clusters[0].cluster.certificate-authority-data}'",
+                   false)
+               .output);
+  if (token.empty() || token.find(' ') != std::string::npos || server.empty() || ca.empty()) {
+    ADD_FAILURE() << "cannot build a kubeconfig: token=" << token << " server=" << server;
+    return "";
+  }
+  const std::string path = ClusterDir() + "/sa-" + ns + ".kubeconfig";
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n"
+                      << "    server: " << server << "\n    certificate-authority-data: " << ca
+                      << "\nusers:\n- name: " << account << "\n  user:\n    token: " << token
+                      << "\ncontexts:\n- name: " << account
+                      << "\n  context: {cluster: e2e, user: " << account << ", namespace: " << ns
+                      << "}\ncurrent-context: " << account << "\n";
+  return path;
+}
+
+// The operator binary with the arguments of the chart's Deployment (its addresses moved to free
+// loopback ports) and a kubeconfig of its own; POD_NAME is set as the downward API sets it.
+// OperatorProcess always passes the admin kubeconfig, and `run` takes --kubeconfig once.
+class ChartOperator {
+ public:
+  ChartOperator(const std::string& kubeconfig, const std::vector<std::string>& deployment_args,
+                const std::string& pod_name)
+      : pod_name_(pod_name) {
+    health_port_ = FreePort();
+    do {
+      metrics_port_ = FreePort();
+    } while (metrics_port_ == health_port_);
+    log_path_ = ClusterDir() + "/chart-operator-" + std::to_string(health_port_) + ".log";
+    std::vector<std::string> args = {TPUJOB_OPERATOR_BINARY, "run", "--kubeconfig", kubeconfig};
+    for (const std::string& arg : deployment_args) {
+      if (arg == "run") continue;
+      if (arg.starts_with("--health-address=")) {
+        args.push_back("--health-address=127.0.0.1:" + std::to_string(health_port_));
+      } else if (arg.starts_with("--metrics-address=")) {
+        args.push_back("--metrics-address=127.0.0.1:" + std::to_string(metrics_port_));
+      } else {
+        args.push_back(arg);
+      }
+    }
+    for (const std::string& arg : args) command_line_ += arg + " ";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      FILE* log = std::fopen(log_path_.c_str(), "w");
+      if (log != nullptr) {
+        ::dup2(::fileno(log), 1);
+        ::dup2(::fileno(log), 2);
+      }
+      ::setenv("POD_NAME", pod_name_.c_str(), 1);
+      std::vector<char*> argv;
+      for (auto& arg : args) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+  }
+  ~ChartOperator() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  int health_port() const { return health_port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string Log() const { return "command: " + command_line_ + "\n" + ReadFile(log_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  int health_port_ = 0;
+  int metrics_port_ = 0;
+  std::string pod_name_;
+  std::string log_path_;
+  std::string command_line_;
+};
+
+// The arguments of the installed Deployment's operator container.
+std::vector<std::string> DeploymentArgs(const std::string& ns) {
+  const auto r = Kubectl("get deployment " + std::string(kFullname) + " -n " + ns +
+                             " -o jsonpath='{.spec.template.spec.containers[0].args}'",
+                         false);
+  const nlohmann::json args = nlohmann::json::parse(r.output, nullptr, false);
+  std::vector<std::string> out;
+  if (!args.is_array()) {
+    ADD_FAILURE() << "no args in the Deployment: " << r.output;
+    return out;
+  }
+  for (const auto& arg : args) out.push_back(arg.get<std::string>());
+  return out;
+}
+
+// Deletes the KWOK nodes of a test when it ends.
+struct NodesGuard {
+  std::string prefix;
+  ~NodesGuard() { DeleteTpuNodes(prefix); }
+};
+
+// A TPUJob with two workers and pre-flight checks whose pod template passes the "restricted"
+// Pod Security Standard by itself; the operator adds the pre-flight init container.
+std::string RestrictedPreflightJob(const std::string& name, const std::string& accelerator) {
+  return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
+         "\n  annotations: {fault-tolerance/job-retry-num: \"1\"}\nspec:\n"
+         "  tpu: {accelerator: " +
+         accelerator +
+         ", topology: 2x4, chipsPerWorker: 4}\n"
+         "  faultTolerance: {preflight: {enabled: true}}\n"
+         "  replicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+         "          securityContext:\n"
+         "            runAsNonRoot: true\n            runAsUser: 1000\n"
+         "            seccompProfile: {type: RuntimeDefault}\n"
+         "          containers:\n"
+         "          - name: trainer\n            image: busybox\n"
+         "            command: [sh, -c, train]\n"
+         "            securityContext:\n              allowPrivilegeEscalation: false\n"
+         "              capabilities: {drop: [ALL]}\n";
+}
+
+// The metric names a PromQL expression reads: what remains after removing string literals,
+// label matchers ({...}), ranges and subqueries ([...]) and the label lists of by, without, on,
+// ignoring, group_left and group_right, that is not a function (followed by "("), an
+// aggregation, a keyword or a number.
+std::set<std::string> MetricNames(const std::string& expr) {
+  std::string text;
+  char quote = 0;
+  int nesting = 0;
+  for (size_t i = 0; i < expr.size(); ++i) {
+    const char c = expr[i];
+    if (quote != 0) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '"' || c == '\'' || c == '`') {
+      quote = c;
+    } else if (c == '{' || c == '[') {
+      ++nesting;
+    } else if (c == '}' || c == ']') {
+      --nesting;
+      text += ' ';
+    } else if (nesting == 0) {
+      text += c;
+    }
+  }
+  static const std::set<std::string> kLabelLists = {"by",       "without",    "on",
+                                                    "ignoring", "group_left", "group_right"};
+  static const std::set<std::string> kNotMetrics = {
+      "and",          "or",      "unless", "bool",     "offset", "atan2",      "inf",    "nan",
+      "sum",          "min",     "max",    "avg",      "group",  "stddev",     "stdvar", "count",
+      "count_values", "bottomk", "topk",   "quantile", "limitk", "limit_ratio"};
+  auto is_start = [](char c) {
+    return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_' || c == ':';
+  };
+  auto is_part = [&](char c) {
+    return is_start(c) || std::isdigit(static_cast<unsigned char>(c)) != 0;
+  };
+  std::set<std::string> names;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '.') {  // 0.99, 5m, 1e3
+      while (i < text.size() && (is_part(text[i]) || text[i] == '.')) ++i;
+      continue;
+    }
+    if (!is_start(c)) {
+      ++i;
+      continue;
+    }
+    const size_t begin = i;
+    while (i < text.size() && is_part(text[i])) ++i;
+    const std::string word = text.substr(begin, i - begin);
+    size_t next = i;
+    while (next < text.size() && std::isspace(static_cast<unsigned char>(text[next])) != 0) ++next;
+    const bool call = next < text.size() && text[next] == '(';
+    if (call && kLabelLists.contains(word)) {  // skip the label list
+      int depth = 0;
+      for (i = next; i < text.size(); ++i) {
+        if (text[i] == '(') ++depth;
+        if (text[i] == ')' && --depth == 0) break;
+      }
+      ++i;
+      continue;
+    }
+    if (call || kNotMetrics.contains(word) || kLabelLists.contains(word)) continue;
+    names.insert(word);
+  }
+  return names;
+}
+
+// Family name -> type from "# TYPE <name> <type>" lines of the Prometheus text format.
+std::map<std::string, std::string> MetricFamilies(const std::string& exposition) {
+  std::map<std::string, std::string> families;
+  std::istringstream in(exposition);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string hash, keyword, name, type;
+    fields >> hash >> keyword >> name >> type;
+    if (hash == "#" && keyword == "TYPE") families[name] = type;
+  }
+  return families;
+}
+
+// Whether a series name belongs to an exported family: the family itself, a histogram's or
+// summary's _bucket/_sum/_count series, or a counter named without _total (OpenMetrics).
+bool Exported(const std::map<std::string, std::string>& families, const std::string& name) {
+  if (families.contains(name)) return true;
+  for (const std::string_view suffix : {"_bucket", "_sum", "_count"}) {
+    if (name.ends_with(suffix)) {
+      auto it = families.find(name.substr(0, name.size() - suffix.size()));
+      if (it != families.end() && (it->second == "histogram" || it->second == "summary")) {
+        return true;
+      }
+    }
+  }
+  if (name.ends_with("_total")) {
+    auto it = families.find(name.substr(0, name.size() - 6));
+    return it != families.end() && it->second == "counter";
+  }
+  return false;
+}
+
+std::string Join(const std::set<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+class ChartE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    InstallCrd();
+    // Stand-ins for the Prometheus Operator's CRDs (see the file's header).
+    const auto applied = Kubectl("apply -f " + kTestdata + "/monitoring-crds.yaml");
+    ASSERT_EQ(applied.exit_code, 0) << applied.output;
+    const auto established = Kubectl(
+        "wait --for=condition=Established crd/servicemonitors.monitoring.coreos.com "
+        "crd/prometheusrules.monitoring.coreos.com --timeout=30s");
+    ASSERT_EQ(established.exit_code, 0) << established.output;
+  }
+};
+
+TEST_F(ChartE2E, LintIsClean) {
+  for (const auto& [name, values] : ValueSets("tpujob-jobs")) {
+    const auto lint = Helm("lint --strict " + kChart + " " + values);
+    std::cout << "== helm lint --strict (" << name << ")\n" << lint.output;
+    EXPECT_EQ(lint.exit_code, 0) << name << "\n" << lint.output;
+    EXPECT_NE(lint.output.find("1 chart(s) linted, 0 chart(s) failed"), std::string::npos)
+        << name << "\n"
+        << lint.output;
+    EXPECT_EQ(lint.output.find("[WARNING]"), std::string::npos) << name << "\n" << lint.output;
+    EXPECT_EQ(lint.output.find("[ERROR]"), std::string::npos) << name << "\n" << lint.output;
+  }
+  // Two active replicas without leader election would both reconcile: refused at render time.
+  const auto refused = Helm("template " + std::string(kRelease) + " " + kChart +
+                            " --set leaderElection.enabled=false");
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("leaderElection.enabled"), std::string::npos) << refused.output;
+}
+
+// The chart's version and appVersion follow the project version; the default image tag is the
+// appVersion.
+TEST_F(ChartE2E, ChartVersionFollowsTheProjectVersion) {
+  const std::string version = ProjectVersion();
+  ASSERT_FALSE(version.empty());
+  const YAML::Node chart = YAML::LoadFile(kChart + "/Chart.yaml");
+  EXPECT_EQ(chart["apiVersion"].as<std::string>(), "v2");
+  EXPECT_EQ(chart["version"].as<std::string>(), version);
+  EXPECT_EQ(chart["appVersion"].as<std::string>(), version);
+}
+
+// One source of truth: the chart's crds/ is a link to the top-level crds/, and Helm follows it
+// when rendering, showing and packaging the chart (installing it is checked by
+// InstallIntoRestrictedNamespaceAdmitsTheOperatorPods).
+TEST_F(ChartE2E, CrdComesFromTheTopLevelCrdsDirectory) {
+  const std::string crd_file = "tpujob.dev_tpujobs.yaml";
+  const std::string crd = ReadFile(std::string(TPUJOB_SOURCE_DIR) + "/crds/" + crd_file);
+  ASSERT_FALSE(crd.empty());
+  EXPECT_EQ(Trim(RunCommand("readlink " + kChart + "/crds", false).output), "../../crds");
+
+  const auto shown = Helm("show crds " + kChart, false);
+  ASSERT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find(crd), std::string::npos) << shown.output.substr(0, 2000);
+
+  const auto rendered =
+      Helm("template " + std::string(kRelease) + " " + kChart + " --include-crds", false);
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.output;
+  EXPECT_NE(rendered.output.find("name: tpujobs.tpujob.dev"), std::string::npos);
+
+  const std::string dir = ClusterDir() + "/chart-package";
+  ASSERT_EQ(RunCommand("rm -rf " + dir + " && mkdir -p " + dir).exit_code, 0);
+  const auto packaged = Helm("package " + kChart + " -d " + dir);
+  ASSERT_EQ(packaged.exit_code, 0) << packaged.output;
+  const std::string archive = dir + "/tpujob-operator-" + ProjectVersion() + ".tgz";
+  const auto listed = RunCommand("tar -tzvf " + archive, false);
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  // A regular file in the archive, not a link that would dangle outside the source tree.
+  bool crd_is_file = false;
+  std::istringstream lines(listed.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.ends_with("tpujob-operator/crds/" + crd_file)) crd_is_file = line.starts_with("-");
+  }
+  EXPECT_TRUE(crd_is_file) << listed.output;
+  const auto extracted =
+      RunCommand("tar -xzOf " + archive + " tpujob-operator/crds/" + crd_file, false);
+  EXPECT_EQ(extracted.output, crd);
+}
+
+TEST_F(ChartE2E, RenderedObjectsPassServerSideDryRun) {
+  TestNamespace ns("chart-dry");
+  TestNamespace watched("chart-dry-watched");
+  for (const auto& [name, values] : ValueSets(watched.name())) {
+    const std::string path = RenderToFile(ns.name(), values, "chart-dry-" + name + ".yaml");
+    // Every rendered object names its namespace (the release's, the watched one, "default").
+    const auto applied = Kubectl("apply --dry-run=server -f " + path);
+    std::cout << "== helm template (" << name << ") | kubectl apply --dry-run=server\n"
+              << applied.output;
+    EXPECT_EQ(applied.exit_code, 0) << name << "\n" << applied.output;
+    std::vector<std::string> kinds = {"deployment.apps/",
+                                      "serviceaccount/",
+                                      "service/",
+                                      "clusterrole.rbac.authorization.k8s.io/",
+                                      "clusterrolebinding.rbac.authorization.k8s.io/",
+                                      "role.rbac.authorization.k8s.io/",
+                                      "rolebinding.rbac.authorization.k8s.io/",
+                                      "poddisruptionbudget.policy/"};
+    if (name == "monitoring") {
+      kinds.insert(kinds.end(), {"servicemonitor.monitoring.coreos.com/",
+                                 "prometheusrule.monitoring.coreos.com/", "configmap/"});
+    }
+    for (const std::string& kind : kinds) {
+      EXPECT_NE(applied.output.find(kind), std::string::npos) << name << ": no " << kind;
+    }
+    EXPECT_EQ(applied.output.find("Warning"), std::string::npos) << name << "\n" << applied.output;
+  }
+}
+
+TEST_F(ChartE2E, InstallIntoRestrictedNamespaceAdmitsTheOperatorPods) {
+  // The release brings the CRD itself (from crds/, through the link).
+  const auto deleted =
+      Kubectl("delete crd tpujobs.tpujob.dev --ignore-not-found --wait --timeout=60s");
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  TestNamespace ns("chart-psa");
+  RestrictNamespace(ns.name());
+  Release release(ns.name(), "");
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  EXPECT_EQ(release.install().output.find("PodSecurity"), std::string::npos)
+      << release.install().output;
+  EXPECT_NE(release.install().output.find("STATUS: deployed"), std::string::npos)
+      << release.install().output;
+  const auto established =
+      Kubectl("wait --for=condition=Established crd/tpujobs.tpujob.dev --timeout=30s");
+  ASSERT_EQ(established.exit_code, 0) << established.output;
+
+  // The Deployment's leader election, and POD_NAME from the downward API.
+  const std::string args = Get(ns.name(), std::string("deployment ") + kFullname,
+                               "{.spec.template.spec.containers[0].args}");
+  EXPECT_NE(args.find("\"--leader-elect\""), std::string::npos) << args;
+  EXPECT_NE(args.find("\"--leader-elect-namespace=" + ns.name() + "\""), std::string::npos) << args;
+  EXPECT_EQ(Get(ns.name(), std::string("deployment ") + kFullname,
+                "{.spec.template.spec.containers[0].env[?(@.name==\"POD_NAME\")]"
+                ".valueFrom.fieldRef.fieldPath}"),
+            "metadata.name");
+
+  // kube-controller-manager creates the pods; PodSecurity admission would refuse them.
+  const std::string selector = "-l app.kubernetes.io/instance=" + std::string(kRelease);
+  std::string pods;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        pods = Get(ns.name(), "pods " + selector, "{.items[*].metadata.name}");
+        return std::count(pods.begin(), pods.end(), ' ') == 1;  // two names
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(200)))
+      << pods << "\n"
+      << Kubectl("get rs,pods,events -n " + ns.name()).output;
+  EXPECT_EQ(Get(ns.name(), "replicaset " + selector, "{.items[0].status.replicas}"), "2");
+  EXPECT_EQ(Get(ns.name(), "events --field-selector reason=FailedCreate", "{.items[*].message}"),
+            "");
+
+  // The same check sees a refusal: a container allowed to escalate privileges is not admitted.
+  TestNamespace bad_ns("chart-psa-bad");
+  RestrictNamespace(bad_ns.name());
+  Release bad(bad_ns.name(), "--set securityContext.allowPrivilegeEscalation=true");
+  ASSERT_EQ(bad.install().exit_code, 0) << bad.install().output;
+  std::string refused;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        refused = Get(bad_ns.name(), "events --field-selector reason=FailedCreate",
+                      "{.items[*].message}");
+        return !refused.empty();
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(200)));
+  EXPECT_NE(refused.find("allowPrivilegeEscalation"), std::string::npos) << refused;
+}
+
+TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
+  TestNamespace ns("chart-rbac");
+  TestNamespace other("chart-other");
+  const std::string lease = kFullname;
+  const std::string account = "system:serviceaccount:" + ns.name() + ":" + kFullname;
+  {
+    Release release(ns.name(), "");
+    ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+    const std::string o = other.name();
+    const std::string r = ns.name();
+    const std::vector<Permission> allowed = {
+        {"list", "pods", "*"},
+        {"watch", "pods", "*"},
+        {"create", "pods", o},
+        {"delete", "pods", o},
+        {"create", "services", o},
+        {"create", "events", o},
+        {"patch", "events", o},
+        {"create", "events", "default"},  // Events about Nodes
+        {"list", "tpujobs.tpujob.dev", "*"},
+        {"watch", "tpujobs.tpujob.dev", "*"},
+        {"patch", "tpujobs.tpujob.dev", o, "status"},
+        {"update", "tpujobs.tpujob.dev", o, "finalizers"},  // blockOwnerDeletion
+        {"list", "nodes", ""},
+        {"watch", "nodes", ""},
+        {"patch", "nodes", ""},
+        {"get", "priorityclasses.scheduling.k8s.io", ""},
+        {"create", "leases.coordination.k8s.io", r},
+        {"get", "leases.coordination.k8s.io", r, "", lease},
+        {"update", "leases.coordination.k8s.io", r, "", lease},
+    };
+    const std::vector<Permission> denied = {
+        {"get", "secrets", r},
+        {"list", "secrets", "*"},
+        {"watch", "secrets", o},
+        {"get", "configmaps", r},
+        {"create", "configmaps", o},
+        {"get", "pods", o},  // reads come from the watch caches
+        {"update", "pods", o},
+        {"patch", "pods", o},
+        {"create", "pods", o, "exec"},
+        {"get", "pods", o, "log"},
+        {"create", "pods", o, "eviction"},
+        {"patch", "pods", o, "status"},
+        {"delete", "services", o},
+        {"get", "services", o},
+        {"delete", "events", o},
+        {"get", "nodes", ""},
+        {"create", "nodes", ""},
+        {"delete", "nodes", ""},
+        {"update", "nodes", ""},
+        {"patch", "nodes", "", "status"},
+        {"create", "deployments.apps", o},
+        {"delete", "deployments.apps", r},
+        {"get", "tpujobs.tpujob.dev", o},
+        {"create", "tpujobs.tpujob.dev", o},
+        {"update", "tpujobs.tpujob.dev", o},
+        {"patch", "tpujobs.tpujob.dev", o},
+        {"delete", "tpujobs.tpujob.dev", o},
+        {"update", "tpujobs.tpujob.dev", o, "status"},
+        {"list", "priorityclasses.scheduling.k8s.io", ""},
+        {"create", "priorityclasses.scheduling.k8s.io", ""},
+        {"list", "leases.coordination.k8s.io", r},
+        {"delete", "leases.coordination.k8s.io", r, "", lease},
+        {"get", "leases.coordination.k8s.io", r, "", "another-lease"},
+        {"update", "leases.coordination.k8s.io", r, "", "another-lease"},
+        {"create", "leases.coordination.k8s.io", o},
+        {"get", "leases.coordination.k8s.io", o, "", lease},
+        {"update", "leases.coordination.k8s.io", "kube-system", "", lease},
+        {"create", "serviceaccounts", r, "token"},
+        {"create", "rolebindings.rbac.authorization.k8s.io", r},
+        {"create", "clusterrolebindings.rbac.authorization.k8s.io", ""},
+        {"escalate", "clusterroles.rbac.authorization.k8s.io", ""},
+        {"bind", "clusterroles.rbac.authorization.k8s.io", ""},
+        {"impersonate", "serviceaccounts", r},
+        {"create", "customresourcedefinitions.apiextensions.k8s.io", ""},
+        {"*", "pods", o},
+        {"*", "nodes", ""},
+        {"*", "tpujobs.tpujob.dev", o},
+        {"*", "*", "*"},
+    };
+    ExpectPermissions("cluster-wide release (watchNamespace unset)", account, allowed, denied);
+  }
+
+  // watchNamespace: the namespaced permissions hold in that namespace only.
+  TestNamespace watched("chart-watched");
+  Release release(ns.name(), "--set watchNamespace=" + watched.name());
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  const std::string w = watched.name();
+  const std::string o = other.name();
+  const std::string r = ns.name();
+  const std::vector<Permission> allowed = {
+      {"list", "pods", w},
+      {"watch", "pods", w},
+      {"create", "pods", w},
+      {"delete", "pods", w},
+      {"create", "services", w},
+      {"create", "events", w},
+      {"patch", "events", w},
+      {"create", "events", "default"},
+      {"patch", "events", "default"},
+      {"list", "tpujobs.tpujob.dev", w},
+      {"watch", "tpujobs.tpujob.dev", w},
+      {"patch", "tpujobs.tpujob.dev", w, "status"},
+      {"update", "tpujobs.tpujob.dev", w, "finalizers"},
+      {"list", "nodes", ""},
+      {"watch", "nodes", ""},
+      {"patch", "nodes", ""},
+      {"get", "priorityclasses.scheduling.k8s.io", ""},
+      {"create", "leases.coordination.k8s.io", r},
+      {"get", "leases.coordination.k8s.io", r, "", lease},
+      {"update", "leases.coordination.k8s.io", r, "", lease},
+  };
+  const std::vector<Permission> denied = {
+      {"list", "pods", "*"},
+      {"list", "pods", o},
+      {"create", "pods", o},
+      {"delete", "pods", r},
+      {"create", "services", o},
+      {"create", "events", o},
+      {"list", "tpujobs.tpujob.dev", "*"},
+      {"list", "tpujobs.tpujob.dev", o},
+      {"patch", "tpujobs.tpujob.dev", o, "status"},
+      {"create", "pods", "default"},
+      {"get", "secrets", w},
+      {"get", "configmaps", w},
+      {"create", "pods", w, "exec"},
+      {"delete", "tpujobs.tpujob.dev", w},
+      {"delete", "nodes", ""},
+      {"create", "leases.coordination.k8s.io", w},
+      {"*", "*", "*"},
+  };
+  ExpectPermissions("namespaced release (watchNamespace=" + w + ")", account, allowed, denied);
+}
+
+TEST_F(ChartE2E, OperatorWithTheServiceAccountTokenRunsAPreflightJob) {
+  TestNamespace ops("chart-op");
+  TestNamespace jobs("chart-jobs");
+  RestrictNamespace(ops.name());
+  RestrictNamespace(jobs.name());
+  Release release(ops.name(), "--set watchNamespace=" + jobs.name());
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  const std::string kubeconfig = ServiceAccountKubeconfig(ops.name(), kFullname);
+  ASSERT_FALSE(kubeconfig.empty());
+  EXPECT_EQ(Trim(RunCommand(ToolsBin() + "/kubectl --kubeconfig " + kubeconfig +
+                                " auth whoami -o jsonpath='{.status.userInfo.username}'",
+                            false)
+                     .output),
+            "system:serviceaccount:" + ops.name() + ":" + kFullname);
+
+  static int counter = 0;
+  const std::string prefix =
+      "ch" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
+  NodesGuard nodes{prefix};
+  CreateTpuNodes(prefix, 2, "tpu-" + prefix, "2x4", "pool-" + prefix);
+
+  const std::vector<std::string> args = DeploymentArgs(ops.name());
+  ASSERT_FALSE(args.empty());
+  const std::string pod_name = std::string(kFullname) + "-6d4cf56db6-x7k2p";
+  ChartOperator op(kubeconfig, args, pod_name);
+  ASSERT_TRUE(Eventually([&] { return HttpStatus(op.health_port(), "/readyz") == 200; },
+                         std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << op.Log();
+
+  ASSERT_EQ(ApplyYaml(jobs.name(), RestrictedPreflightJob("pf", "tpu-" + prefix)).exit_code, 0);
+  EXPECT_TRUE(
+      JobFieldBecomes(jobs.name(), "pf", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> pods = JobPods(jobs.name(), "pf");
+  EXPECT_EQ(pods, (std::vector<std::string>{"pf-worker-0", "pf-worker-1"}))
+      << Kubectl("get events -n " + jobs.name()).output << op.Log();
+  for (const std::string& pod : pods) {
+    EXPECT_EQ(Get(jobs.name(), "pod " + pod, "{.spec.initContainers[0].name}"),
+              std::string(policy::kPreflightContainer))
+        << pod;
+    // The chart's default pre-flight image is the operator image.
+    EXPECT_EQ(Get(jobs.name(), "pod " + pod, "{.spec.initContainers[0].image}"),
+              "tpujob-operator:" + ProjectVersion())
+        << pod;
+  }
+  // The Lease in the release namespace names this replica.
+  std::string holder;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        holder = Get(ops.name(), "lease " + std::string(kFullname), "{.spec.holderIdentity}");
+        return holder.starts_with(pod_name);
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)))
+      << "holder \"" << holder << "\"\n"
+      << op.Log();
+
+  // No request was refused: neither in the log (errors read "403 Forbidden: ... is forbidden")
+  // nor in the request counter.
+  const std::string log = op.Log();
+  EXPECT_EQ(log.find("403 Forbidden"), std::string::npos) << log;
+  EXPECT_EQ(log.find("orbidden"), std::string::npos) << log;
+  const auto scraped = RunCommand(
+      "curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics", false);
+  EXPECT_EQ(scraped.exit_code, 0) << scraped.output;
+  std::istringstream lines(scraped.output);
+  int request_series = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("tpujob_api_requests_total{")) {
+      ++request_series;
+      EXPECT_EQ(line.find("code=\"403\""), std::string::npos) << line;
+    }
+  }
+  EXPECT_GT(request_series, 0) << scraped.output;
+  ASSERT_EQ(Kubectl("delete tpujob pf -n " + jobs.name()).exit_code, 0);
+}
+
+TEST_F(ChartE2E, PromtoolAcceptsTheAlertRules) {
+  const std::string promtool = Trim(RunCommand("command -v promtool", false).output);
+  ASSERT_FALSE(promtool.empty())
+      << "promtool is missing: install the Debian package prometheus (scripts/install-deps.sh)";
+  const std::string path =
+      RenderToFile("monitoring", "--set prometheusRule.enabled=true", "chart-rules-rendered.yaml");
+  const auto docs = DocumentsByKind(path);
+  ASSERT_TRUE(docs.contains("PrometheusRule"));
+  const YAML::Node spec = YAML::Clone(docs.at("PrometheusRule")["spec"]);
+  ASSERT_TRUE(spec["groups"] && spec["groups"].size() == 1);
+
+  const std::string dir = ClusterDir() + "/chart-rules";
+  ASSERT_EQ(RunCommand("rm -rf " + dir + " && mkdir -p " + dir).exit_code, 0);
+  YAML::Emitter full;
+  full << spec;
+  std::ofstream(dir + "/rules-full.yaml") << full.c_str() << "\n";
+  const auto checked = RunCommand(promtool + " check rules " + dir + "/rules-full.yaml");
+  std::cout << "== promtool check rules\n" << checked.output;
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("SUCCESS: 6 rules found"), std::string::npos) << checked.output;
+
+  // The unit tests compare alerts without annotations (see the test file's header).
+  for (YAML::Node group : spec["groups"]) {
+    for (YAML::Node rule : group["rules"]) rule.remove("annotations");
+  }
+  YAML::Emitter bare;
+  bare << spec;
+  std::ofstream(dir + "/rules.yaml") << bare.c_str() << "\n";
+  ASSERT_EQ(RunCommand("cp " + kTestdata + "/chart-alerts.test.yaml " + dir).exit_code, 0);
+  const auto tested = RunCommand(promtool + " test rules " + dir + "/chart-alerts.test.yaml");
+  std::cout << "== promtool test rules\n" << tested.output;
+  EXPECT_EQ(tested.exit_code, 0) << tested.output;
+  EXPECT_NE(tested.output.find("SUCCESS"), std::string::npos) << tested.output;
+}
+
+TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
+  // The expressions as rendered: the dashboard's panels and the alert rules.
+  const std::string path = RenderToFile(
+      "monitoring", "--set prometheusRule.enabled=true --set grafanaDashboard.enabled=true",
+      "chart-monitoring-rendered.yaml");
+  const auto docs = DocumentsByKind(path);
+  ASSERT_TRUE(docs.contains("PrometheusRule"));
+  ASSERT_TRUE(docs.contains("ConfigMap"));
+  std::set<std::string> dashboard_names;
+  const nlohmann::json dashboard = nlohmann::json::parse(
+      docs.at("ConfigMap")["data"]["tpujob-operator.json"].as<std::string>(), nullptr, false);
+  ASSERT_TRUE(dashboard.is_object()) << "the dashboard is not valid JSON";
+  int expressions = 0;
+  for (const auto& panel : dashboard.at("panels")) {
+    for (const auto& target : panel.value("targets", nlohmann::json::array())) {
+      ++expressions;
+      for (const std::string& n : MetricNames(target.value("expr", ""))) dashboard_names.insert(n);
+    }
+  }
+  std::set<std::string> rule_names;
+  for (const YAML::Node& group : docs.at("PrometheusRule")["spec"]["groups"]) {
+    for (const YAML::Node& rule : group["rules"]) {
+      for (const std::string& n : MetricNames(rule["expr"].as<std::string>())) rule_names.insert(n);
+    }
+  }
+  std::cout << "== " << expressions << " dashboard expressions read: " << Join(dashboard_names)
+            << "\n== alert rules read: " << Join(rule_names) << "\n";
+  // The extraction itself: a sample of what must be there, and nothing that is not a metric.
+  for (const char* name : {"tpujob_jobs", "tpujob_queue_wait_seconds_bucket",
+                           "tpujob_api_requests_total", "process_resident_memory_bytes"}) {
+    EXPECT_TRUE(dashboard_names.contains(name)) << name;
+  }
+  for (const char* name : {"up", "tpujob_queue_oldest_wait_seconds", "tpujob_job_reissues_total",
+                           "tpujob_cordoned_nodes", "tpujob_cordon_limit_nodes",
+                           "tpujob_node_cordons_refused_total"}) {
+    EXPECT_TRUE(rule_names.contains(name)) << name;
+  }
+  EXPECT_EQ(MetricNames("histogram_quantile(0.99, sum by (le, verb) (rate(a_bucket{x=\"y\"}"
+                        "[$__rate_interval]))) > on(pod) group_left(version) b offset 5m"),
+            (std::set<std::string>{"a_bucket", "b"}));
+
+  std::set<std::string> wanted = dashboard_names;
+  wanted.insert(rule_names.begin(), rule_names.end());
+  wanted.erase("up");  // made by Prometheus for every target
+
+  // The operator as the chart runs it, with the chart's ServiceAccount, after some work.
+  TestNamespace ops("chart-metrics");
+  TestNamespace jobs("chart-metrics-jobs");
+  Release release(ops.name(), "--set watchNamespace=" + jobs.name());
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  const std::string kubeconfig = ServiceAccountKubeconfig(ops.name(), kFullname);
+  ASSERT_FALSE(kubeconfig.empty());
+  const std::vector<std::string> args = DeploymentArgs(ops.name());
+  ASSERT_FALSE(args.empty());
+  ChartOperator op(kubeconfig, args, std::string(kFullname) + "-metrics-test");
+  ASSERT_TRUE(Eventually([&] { return HttpStatus(op.health_port(), "/readyz") == 200; },
+                         std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << op.Log();
+  ASSERT_EQ(ApplyYaml(jobs.name(), RestrictedPreflightJob("mx", "tpu-none")).exit_code, 0);
+  EXPECT_TRUE(JobFieldBecomes(jobs.name(), "mx", "{.status.phase}", "Queued")) << op.Log();
+
+  const std::string url = "http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics";
+  CommandResult scraped;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        scraped = RunCommand("curl -sf " + url, false);
+        return scraped.exit_code == 0 && scraped.output.find("# TYPE") != std::string::npos;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)))
+      << url << " answered: " << scraped.output.substr(0, 2000) << "\n"
+      << op.Log();
+  const auto families = MetricFamilies(scraped.output);
+  std::set<std::string> missing;
+  for (const std::string& name : wanted) {
+    if (!Exported(families, name)) missing.insert(name);
+  }
+  std::cout << "== " << wanted.size() << " metrics queried, " << families.size()
+            << " families exported; not exported: " << (missing.empty() ? "none" : Join(missing))
+            << "\n";
+  EXPECT_TRUE(missing.empty()) << "queried by the dashboard or the alerts but not exported: "
+                               << Join(missing);
+}
+
+}  // namespace
+}  // namespace tpujob::e2e
