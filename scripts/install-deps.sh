@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
 # Installs the Debian packages needed to build and test tpujob-operator. Idempotent: does
 # nothing when every package is already present. Runs unattended (as root, or with sudo).
+#
+# TPUJOB_DEPS selects what to install:
+#   all    (default, what `make` uses) everything to build the operator and run every test
+#   build  only what compiling the operator binary needs (the Dockerfile's build stage)
 set -euo pipefail
 
-packages=(
-  build-essential cmake ninja-build pkg-config git
+build_packages=(
+  build-essential cmake ninja-build pkg-config
   libcpprest-dev libboost-dev libssl-dev openssl  # HTTP client/listener, TLS
   nlohmann-json3-dev libyaml-cpp-dev              # JSON documents, kubeconfig YAML
   libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
+)
+test_packages=(
+  git
   libgtest-dev libgmock-dev                       # unit tests
   curl procps iproute2 psmisc                     # the local control plane scripts
   prometheus                                      # promtool and a real scrape in the tests
 )
+
+case "${TPUJOB_DEPS:-all}" in
+  all) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  build) packages=("${build_packages[@]}") ;;
+  *)
+    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all or build" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
