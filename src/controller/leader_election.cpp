@@ -479,13 +479,28 @@ kube::Status FencedClient::Admit(std::string_view verb, const kube::Resource& r,
                                                 object + "): " + fence.error().message));
 }
 
+std::function<kube::Status()> FencedClient::RetryGate(std::string_view verb,
+                                                      const kube::Resource& r,
+                                                      const std::string& ns,
+                                                      const std::string& name,
+                                                      std::function<kube::Status()> also) {
+  // The client's own retries (429, 5xx, transport errors) back off for up to seconds: the fence
+  // is checked again before each one, as before the first attempt.
+  return [this, verb = std::string(verb), r, ns, name, also = std::move(also)]() -> kube::Status {
+    if (auto admitted = Admit(verb, r, ns, name); !admitted) return admitted;
+    return also ? also() : kube::Status{};
+  };
+}
+
 kube::Result<kube::Json> FencedClient::Create(const kube::Resource& r, const std::string& ns,
                                               const kube::Json& object,
                                               const kube::WriteOptions& options) {
   if (auto admitted = Admit("create", r, ns, ObjectName(object)); !admitted) {
     return std::unexpected(admitted.error());
   }
-  return inner_.Create(r, ns, object, options);
+  kube::WriteOptions fenced = options;
+  fenced.before_retry = RetryGate("create", r, ns, ObjectName(object), options.before_retry);
+  return inner_.Create(r, ns, object, fenced);
 }
 
 kube::Result<kube::Json> FencedClient::Update(const kube::Resource& r, const std::string& ns,
@@ -494,7 +509,9 @@ kube::Result<kube::Json> FencedClient::Update(const kube::Resource& r, const std
   if (auto admitted = Admit("update", r, ns, ObjectName(object)); !admitted) {
     return std::unexpected(admitted.error());
   }
-  return inner_.Update(r, ns, object, options);
+  kube::WriteOptions fenced = options;
+  fenced.before_retry = RetryGate("update", r, ns, ObjectName(object), options.before_retry);
+  return inner_.Update(r, ns, object, fenced);
 }
 
 kube::Result<kube::Json> FencedClient::Patch(const kube::Resource& r, const std::string& ns,
@@ -504,7 +521,9 @@ kube::Result<kube::Json> FencedClient::Patch(const kube::Resource& r, const std:
   if (auto admitted = Admit("patch", r, ns, name); !admitted) {
     return std::unexpected(admitted.error());
   }
-  return inner_.Patch(r, ns, name, type, body, options);
+  kube::PatchOptions fenced = options;
+  fenced.before_retry = RetryGate("patch", r, ns, name, options.before_retry);
+  return inner_.Patch(r, ns, name, type, body, fenced);
 }
 
 kube::Result<kube::Json> FencedClient::Delete(const kube::Resource& r, const std::string& ns,
@@ -513,7 +532,9 @@ kube::Result<kube::Json> FencedClient::Delete(const kube::Resource& r, const std
   if (auto admitted = Admit("delete", r, ns, name); !admitted) {
     return std::unexpected(admitted.error());
   }
-  return inner_.Delete(r, ns, name, options);
+  kube::DeleteOptions fenced = options;
+  fenced.before_retry = RetryGate("delete", r, ns, name, options.before_retry);
+  return inner_.Delete(r, ns, name, fenced);
 }
 
 }  // namespace tpujob::controller

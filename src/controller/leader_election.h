@@ -24,8 +24,8 @@
 // `lease_duration` after it saw our last renewal, and lease_duration > renew_deadline, the two
 // never write at the same time. FencedClient applies the check to every mutating request; the
 // elector applies it to its own Lease writes. The check is made when a request is handed to the
-// client: a request the client retries on its own (429, 5xx, transport errors) is not checked
-// again before each retry.
+// client and again before each retry the client makes on its own (429, 5xx, transport errors),
+// through the request's `before_retry` hook.
 //
 // Release: Stop() on a replica that still leads (and whose Lease is fresh) writes the Lease
 // with an empty holderIdentity and leaseDurationSeconds 1, as client-go's ReleaseOnCancel, so
@@ -201,6 +201,11 @@ class FencedClient final : public kube::Client {
   // Ok, or the error to return instead of sending `verb` on the object.
   kube::Status Admit(std::string_view verb, const kube::Resource& r, const std::string& ns,
                      const std::string& name);
+  // A before_retry hook that checks the fence again before each of the client's retries (then
+  // calls `also`, the caller's own hook, if any).
+  std::function<kube::Status()> RetryGate(std::string_view verb, const kube::Resource& r,
+                                          const std::string& ns, const std::string& name,
+                                          std::function<kube::Status()> also);
 
   kube::Client& inner_;
   const LeaderElector& elector_;

@@ -117,6 +117,7 @@ struct Request {
   std::string path_and_query;
   std::optional<std::string> body;
   std::string content_type = "application/json";
+  std::function<Status()> before_retry = nullptr;  // see WriteOptions::before_retry
 };
 
 class CppRestWatchStream;
@@ -153,7 +154,9 @@ class CppRestClient final : public Client {
                       const WriteOptions& options) override {
     QueryBuilder q;
     q.Add("fieldManager", options.field_manager);
-    return DoJson({http::methods::POST, "POST", &r, r.CollectionPath(ns) + q.str(), object.dump()});
+    Request request{http::methods::POST, "POST", &r, r.CollectionPath(ns) + q.str(), object.dump()};
+    request.before_retry = options.before_retry;
+    return DoJson(std::move(request));
   }
 
   Result<Json> Update(const Resource& r, const std::string& ns, const Json& object,
@@ -162,8 +165,10 @@ class CppRestClient final : public Client {
     if (name.empty()) return std::unexpected(Error::Config("update: object has no metadata.name"));
     QueryBuilder q;
     q.Add("fieldManager", options.field_manager);
-    return DoJson({http::methods::PUT, "PUT", &r,
-                   r.ObjectPath(ns, name, options.subresource) + q.str(), object.dump()});
+    Request request{http::methods::PUT, "PUT", &r,
+                    r.ObjectPath(ns, name, options.subresource) + q.str(), object.dump()};
+    request.before_retry = options.before_retry;
+    return DoJson(std::move(request));
   }
 
   Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
@@ -174,6 +179,7 @@ class CppRestClient final : public Client {
     Request request{http::methods::PATCH, "PATCH", &r,
                     r.ObjectPath(ns, name, options.subresource) + q.str(), body.dump()};
     request.content_type = PatchContentType(type);
+    request.before_retry = options.before_retry;
     return DoJson(std::move(request));
   }
 
@@ -186,7 +192,9 @@ class CppRestClient final : public Client {
     if (options.precondition_resource_version) {
       body["preconditions"]["resourceVersion"] = *options.precondition_resource_version;
     }
-    return DoJson({http::methods::DEL, "DELETE", &r, r.ObjectPath(ns, name), body.dump()});
+    Request request{http::methods::DEL, "DELETE", &r, r.ObjectPath(ns, name), body.dump()};
+    request.before_retry = options.before_retry;
+    return DoJson(std::move(request));
   }
 
  private:
@@ -297,6 +305,13 @@ class CppRestClient final : public Client {
           std::chrono::duration_cast<std::chrono::milliseconds>(delay).count(),
           result.error().ToString());
       SleepFor(delay);
+      if (request.before_retry) {
+        if (auto allowed = request.before_retry(); !allowed) {
+          spdlog::warn("msg=\"retry not sent\" verb={} path={} reason=\"{}\"", request.verb,
+                       request.path_and_query, allowed.error().ToString());
+          return std::unexpected(allowed.error());
+        }
+      }
     }
   }
 

@@ -586,6 +586,56 @@ TEST_F(LeaderElectionTest, FencedClientRefusesWritesOnceRenewalsFailedForTheRene
   ASSERT_TRUE(observed.AwaitLost());
 }
 
+// The client retries a failed write on its own after a backoff (up to 10 s); a replica frozen
+// during that backoff must not send the retry when it resumes.
+TEST_F(LeaderElectionTest, FencedClientChecksTheFenceAgainBeforeEachRetryOfTheClient) {
+  class RetryHookCapture final : public kube::FakeClient {
+   public:
+    using FakeClient::Patch;
+    kube::Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                             kube::PatchType type, const Json& body,
+                             const kube::PatchOptions& options) override {
+      before_retry = options.before_retry;
+      return FakeClient::Patch(r, ns, name, type, body, options);
+    }
+    std::function<kube::Status()> before_retry;
+  };
+  FreezableClock frozen(clock_);
+  Observed observed;
+  LeaderElector elector(client_, Options("op-a"), frozen);
+  elector.Start(observed.Callbacks());
+  ASSERT_TRUE(observed.AwaitStarted());
+  Settle(2, 2);
+  RetryHookCapture inner;
+  inner.Upsert(Resource::Pods(), Pod("p"));
+  FencedClient fenced(inner, elector);
+  int callers_hook = 0;
+  kube::PatchOptions options;
+  options.before_retry = [&]() -> kube::Status {
+    ++callers_hook;
+    return {};
+  };
+  ASSERT_TRUE(fenced
+                  .Patch(Resource::Pods(), "team", "p", kube::PatchType::kMerge,
+                         Json{{"metadata", {{"labels", {{"a", "b"}}}}}}, options)
+                  .has_value());
+  ASSERT_TRUE(inner.before_retry) << "the inner client must get a retry hook";
+  // While the lease is fresh a retry may go, and the caller's own hook is still asked.
+  EXPECT_TRUE(inner.before_retry().has_value());
+  EXPECT_EQ(callers_hook, 1);
+  // Frozen past the renew deadline in the middle of a backoff: the retry is not sent.
+  frozen.Jump(milliseconds(10000));
+  const auto retry = inner.before_retry();
+  ASSERT_FALSE(retry.has_value());
+  EXPECT_EQ(retry.error().kind, kube::ErrorKind::kCancelled);
+  EXPECT_THAT(retry.error().message, HasSubstr("write not sent (patch pods team/p)"));
+  EXPECT_EQ(callers_hook, 1);
+  EXPECT_EQ(fenced.refused(), 1u);
+  clock_.Advance(milliseconds(1));
+  ASSERT_TRUE(observed.AwaitLost());
+  elector.Stop();
+}
+
 TEST_F(LeaderElectionTest, FencedClientRefusesWritesOfAResumedProcessBeforeItsThreadsNotice) {
   FreezableClock frozen(clock_);
   Observed observed;

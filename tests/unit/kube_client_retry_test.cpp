@@ -107,6 +107,52 @@ TEST(KubeClientRetryTest, TransportErrorsAreRetriedThenReported) {
   EXPECT_EQ(got.error().kind, ErrorKind::kTransport) << got.error().ToString();
 }
 
+TEST(KubeClientRetryTest, BeforeRetryIsAskedBeforeEveryRetryOfAWriteAndCanStopIt) {
+  Config config;
+  {
+    ScriptedServer closed({Answer(200, kOk)});
+    config = closed.ClientConfig();  // the port is closed: every attempt is a transport error
+  }
+  config.max_retries = 3;
+  auto client = NewClient(config);
+
+  // Allowed every time: asked before each of the 3 retries, never before the first attempt.
+  int asked = 0;
+  PatchOptions allow;
+  allow.before_retry = [&]() -> Status {
+    ++asked;
+    return {};
+  };
+  auto patched = client->Patch(Resource::ConfigMaps(), "default", "x", PatchType::kMerge,
+                               Json::object(), allow);
+  ASSERT_FALSE(patched);
+  EXPECT_EQ(patched.error().kind, ErrorKind::kTransport) << patched.error().ToString();
+  EXPECT_EQ(asked, 3);
+
+  // Refused at the first retry: nothing more is sent and the hook's error is returned.
+  asked = 0;
+  DeleteOptions refuse;
+  refuse.before_retry = [&]() -> Status {
+    ++asked;
+    return std::unexpected(Error::Cancelled("this replica may not write"));
+  };
+  auto deleted = client->Delete(Resource::ConfigMaps(), "default", "x", refuse);
+  ASSERT_FALSE(deleted);
+  EXPECT_EQ(deleted.error().kind, ErrorKind::kCancelled) << deleted.error().ToString();
+  EXPECT_EQ(asked, 1);
+
+  WriteOptions create;
+  asked = 0;
+  create.before_retry = refuse.before_retry;
+  auto created = client->Create(Resource::ConfigMaps(), "default",
+                                Json{{"metadata", {{"name", "x"}}}}, create);
+  EXPECT_EQ(created.error().kind, ErrorKind::kCancelled);
+  auto updated = client->Update(Resource::ConfigMaps(), "default",
+                                Json{{"metadata", {{"name", "x"}}}}, create);
+  EXPECT_EQ(updated.error().kind, ErrorKind::kCancelled);
+  EXPECT_EQ(asked, 2);
+}
+
 TEST(KubeClientRetryTest, QpsLimitSpacesRequestsAndZeroTurnsItOff) {
   ScriptedServer server({Answer(200, kOk)});
   Config limited = server.ClientConfig();
