@@ -164,58 +164,46 @@ void Registry::Check(const std::string& name, Type type, const std::vector<std::
   }
 }
 
-CounterFamily& Registry::AddCounter(const std::string& name, const std::string& help,
-                                    std::vector<std::string> labels) {
-  Check(name, Type::kCounter, labels);
+template <typename T>
+Family<T>& Registry::Add(std::unique_ptr<Family<T>> Entry::*slot, Type type,
+                         const std::string& name, const std::string& help,
+                         std::vector<std::string> labels, std::vector<double> bounds) {
+  Check(name, type, labels);
   std::lock_guard<std::mutex> guard(mu_);
   auto [it, inserted] = families_.try_emplace(name);
+  Entry& entry = it->second;
   if (!inserted) {
-    if (it->second.type != Type::kCounter || it->second.counter->labels_ != labels) std::abort();
-    return *it->second.counter;
+    if (entry.type != type || (entry.*slot)->labels_ != labels) {
+      spdlog::critical("msg=\"metric declared twice, differently\" metric={}", name);
+      std::abort();
+    }
+    return *(entry.*slot);
   }
-  it->second.type = Type::kCounter;
-  it->second.counter.reset(new CounterFamily(name, help, std::move(labels), Type::kCounter));
-  if (it->second.counter->labels_.empty()) it->second.counter->With({});
-  return *it->second.counter;
+  entry.type = type;
+  (entry.*slot).reset(new Family<T>(name, help, std::move(labels), type, std::move(bounds)));
+  if ((entry.*slot)->labels_.empty()) (entry.*slot)->With({});
+  return *(entry.*slot);
+}
+
+CounterFamily& Registry::AddCounter(const std::string& name, const std::string& help,
+                                    std::vector<std::string> labels) {
+  return Add(&Entry::counter, Type::kCounter, name, help, std::move(labels));
 }
 
 GaugeFamily& Registry::AddGauge(const std::string& name, const std::string& help,
                                 std::vector<std::string> labels) {
-  Check(name, Type::kGauge, labels);
-  std::lock_guard<std::mutex> guard(mu_);
-  auto [it, inserted] = families_.try_emplace(name);
-  if (!inserted) {
-    if (it->second.type != Type::kGauge || it->second.gauge->labels_ != labels) std::abort();
-    return *it->second.gauge;
-  }
-  it->second.type = Type::kGauge;
-  it->second.gauge.reset(new GaugeFamily(name, help, std::move(labels), Type::kGauge));
-  if (it->second.gauge->labels_.empty()) it->second.gauge->With({});
-  return *it->second.gauge;
+  return Add(&Entry::gauge, Type::kGauge, name, help, std::move(labels));
 }
 
 HistogramFamily& Registry::AddHistogram(const std::string& name, const std::string& help,
                                         std::vector<std::string> labels,
                                         std::vector<double> bounds) {
-  Check(name, Type::kHistogram, labels);
   if (bounds.empty() || !std::is_sorted(bounds.begin(), bounds.end()) ||
       std::adjacent_find(bounds.begin(), bounds.end()) != bounds.end()) {
     spdlog::critical("msg=\"histogram bounds must increase strictly\" metric={}", name);
     std::abort();
   }
-  std::lock_guard<std::mutex> guard(mu_);
-  auto [it, inserted] = families_.try_emplace(name);
-  if (!inserted) {
-    if (it->second.type != Type::kHistogram || it->second.histogram->labels_ != labels) {
-      std::abort();
-    }
-    return *it->second.histogram;
-  }
-  it->second.type = Type::kHistogram;
-  it->second.histogram.reset(
-      new HistogramFamily(name, help, std::move(labels), Type::kHistogram, std::move(bounds)));
-  if (it->second.histogram->labels_.empty()) it->second.histogram->With({});
-  return *it->second.histogram;
+  return Add(&Entry::histogram, Type::kHistogram, name, help, std::move(labels), std::move(bounds));
 }
 
 int Registry::AddCollector(std::function<void()> collect) {
@@ -243,27 +231,21 @@ std::string Registry::Render() {
       out += "# HELP " + name + " " + EscapeHelp(help) + "\n";
       out += "# TYPE " + name + " " + std::string(TypeName(entry.type)) + "\n";
     };
+    // Counters and gauges: one sample per child.
+    auto scalars = [&](const auto& family) {
+      header(family.help_);
+      std::lock_guard<std::mutex> family_guard(family.mu_);
+      for (const auto& [values, child] : family.children_) {
+        out += name + LabelText(family.labels_, values) + " " + FormatValue(child->Value()) + "\n";
+      }
+    };
     switch (entry.type) {
-      case Type::kCounter: {
-        const auto& family = *entry.counter;
-        header(family.help_);
-        std::lock_guard<std::mutex> family_guard(family.mu_);
-        for (const auto& [values, child] : family.children_) {
-          out +=
-              name + LabelText(family.labels_, values) + " " + FormatValue(child->Value()) + "\n";
-        }
+      case Type::kCounter:
+        scalars(*entry.counter);
         break;
-      }
-      case Type::kGauge: {
-        const auto& family = *entry.gauge;
-        header(family.help_);
-        std::lock_guard<std::mutex> family_guard(family.mu_);
-        for (const auto& [values, child] : family.children_) {
-          out +=
-              name + LabelText(family.labels_, values) + " " + FormatValue(child->Value()) + "\n";
-        }
+      case Type::kGauge:
+        scalars(*entry.gauge);
         break;
-      }
       case Type::kHistogram: {
         const auto& family = *entry.histogram;
         header(family.help_);

@@ -144,6 +144,11 @@ class Registry {
     std::unique_ptr<HistogramFamily> histogram;
   };
   void Check(const std::string& name, Type type, const std::vector<std::string>& labels);
+  // Declares (or returns, when declared the same way before) the family kept in `slot`.
+  template <typename T>
+  Family<T>& Add(std::unique_ptr<Family<T>> Entry::*slot, Type type, const std::string& name,
+                 const std::string& help, std::vector<std::string> labels,
+                 std::vector<double> bounds = {});
   std::mutex mu_;
   std::map<std::string, Entry> families_;
   std::mutex collect_mu_;                            // held while collectors run, and to remove one
