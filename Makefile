@@ -6,11 +6,12 @@
 #   make demo    local control plane + operator + a sample TPUJob
 #   make bench   benchmarks that print numbers
 #   make format  clang-format every C++ file
+#   make crd     regenerate crds/ from scripts/crd/ and the pinned Kubernetes OpenAPI
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
 
-.PHONY: all deps tools build unit e2e test demo bench format clean
+.PHONY: all deps tools build unit e2e test demo bench format crd clean notice-demo notice-test
 
 all: build
 
@@ -43,6 +44,9 @@ bench: build tools
 
 format:
 	@find src operator tests e2e -name '*.h' -o -name '*.cpp' | grep -v '/tools/' | xargs clang-format -i
+
+crd:
+	python3 scripts/gen-crd.py
 
 clean:
 	rm -rf $(BUILD_DIR)

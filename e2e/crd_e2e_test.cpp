@@ -1,8 +1,10 @@
 // The TPUJob CRD (crds/tpujob.dev_tpujobs.yaml) against a real kube-apiserver: the examples
 // apply and come back with their defaults, invalid manifests are refused with a clear message
-// (OpenAPI bounds and the CEL rules), the replica layout cannot change while the job runs,
-// `kubectl explain` documents the fields, and the status schema keeps every field the operator
-// writes. All assertions go through kubectl, not the operator's own client.
+// (OpenAPI bounds and the CEL rules), the pod templates are checked against the full
+// PodTemplateSpec schema (a misspelt or mistyped field is refused, not kept or dropped), the
+// replica layout cannot change while the job runs, `kubectl explain` documents the fields, and
+// the status schema keeps every field the operator writes. All assertions go through kubectl,
+// not the operator's own client.
 
 #include <gtest/gtest.h>
 
@@ -71,25 +73,33 @@ struct JobYaml {
 
 class CrdE2E : public ::testing::Test {
  protected:
-  // Installs the CRD once per test process and waits until the API server serves this schema
-  // (a CRD that was already established from an older file is Established at once, before the
-  // new schema is live, so the wait ends only when a rule new in this file answers).
+  // Installs the CRD once per test process (with client-side apply, as the README does: the
+  // whole CRD must fit in the last-applied annotation) and waits until the API server serves
+  // this schema (a CRD that was already established from an older file is Established at once,
+  // before the new schema is live, so the wait ends only when the typed pod template answers).
   static void SetUpTestSuite() {
     install_output_.clear();
     const CommandResult applied = Kubectl("apply -f " + kSourceDir + "/crds/");
     install_output_ += applied.output;
     if (applied.exit_code != 0) return;
+    // A new CRD's status.conditions is null until its names are accepted, and `kubectl wait
+    // --for=condition` fails on null instead of waiting (a race a large CRD makes likely).
+    const CommandResult named = Kubectl(
+        "wait '--for=jsonpath={.status.acceptedNames.kind}=TPUJob' crd/tpujobs.tpujob.dev "
+        "--timeout=60s");
+    install_output_ += named.output;
+    if (named.exit_code != 0) return;
     const CommandResult established =
         Kubectl("wait --for condition=established crd/tpujobs.tpujob.dev --timeout=60s");
     install_output_ += established.output;
     if (established.exit_code != 0) return;
     JobYaml probe;
     probe.name = "schema-probe";
-    probe.replicas_extra = "    PS: {replicas: 1, template: {}}\n";
+    probe.worker_template = "{spec: {containers: [{name: c, image: i, imagePullPolicyy: x}]}}";
     const std::string path = WriteManifest("schema-probe", probe.Render());
     installed_ = Eventually([&] {
       const CommandResult r = Kubectl("apply --dry-run=server -n default -f " + path);
-      return r.exit_code != 0 && Contains(r.output, "parameter servers are not supported");
+      return r.exit_code != 0 && Contains(r.output, "imagePullPolicyy");
     });
     if (!installed_) install_output_ += "\nthe API server never served the schema of crds/";
   }
@@ -154,7 +164,7 @@ TEST_F(CrdE2E, ExamplesApplyAndRoundTripWithDefaults) {
     EXPECT_EQ(ft.value("cordonFaultyNodes", false), true);
     // No schema default for these: the annotation and the operator decide.
     EXPECT_FALSE(ft.contains("maxJobRetries")) << ft.dump(2);
-    // The layout and the pod templates (unknown to the schema, kept verbatim) survive.
+    // The layout and the pod templates survive.
     EXPECT_EQ(spec.at("tpu").value("topology", ""), example.topology);
     const Json& replicas = spec.at("replicaSpecs");
     EXPECT_EQ(replicas.at("Worker").value("replicas", -1), example.workers);
@@ -166,6 +176,10 @@ TEST_F(CrdE2E, ExamplesApplyAndRoundTripWithDefaults) {
       EXPECT_EQ(replicas.at("Master").value("replicas", -1), 1);
     }
   }
+  // The template's metadata keeps its labels (the schema declares them, so they are not pruned).
+  const Json labelled = GetJson("tpujob master-workers -n " + ns.name());
+  EXPECT_EQ(labelled.at("spec").at("replicaSpecs").at("Worker").at("template").at("metadata"),
+            Json::parse(R"({"labels": {"team": "research"}})"));
   // The checkpoint example keeps its nested settings and its annotation.
   const Json checkpointed = GetJson("tpujob checkpointed -n " + ns.name());
   EXPECT_EQ(checkpointed.at("spec").at("checkpoint").value("path", ""),
@@ -310,8 +324,17 @@ std::vector<InvalidCase> InvalidCases() {
       "replicaSpecs.Worker.template.spec.containers must list at least one container");
   add(
       "MasterTemplateWithoutContainers",
-      [](JobYaml& j) { j.replicas_extra = "    Master: {template: {spec: {}}}\n"; },
+      [](JobYaml& j) { j.replicas_extra = "    Master: {template: {metadata: {}}}\n"; },
       "replicaSpecs.Master.template.spec.containers must list at least one container");
+  add(
+      "MasterTemplateEmptyContainers",
+      [](JobYaml& j) { j.replicas_extra = "    Master: {template: {spec: {containers: []}}}\n"; },
+      "replicaSpecs.Master.template.spec.containers must list at least one container");
+  // A PodSpec requires containers: the schema answers before the rule does.
+  add(
+      "MasterPodSpecWithoutContainers",
+      [](JobYaml& j) { j.replicas_extra = "    Master: {template: {spec: {}}}\n"; },
+      "spec.replicaSpecs.Master.template.spec.containers: Required value");
   add(
       "TwoMasters",
       [](JobYaml& j) {
@@ -328,6 +351,69 @@ std::vector<InvalidCase> InvalidCases() {
         j.spec_extra = "  faultTolerance: {maintenanceGracePeriodSeconds: 3601}\n";
       },
       "should be less than or equal to 3600");
+
+  // The pod templates: the full PodTemplateSpec schema of the pinned Kubernetes version, and
+  // kubectl's default strict field validation, refuse misspelt fields by name and wrong types.
+  auto worker_container = [](const std::string& fields) {
+    return "{spec: {containers: [{name: trainer, image: python:3.11-slim, " + fields + "}]}}";
+  };
+  add(
+      "WorkerContainerFieldMisspelt",
+      [&](JobYaml& j) { j.worker_template = worker_container("imagePullPolicyy: Always"); },
+      "unknown field \"spec.replicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy\"");
+  add(
+      "WorkerResourcesFieldMisspelt",
+      [&](JobYaml& j) { j.worker_template = worker_container("resources: {limitz: {cpu: 1}}"); },
+      "unknown field \"spec.replicaSpecs.Worker.template.spec.containers[0].resources.limitz\"");
+  add(
+      "WorkerPodSpecFieldMisspelt",
+      [](JobYaml& j) {
+        j.worker_template =
+            "{spec: {nodeSelektor: {a: b}, containers: [{name: trainer, image: i}]}}";
+      },
+      "unknown field \"spec.replicaSpecs.Worker.template.spec.nodeSelektor\"");
+  add(
+      "WorkerTemplateMetadataMisspelt",
+      [](JobYaml& j) {
+        j.worker_template =
+            "{metadata: {lables: {a: b}}, spec: {containers: [{name: c, image: i}]}}";
+      },
+      "unknown field \"spec.replicaSpecs.Worker.template.metadata.lables\"");
+  add(
+      "MasterContainerFieldMisspelt",
+      [](JobYaml& j) {
+        j.replicas_extra =
+            "    Master: {template: {spec: {containers: [{name: c, image: i, comand: [x]}]}}}\n";
+      },
+      "unknown field \"spec.replicaSpecs.Master.template.spec.containers[0].comand\"");
+  add(
+      "ContainerPortNotANumber",
+      [&](JobYaml& j) { j.worker_template = worker_container("ports: [{containerPort: abc}]"); },
+      "spec.replicaSpecs.Worker.template.spec.containers[0].ports[0].containerPort in body must "
+      "be of type integer");
+  add(
+      "HostNetworkNotABoolean",
+      [](JobYaml& j) {
+        j.worker_template = "{spec: {hostNetwork: \"yes\", containers: [{name: c, image: i}]}}";
+      },
+      "spec.replicaSpecs.Worker.template.spec.hostNetwork in body must be of type boolean");
+  add(
+      "ResourceQuantityMalformed",
+      [&](JobYaml& j) {
+        j.worker_template = worker_container("resources: {limits: {memory: lots}}");
+      },
+      "spec.replicaSpecs.Worker.template.spec.containers[0].resources.limits.memory in body "
+      "should match");
+  add(
+      "ContainerWithoutName",
+      [](JobYaml& j) { j.worker_template = "{spec: {containers: [{image: i}]}}"; },
+      "spec.replicaSpecs.Worker.template.spec.containers[0].name: Required value");
+  add(
+      "DuplicateContainerNames",
+      [](JobYaml& j) {
+        j.worker_template = "{spec: {containers: [{name: c, image: i}, {name: c, image: j}]}}";
+      },
+      "spec.replicaSpecs.Worker.template.spec.containers[1]: Duplicate value");
   return cases;
 }
 
@@ -348,6 +434,71 @@ TEST_P(CrdInvalidE2E, IsRejectedWithAClearMessage) {
 
 INSTANTIATE_TEST_SUITE_P(Manifests, CrdInvalidE2E, ::testing::ValuesIn(InvalidCases()),
                          [](const auto& info) { return info.param.label; });
+
+// ---------------------------------------------------------------------------------------------
+// Pod templates
+
+// What a template declares is stored as written (quantities keep their form, labels and
+// annotations stay), and the only defaults added are those the Pod API declares itself
+// (ports[].protocol TCP, which also keys the list): no empty objects or zero values appear.
+TEST_F(CrdE2E, PodTemplateIsStoredAsWrittenWithThePodDefaults) {
+  TestNamespace ns("crd-template");
+  JobYaml job;
+  job.name = "typed";
+  job.worker_template =
+      "{metadata: {labels: {team: research}, annotations: {note: kept}}, spec: {nodeSelector: "
+      "{pool: a}, volumes: [{name: cache, emptyDir: {sizeLimit: 1Gi}}], containers: [{name: "
+      "trainer, image: python:3.11-slim, ports: [{containerPort: 8471}], env: [{name: A, value: "
+      "\"1\"}], resources: {limits: {cpu: 500m, memory: 1Gi, google.com/tpu: 4}}}]}}";
+  const CommandResult r =
+      Kubectl("apply -n " + ns.name() + " -f " + WriteManifest("typed", job.Render()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json stored = GetJson("tpujob typed -n " + ns.name());
+  ASSERT_FALSE(stored.is_discarded());
+  const Json& tmpl = stored.at("spec").at("replicaSpecs").at("Worker").at("template");
+  const Json expected = Json::parse(R"json({
+    "metadata": {"labels": {"team": "research"}, "annotations": {"note": "kept"}},
+    "spec": {
+      "nodeSelector": {"pool": "a"},
+      "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}],
+      "containers": [{
+        "name": "trainer", "image": "python:3.11-slim",
+        "ports": [{"containerPort": 8471, "protocol": "TCP"}],
+        "env": [{"name": "A", "value": "1"}],
+        "resources": {"limits": {"cpu": "500m", "memory": "1Gi", "google.com/tpu": 4}}
+      }]
+    }
+  })json");
+  EXPECT_EQ(tmpl, expected) << "stored:\n" << tmpl.dump(2) << "\nexpected:\n" << expected.dump(2);
+}
+
+// Without strict field validation a misspelt field is dropped with a warning naming it, never
+// stored: the operator never sees a field the Pod API does not know.
+TEST_F(CrdE2E, MisspeltTemplateFieldIsDroppedWithAWarningWhenValidationIsLax) {
+  TestNamespace ns("crd-template-lax");
+  JobYaml job;
+  job.name = "lax";
+  job.worker_template =
+      "{spec: {containers: [{name: trainer, image: python:3.11-slim, imagePullPolicyy: Never}]}}";
+  const CommandResult r = Kubectl("apply --validate=warn -n " + ns.name() + " -f " +
+                                  WriteManifest("lax", job.Render()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(
+      r.output,
+      "unknown field \"spec.replicaSpecs.Worker.template.spec.containers[0].imagePullPolicyy\""))
+      << r.output;
+  const Json stored = GetJson("tpujob lax -n " + ns.name());
+  ASSERT_FALSE(stored.is_discarded());
+  const Json& container = stored.at("spec")
+                              .at("replicaSpecs")
+                              .at("Worker")
+                              .at("template")
+                              .at("spec")
+                              .at("containers")
+                              .at(0);
+  EXPECT_EQ(container, Json::parse(R"({"name": "trainer", "image": "python:3.11-slim"})"))
+      << container.dump(2);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Immutability while the job runs
@@ -444,24 +595,82 @@ TEST_F(CrdE2E, KubectlExplainDocumentsTheFields) {
   }
 }
 
+TEST_F(CrdE2E, KubectlExplainDescribesThePodTemplate) {
+  // Field names and types all the way down; descriptions down to the PodSpec's own fields.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> fields = {
+      {"tpujob.spec.replicaSpecs.Worker.template.spec.containers.resources",
+       {"limits\t<map[string]", "requests\t<map[string]", "claims\t<[]Object>"}},
+      {"tpujob.spec.replicaSpecs.Worker.template.spec.containers.ports",
+       {"containerPort\t<integer> -required-", "protocol\t<string>"}},
+      {"tpujob.spec.replicaSpecs.Master.template.spec",
+       {"containers\t<[]Object> -required-", "List of containers belonging to the pod.",
+        "nodeSelector\t<map[string]string>"}},
+      {"tpujob.spec.replicaSpecs.Worker.template.metadata", {"labels\t<map[string]string>"}},
+  };
+  for (const auto& [field, expected] : fields) {
+    SCOPED_TRACE(field);
+    CommandResult last;
+    const bool documented = Eventually([&] {
+      last = Kubectl("explain " + field);
+      return last.exit_code == 0 && std::ranges::all_of(expected, [&](const std::string& text) {
+               return Contains(last.output, text);
+             });
+    });
+    EXPECT_TRUE(documented) << last.output;
+  }
+}
+
+// Below this depth in a pod template (metadata and spec, then the PodSpec's fields), fields carry
+// no description: with every description the CRD would not fit client-side `kubectl apply`
+// (docs/api.md).
+constexpr int kTemplateDescriptionDepth = 2;
+
+// Depth of `path` below a pod template (".spec.replicaSpecs.Worker.template.spec.containers[]"
+// is 2), or -1 outside the pod templates.
+int TemplateDepth(const std::string& path) {
+  static const std::string kReplicas = ".spec.replicaSpecs.";
+  if (!path.starts_with(kReplicas)) return -1;
+  const size_t at = path.find(".template.");
+  if (at == std::string::npos) return -1;
+  return static_cast<int>(std::ranges::count(path.substr(at + 9), '.'));
+}
+
 // Walks the served schema: every property has a description (root metadata excepted: the API
-// server forbids anything but name and generateName there).
+// server forbids anything but name and generateName there; deep pod template fields excepted).
 void CollectUndocumented(const Json& schema, const std::string& path,
                          std::vector<std::string>& out) {
+  auto check = [&](const Json& child, const std::string& child_path) {
+    if (TemplateDepth(child_path) > kTemplateDescriptionDepth) return;
+    if (child.value("description", "").empty()) out.push_back(child_path);
+  };
   if (schema.contains("properties")) {
     for (const auto& [name, child] : schema.at("properties").items()) {
       const std::string child_path = path + "." + name;
       if (child_path == ".metadata") continue;
-      if (child.value("description", "").empty()) out.push_back(child_path);
+      check(child, child_path);
       CollectUndocumented(child, child_path, out);
     }
   }
   if (schema.contains("additionalProperties") && schema.at("additionalProperties").is_object()) {
     const Json& child = schema.at("additionalProperties");
-    if (child.value("description", "").empty()) out.push_back(path + ".<key>");
+    check(child, path + ".<key>");
     CollectUndocumented(child, path + ".<key>", out);
   }
   if (schema.contains("items")) CollectUndocumented(schema.at("items"), path + "[]", out);
+}
+
+// Paths under `schema` that keep unknown fields.
+void CollectPreserved(const Json& schema, const std::string& path, std::vector<std::string>& out) {
+  if (schema.value("x-kubernetes-preserve-unknown-fields", false)) out.push_back(path);
+  if (schema.contains("properties")) {
+    for (const auto& [name, child] : schema.at("properties").items()) {
+      CollectPreserved(child, path + "." + name, out);
+    }
+  }
+  if (schema.contains("additionalProperties") && schema.at("additionalProperties").is_object()) {
+    CollectPreserved(schema.at("additionalProperties"), path + ".<key>", out);
+  }
+  if (schema.contains("items")) CollectPreserved(schema.at("items"), path + "[]", out);
 }
 
 TEST_F(CrdE2E, EveryFieldHasADescription) {
@@ -475,9 +684,27 @@ TEST_F(CrdE2E, EveryFieldHasADescription) {
     for (const auto& field : undocumented) list += field + " ";
     return list;
   }();
-  // And the schema is what it claims to be: a status the operator owns completely.
+  // And the schema is what it claims to be: a status the operator owns completely, and pod
+  // templates typed all the way down (nothing in them kept unchecked).
   EXPECT_FALSE(
       schema.at("properties").at("status").contains("x-kubernetes-preserve-unknown-fields"));
+  const Json& replicas =
+      schema.at("properties").at("spec").at("properties").at("replicaSpecs").at("properties");
+  for (const char* type : {"Master", "Worker"}) {
+    SCOPED_TRACE(type);
+    const Json& tmpl = replicas.at(type).at("properties").at("template");
+    std::vector<std::string> preserved;
+    CollectPreserved(tmpl, std::string(".spec.replicaSpecs.") + type + ".template", preserved);
+    EXPECT_TRUE(preserved.empty()) << preserved.front();
+    ASSERT_TRUE(tmpl.contains("properties")) << tmpl.dump(2);
+    EXPECT_TRUE(tmpl.at("properties")
+                    .at("spec")
+                    .at("properties")
+                    .at("containers")
+                    .at("items")
+                    .at("properties")
+                    .contains("resources"));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -121,9 +121,20 @@ class OperatorProcess {
 inline void InstallCrd() {
   const auto applied = Kubectl(std::string("apply -f ") + TPUJOB_SOURCE_DIR + "/crds/");
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
-  const auto established =
-      Kubectl("wait --for=condition=Established crd/tpujobs.tpujob.dev --timeout=30s");
-  ASSERT_EQ(established.exit_code, 0) << established.output;
+  // `kubectl wait --for=condition` gives up at once on a CRD whose status has no conditions
+  // yet (just created), so poll.
+  std::string established;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        established = Trim(Kubectl("get crd tpujobs.tpujob.dev -o "
+                                   "jsonpath='{range .status.conditions[*]}{.type}={.status} "
+                                   "{end}'",
+                                   false)
+                               .output);
+        return established.find("Established=True") != std::string::npos;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(100)))
+      << "the TPUJob CRD is not Established: " << established;
 }
 
 }  // namespace tpujob::e2e

@@ -39,6 +39,8 @@ trap cleanup EXIT
 kubeconfig=$("$root/e2e/cluster" up --dir "$dir")
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 kubectl apply -f "$root/crds/" >/dev/null
+# Accepted names first: until then status.conditions is null, which `wait --for=condition` fails on.
+kubectl wait --for=jsonpath='{.status.acceptedNames.kind}'=TPUJob crd/tpujobs.tpujob.dev --timeout=30s >/dev/null
 kubectl wait --for=condition=Established crd/tpujobs.tpujob.dev --timeout=30s >/dev/null
 kubectl create namespace bench >/dev/null
 

@@ -25,6 +25,9 @@ echo "kube-apiserver /readyz: $(kubectl get --raw /readyz)"
 
 say "Installing the TPUJob CRD"
 kubectl apply -f "$root/crds/"
+# A new CRD's status.conditions is null until its names are accepted, and `kubectl wait
+# --for=condition` fails on null instead of waiting: wait for the accepted names first.
+kubectl wait --for=jsonpath='{.status.acceptedNames.kind}'=TPUJob crd/tpujobs.tpujob.dev --timeout=30s
 kubectl wait --for=condition=Established crd/tpujobs.tpujob.dev --timeout=30s
 
 health_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

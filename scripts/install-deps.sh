@@ -18,6 +18,7 @@ test_packages=(
   libgtest-dev libgmock-dev                       # unit tests
   curl procps iproute2 psmisc                     # the local control plane scripts
   prometheus                                      # promtool and a real scrape in the tests
+  python3 python3-yaml                            # scripts/gen-crd.py (test crd_generated)
 )
 
 case "${TPUJOB_DEPS:-all}" in
