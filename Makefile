@@ -33,10 +33,14 @@ unit: build
 e2e: build tools
 	$(CTEST) -L e2e
 
-test: build tools
+# Prerequisites run left to right: the notice comes before the long first build.
+notice-demo notice-test:
+	@bash scripts/first-run-notice.sh $(@:notice-%=%)
+
+test: notice-test build tools
 	@bash scripts/run-tests.sh $(BUILD_DIR)
 
-demo: build tools
+demo: notice-demo build tools
 	@bash scripts/demo.sh $(BUILD_DIR)
 
 bench: build tools

@@ -2,6 +2,7 @@
 // etcd compaction (410 Gone), and an API server killed and restarted mid-watch. The truth to
 // compare with comes from kubectl, not from the client under test.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -101,7 +102,7 @@ TEST(CacheE2E, StoreMatchesKubectlAfterBurstOf1000Changes) {
   // 1000 changes: 400 creates, 400 label updates, 200 deletes.
   const int created = CreatePods(*client, ns.name(), "q", 400);
   const int updated = Parallel(400, [&](int i) {
-    const std::string name = i < 150 ? "p" + std::to_string(i) : "q" + std::to_string(i);
+    const std::string name = i < 150 ? fmt::format("p{}", i) : fmt::format("q{}", i);
     return client
         ->Patch(Resource::Pods(), ns.name(), name, kube::PatchType::kMerge,
                 Json{{"metadata", {{"labels", {{"generation", "1"}}}}}})
@@ -110,7 +111,7 @@ TEST(CacheE2E, StoreMatchesKubectlAfterBurstOf1000Changes) {
   const int deleted = Parallel(200, [&](int i) {
     kube::DeleteOptions options;
     options.grace_period_seconds = 0;
-    return client->Delete(Resource::Pods(), ns.name(), "q" + std::to_string(200 + i), options)
+    return client->Delete(Resource::Pods(), ns.name(), fmt::format("q{}", 200 + i), options)
         .has_value();
   });
   ASSERT_EQ(created + updated + deleted, 1000);
@@ -176,7 +177,7 @@ TEST(CacheE2E, NothingMissedWhenApiServerIsKilledMidWatch) {
   std::atomic<int> written{0};
   std::thread writer([&] {
     for (int i = 0; !stop; ++i) {
-      if (client->Create(Resource::Pods(), ns.name(), Pod("r" + std::to_string(i), "0"))) {
+      if (client->Create(Resource::Pods(), ns.name(), Pod(fmt::format("r{}", i), "0"))) {
         ++written;
       }
     }

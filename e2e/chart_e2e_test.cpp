@@ -454,6 +454,38 @@ TEST_F(ChartE2E, ChartVersionFollowsTheProjectVersion) {
 // One source of truth: the chart's crds/ is a link to the top-level crds/, and Helm follows it
 // when rendering, showing and packaging the chart (installing it is checked by
 // InstallIntoRestrictedNamespaceAdmitsTheOperatorPods).
+// The control-plane tools carry their real versions (the build stamps them as the upstream
+// release builds do), so Helm sees the cluster's real version and the chart can state the
+// oldest it supports.
+TEST_F(ChartE2E, ToolsReportTheirPinnedVersionsAndTheChartStatesKubeVersion) {
+  const std::string go_mod = ReadFile(std::string(TPUJOB_SOURCE_DIR) + "/e2e/tools/go.mod");
+  const size_t at = go_mod.find("require k8s.io/kubernetes ");
+  ASSERT_NE(at, std::string::npos) << go_mod;
+  const std::string pinned =
+      Trim(go_mod.substr(at + 26, go_mod.find('\n', at) - at - 26));  // e.g. v1.36.3
+  const nlohmann::json versions =
+      nlohmann::json::parse(Kubectl("version -o json", false).output, nullptr, false);
+  ASSERT_TRUE(versions.is_object());
+  EXPECT_EQ(versions["clientVersion"].value("gitVersion", ""), pinned) << versions.dump();
+  EXPECT_EQ(versions["serverVersion"].value("gitVersion", ""), pinned) << versions.dump();
+  EXPECT_EQ(versions["serverVersion"].value("gitTreeState", ""), "clean") << versions.dump();
+  const std::string helm = Trim(Helm("version --template '{{.Version}}'", false).output);
+  EXPECT_TRUE(helm.starts_with("v3.")) << helm;
+
+  const YAML::Node chart = YAML::LoadFile(kChart + "/Chart.yaml");
+  ASSERT_TRUE(chart["kubeVersion"]) << "Chart.yaml states no kubeVersion";
+  EXPECT_EQ(chart["kubeVersion"].as<std::string>(), ">= 1.29.0-0");
+  // Helm enforces it against the version the cluster reports...
+  const auto too_old = Helm("template " + std::string(kRelease) + " " + kChart +
+                            " --kube-version 1.28.0");
+  EXPECT_NE(too_old.exit_code, 0);
+  EXPECT_NE(too_old.output.find("kubeVersion"), std::string::npos) << too_old.output;
+  // ...and the real one passes: the capabilities Helm reads from this cluster.
+  const auto here = Helm("template " + std::string(kRelease) + " " + kChart +
+                         " --validate --show-only templates/controller/serviceaccount.yaml");
+  EXPECT_EQ(here.exit_code, 0) << here.output;
+}
+
 TEST_F(ChartE2E, CrdComesFromTheTopLevelCrdsDirectory) {
   const std::string crd_file = "tpujob.dev_tpujobs.yaml";
   const std::string crd = ReadFile(std::string(TPUJOB_SOURCE_DIR) + "/crds/" + crd_file);

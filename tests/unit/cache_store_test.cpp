@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -194,7 +195,7 @@ TEST_F(CacheStoreTest, ConcurrentReadersSeeConsistentSnapshots) {
   std::thread writer([&] {
     for (int i = 0; i < 2000; ++i) {
       const std::string node = i % 2 == 0 ? "n1" : "n2";
-      store_.Update(Pod("t", "p" + std::to_string(i % 10), "j", node, std::to_string(i)));
+      store_.Update(Pod("t", fmt::format("p{}", i % 10), "j", node, std::to_string(i)));
       if (i % 100 == 99) store_.Replace({Pod("t", "p0", "j", "n1", "r")}, std::to_string(i));
     }
     done = true;
