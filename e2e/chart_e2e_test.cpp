@@ -28,6 +28,7 @@
 #include "e2e_env.h"
 #include "operator_env.h"
 #include "policy/lifecycle.h"
+#include "prometheus_env.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
@@ -169,11 +170,22 @@ void ExpectPermissions(const std::string& title, const std::string& account,
   }
 }
 
+// A token of the ServiceAccount from the TokenRequest API, as a pod would get it; "" on
+// failure.
+std::string ServiceAccountToken(const std::string& ns, const std::string& account) {
+  const std::string token =
+      Trim(Kubectl("create token " + account + " -n " + ns + " --duration=1h", false).output);
+  if (token.empty() || token.find_first_of(" \n") != std::string::npos) {
+    ADD_FAILURE() << "no token for " << ns << "/" << account << ": " << token;
+    return "";
+  }
+  return token;
+}
+
 // A kubeconfig for the ServiceAccount: a token from the TokenRequest API, the cluster's CA and
 // server, as the operator would get them in a pod. Returns its path; "" on failure.
 std::string ServiceAccountKubeconfig(const std::string& ns, const std::string& account) {
-  const std::string token =
-      Trim(Kubectl("create token " + account + " -n " + ns + " --duration=1h", false).output);
+  const std::string token = ServiceAccountToken(ns, account);
   const std::string server =
       Trim(Kubectl("config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}'", false)
                .output);
@@ -182,7 +194,7 @@ std::string ServiceAccountKubeconfig(const std::string& ns, const std::string& a
                    "jsonpath='{.clusters[0].cluster.certificate-authority-data}'",
                    false)
                .output);
-  if (token.empty() || token.find(' ') != std::string::npos || server.empty() || ca.empty()) {
+  if (token.empty() || server.empty() || ca.empty()) {
     ADD_FAILURE() << "cannot build a kubeconfig: token=" << token << " server=" << server;
     return "";
   }
@@ -203,57 +215,58 @@ class ChartOperator {
  public:
   ChartOperator(const std::string& kubeconfig, const std::vector<std::string>& deployment_args,
                 const std::string& pod_name)
-      : pod_name_(pod_name) {
-    health_port_ = FreePort();
-    do {
-      metrics_port_ = FreePort();
-    } while (metrics_port_ == health_port_);
-    log_path_ = ClusterDir() + "/chart-operator-" + std::to_string(health_port_) + ".log";
+      : ports_(TwoFreePorts()),
+        process_(Args(kubeconfig, deployment_args, ports_),
+                 ClusterDir() + "/chart-operator-" + std::to_string(ports_.first) + ".log",
+                 {{"POD_NAME", pod_name}}) {}
+  int health_port() const { return ports_.first; }
+  int metrics_port() const { return ports_.second; }
+  std::string Log() const { return "command: " + process_.command_line() + "\n" + process_.Log(); }
+
+ private:
+  static std::vector<std::string> Args(const std::string& kubeconfig,
+                                       const std::vector<std::string>& deployment_args,
+                                       std::pair<int, int> ports) {
     std::vector<std::string> args = {TPUJOB_OPERATOR_BINARY, "run", "--kubeconfig", kubeconfig};
     for (const std::string& arg : deployment_args) {
       if (arg == "run") continue;
       if (arg.starts_with("--health-address=")) {
-        args.push_back("--health-address=127.0.0.1:" + std::to_string(health_port_));
+        args.push_back("--health-address=127.0.0.1:" + std::to_string(ports.first));
       } else if (arg.starts_with("--metrics-address=")) {
-        args.push_back("--metrics-address=127.0.0.1:" + std::to_string(metrics_port_));
+        args.push_back("--metrics-address=127.0.0.1:" + std::to_string(ports.second));
       } else {
         args.push_back(arg);
       }
     }
-    for (const std::string& arg : args) command_line_ += arg + " ";
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      FILE* log = std::fopen(log_path_.c_str(), "w");
-      if (log != nullptr) {
-        ::dup2(::fileno(log), 1);
-        ::dup2(::fileno(log), 2);
-      }
-      ::setenv("POD_NAME", pod_name_.c_str(), 1);
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::_Exit(127);
-    }
+    return args;
   }
-  ~ChartOperator() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  int health_port() const { return health_port_; }
-  int metrics_port() const { return metrics_port_; }
-  std::string Log() const { return "command: " + command_line_ + "\n" + ReadFile(log_path_); }
-
- private:
-  pid_t pid_ = -1;
-  int health_port_ = 0;
-  int metrics_port_ = 0;
-  std::string pod_name_;
-  std::string log_path_;
-  std::string command_line_;
+  std::pair<int, int> ports_;
+  ChildProcess process_;
 };
+
+// The ServiceAccount "scraper" in `ns`, bound by the release to the metrics-reader ClusterRole
+// (pass ReaderValues to the install), as Prometheus's account would be.
+constexpr const char* kScraper = "scraper";
+std::string ReaderValues(const std::string& ns) {
+  return " --set metrics.reader.serviceAccounts[0].name=" + std::string(kScraper) +
+         " --set metrics.reader.serviceAccounts[0].namespace=" + ns;
+}
+
+struct Scrape {
+  int status = 0;  // 0: no HTTP answer
+  std::string body;
+};
+
+// GET /metrics over HTTPS (the self-signed certificate is not verified), with a bearer token
+// unless `token` is empty.
+Scrape ScrapeHttps(int port, const std::string& token) {
+  const std::string body_file = ClusterDir() + "/scrape-" + std::to_string(port) + ".txt";
+  std::string command = "curl -sk -o " + body_file + " -w '%{http_code}' ";
+  if (!token.empty()) command += "-H 'Authorization: Bearer " + token + "' ";
+  const auto r =
+      RunCommand(command + "https://127.0.0.1:" + std::to_string(port) + "/metrics", false);
+  return {r.output.empty() ? 0 : std::atoi(r.output.c_str()), ReadFile(body_file)};
+}
 
 // The arguments of the installed Deployment's operator container.
 std::vector<std::string> DeploymentArgs(const std::string& ns) {
@@ -451,9 +464,6 @@ TEST_F(ChartE2E, ChartVersionFollowsTheProjectVersion) {
   EXPECT_EQ(chart["appVersion"].as<std::string>(), version);
 }
 
-// One source of truth: the chart's crds/ is a link to the top-level crds/, and Helm follows it
-// when rendering, showing and packaging the chart (installing it is checked by
-// InstallIntoRestrictedNamespaceAdmitsTheOperatorPods).
 // The control-plane tools carry their real versions (the build stamps them as the upstream
 // release builds do), so Helm sees the cluster's real version and the chart can state the
 // oldest it supports.
@@ -476,8 +486,8 @@ TEST_F(ChartE2E, ToolsReportTheirPinnedVersionsAndTheChartStatesKubeVersion) {
   ASSERT_TRUE(chart["kubeVersion"]) << "Chart.yaml states no kubeVersion";
   EXPECT_EQ(chart["kubeVersion"].as<std::string>(), ">= 1.29.0-0");
   // Helm enforces it against the version the cluster reports...
-  const auto too_old = Helm("template " + std::string(kRelease) + " " + kChart +
-                            " --kube-version 1.28.0");
+  const auto too_old =
+      Helm("template " + std::string(kRelease) + " " + kChart + " --kube-version 1.28.0");
   EXPECT_NE(too_old.exit_code, 0);
   EXPECT_NE(too_old.output.find("kubeVersion"), std::string::npos) << too_old.output;
   // ...and the real one passes: the capabilities Helm reads from this cluster.
@@ -486,6 +496,9 @@ TEST_F(ChartE2E, ToolsReportTheirPinnedVersionsAndTheChartStatesKubeVersion) {
   EXPECT_EQ(here.exit_code, 0) << here.output;
 }
 
+// One source of truth: the chart's crds/ is a link to the top-level crds/, and Helm follows it
+// when rendering, showing and packaging the chart (installing it is checked by
+// InstallIntoRestrictedNamespaceAdmitsTheOperatorPods).
 TEST_F(ChartE2E, CrdComesFromTheTopLevelCrdsDirectory) {
   const std::string crd_file = "tpujob.dev_tpujobs.yaml";
   const std::string crd = ReadFile(std::string(TPUJOB_SOURCE_DIR) + "/crds/" + crd_file);
@@ -637,6 +650,8 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"create", "leases.coordination.k8s.io", r},
         {"get", "leases.coordination.k8s.io", r, "", lease},
         {"update", "leases.coordination.k8s.io", r, "", lease},
+        {"create", "tokenreviews.authentication.k8s.io", ""},  // secure /metrics
+        {"create", "subjectaccessreviews.authorization.k8s.io", ""},
     };
     const std::vector<Permission> denied = {
         {"get", "secrets", r},
@@ -747,7 +762,9 @@ TEST_F(ChartE2E, OperatorWithTheServiceAccountTokenRunsAPreflightJob) {
   TestNamespace jobs("chart-jobs");
   RestrictNamespace(ops.name());
   RestrictNamespace(jobs.name());
-  Release release(ops.name(), "--set watchNamespace=" + jobs.name());
+  ASSERT_EQ(
+      Kubectl("create serviceaccount " + std::string(kScraper) + " -n " + ops.name()).exit_code, 0);
+  Release release(ops.name(), "--set watchNamespace=" + jobs.name() + ReaderValues(ops.name()));
   ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
   const std::string kubeconfig = ServiceAccountKubeconfig(ops.name(), kFullname);
   ASSERT_FALSE(kubeconfig.empty());
@@ -803,10 +820,9 @@ TEST_F(ChartE2E, OperatorWithTheServiceAccountTokenRunsAPreflightJob) {
   const std::string log = op.Log();
   EXPECT_EQ(log.find("403 Forbidden"), std::string::npos) << log;
   EXPECT_EQ(log.find("orbidden"), std::string::npos) << log;
-  const auto scraped = RunCommand(
-      "curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics", false);
-  EXPECT_EQ(scraped.exit_code, 0) << scraped.output;
-  std::istringstream lines(scraped.output);
+  const Scrape scraped = ScrapeHttps(op.metrics_port(), ServiceAccountToken(ops.name(), kScraper));
+  EXPECT_EQ(scraped.status, 200) << scraped.body;
+  std::istringstream lines(scraped.body);
   int request_series = 0;
   for (std::string line; std::getline(lines, line);) {
     if (line.starts_with("tpujob_api_requests_total{")) {
@@ -814,7 +830,7 @@ TEST_F(ChartE2E, OperatorWithTheServiceAccountTokenRunsAPreflightJob) {
       EXPECT_EQ(line.find("code=\"403\""), std::string::npos) << line;
     }
   }
-  EXPECT_GT(request_series, 0) << scraped.output;
+  EXPECT_GT(request_series, 0) << scraped.body;
   ASSERT_EQ(Kubectl("delete tpujob pf -n " + jobs.name()).exit_code, 0);
 }
 
@@ -901,7 +917,9 @@ TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
   // The operator as the chart runs it, with the chart's ServiceAccount, after some work.
   TestNamespace ops("chart-metrics");
   TestNamespace jobs("chart-metrics-jobs");
-  Release release(ops.name(), "--set watchNamespace=" + jobs.name());
+  ASSERT_EQ(
+      Kubectl("create serviceaccount " + std::string(kScraper) + " -n " + ops.name()).exit_code, 0);
+  Release release(ops.name(), "--set watchNamespace=" + jobs.name() + ReaderValues(ops.name()));
   ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
   const std::string kubeconfig = ServiceAccountKubeconfig(ops.name(), kFullname);
   ASSERT_FALSE(kubeconfig.empty());
@@ -914,17 +932,17 @@ TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
   ASSERT_EQ(ApplyYaml(jobs.name(), RestrictedPreflightJob("mx", "tpu-none")).exit_code, 0);
   EXPECT_TRUE(JobFieldBecomes(jobs.name(), "mx", "{.status.phase}", "Queued")) << op.Log();
 
-  const std::string url = "http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics";
-  CommandResult scraped;
+  const std::string token = ServiceAccountToken(ops.name(), kScraper);
+  Scrape scraped;
   ASSERT_TRUE(Eventually(
       [&] {
-        scraped = RunCommand("curl -sf " + url, false);
-        return scraped.exit_code == 0 && scraped.output.find("# TYPE") != std::string::npos;
+        scraped = ScrapeHttps(op.metrics_port(), token);
+        return scraped.status == 200 && scraped.body.find("# TYPE") != std::string::npos;
       },
       std::chrono::seconds(30), std::chrono::milliseconds(200)))
-      << url << " answered: " << scraped.output.substr(0, 2000) << "\n"
+      << "/metrics answered " << scraped.status << ": " << scraped.body.substr(0, 2000) << "\n"
       << op.Log();
-  const auto families = MetricFamilies(scraped.output);
+  const auto families = MetricFamilies(scraped.body);
   std::set<std::string> missing;
   for (const std::string& name : wanted) {
     if (!Exported(families, name)) missing.insert(name);
@@ -934,6 +952,163 @@ TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
             << "\n";
   EXPECT_TRUE(missing.empty()) << "queried by the dashboard or the alerts but not exported: "
                                << Join(missing);
+}
+
+// Secure metrics as the chart deploys them: HTTPS, and a scrape allowed only to an identity the
+// API server authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview);
+// the operator makes both reviews with the chart's ServiceAccount. Then a real Prometheus scrapes
+// it with the scheme, token and TLS settings of the chart's ServiceMonitor.
+TEST_F(ChartE2E, SecureMetricsAnswer401403And200AndPrometheusScrapesThem) {
+  TestNamespace ops("chart-secure");
+  TestNamespace jobs("chart-secure-jobs");
+  for (const char* account : {kScraper, "stranger"}) {
+    ASSERT_EQ(
+        Kubectl("create serviceaccount " + std::string(account) + " -n " + ops.name()).exit_code,
+        0);
+  }
+  const std::string values = "--set watchNamespace=" + jobs.name() + ReaderValues(ops.name());
+  Release release(ops.name(), values);
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  const std::vector<std::string> args = DeploymentArgs(ops.name());
+  EXPECT_NE(std::find(args.begin(), args.end(), "--metrics-secure=true"), args.end())
+      << Join(std::set<std::string>(args.begin(), args.end()));
+  const std::string kubeconfig = ServiceAccountKubeconfig(ops.name(), kFullname);
+  ASSERT_FALSE(kubeconfig.empty());
+  ChartOperator op(kubeconfig, args, std::string(kFullname) + "-secure-test");
+  ASSERT_TRUE(Eventually([&] { return HttpStatus(op.health_port(), "/readyz") == 200; },
+                         std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << op.Log();
+
+  const std::string scraper = ServiceAccountToken(ops.name(), kScraper);
+  const std::string stranger = ServiceAccountToken(ops.name(), "stranger");
+  ASSERT_FALSE(scraper.empty());
+  ASSERT_FALSE(stranger.empty());
+  const Scrape anonymous = ScrapeHttps(op.metrics_port(), "");
+  const Scrape forged = ScrapeHttps(op.metrics_port(), "not-a-token");
+  const Scrape refused = ScrapeHttps(op.metrics_port(), stranger);
+  const Scrape allowed = ScrapeHttps(op.metrics_port(), scraper);
+  std::cout << "== scrapes of https://127.0.0.1:" << op.metrics_port() << "/metrics\n"
+            << "  no token:            " << anonymous.status << " " << Trim(anonymous.body) << "\n"
+            << "  invalid token:       " << forged.status << " " << Trim(forged.body) << "\n"
+            << "  token of 'stranger': " << refused.status << " " << Trim(refused.body) << "\n"
+            << "  token of 'scraper':  " << allowed.status << " ("
+            << std::count(allowed.body.begin(), allowed.body.end(), '\n') << " lines)\n";
+  EXPECT_EQ(anonymous.status, 401) << anonymous.body << op.Log();
+  EXPECT_EQ(forged.status, 401) << forged.body << op.Log();
+  EXPECT_EQ(refused.status, 403) << refused.body << op.Log();
+  EXPECT_NE(refused.body.find("system:serviceaccount:" + ops.name() + ":stranger"),
+            std::string::npos)
+      << refused.body;
+  EXPECT_EQ(allowed.status, 200) << allowed.body << op.Log();
+  EXPECT_NE(allowed.body.find("# TYPE tpujob_jobs gauge"), std::string::npos) << allowed.body;
+  // Plain HTTP gets no metrics from the HTTPS port.
+  const auto plain = RunCommand(
+      "curl -s -m 5 http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics", false);
+  EXPECT_EQ(plain.output.find("# TYPE"), std::string::npos) << plain.output;
+
+  // A real Prometheus, configured as the chart's ServiceMonitor configures the Prometheus
+  // Operator: its scheme, TLS settings and bearer token file (here holding the scraper's token
+  // instead of the in-pod path).
+  const auto monitor = DocumentsByKind(
+      RenderToFile(ops.name(), values + " --set serviceMonitor.enabled=true", "secure-sm.yaml"));
+  ASSERT_TRUE(monitor.contains("ServiceMonitor"));
+  const YAML::Node endpoint = monitor.at("ServiceMonitor")["spec"]["endpoints"][0];
+  ASSERT_TRUE(endpoint["scheme"]) << "no scheme in the ServiceMonitor";
+  EXPECT_EQ(endpoint["scheme"].as<std::string>(), "https");
+  EXPECT_EQ(endpoint["bearerTokenFile"].as<std::string>(""),
+            "/var/run/secrets/kubernetes.io/serviceaccount/token");
+  const bool skip_verify = endpoint["tlsConfig"]["insecureSkipVerify"].as<bool>(false);
+  EXPECT_TRUE(skip_verify) << "the default certificate is self-signed";
+  const std::string token_file = ClusterDir() + "/scraper-" + ops.name() + ".token";
+  std::ofstream(token_file) << scraper;
+  PrometheusProcess prometheus(
+      "127.0.0.1:" + std::to_string(op.metrics_port()),
+      "  metrics_path: " + endpoint["path"].as<std::string>() +
+          "\n  scheme: " + endpoint["scheme"].as<std::string>() +
+          "\n  authorization: {credentials_file: " + token_file +
+          "}\n  tls_config: {insecure_skip_verify: " + (skip_verify ? "true" : "false") + "}\n");
+  ASSERT_TRUE(prometheus.WaitReady()) << prometheus.Log();
+  EXPECT_TRUE(Eventually([&] { return prometheus.Query("up{job=\"tpujob-operator\"}") == "1"; },
+                         std::chrono::seconds(30), std::chrono::milliseconds(500)))
+      << "last scrape error: " << prometheus.LastScrapeError() << "\n"
+      << prometheus.Log() << op.Log();
+  EXPECT_EQ(prometheus.Query("tpujob_leader"), "1") << prometheus.LastScrapeError();
+  std::cout << "== Prometheus scraping with the ServiceMonitor's settings: up="
+            << prometheus.Query("up{job=\"tpujob-operator\"}")
+            << " tpujob_leader=" << prometheus.Query("tpujob_leader") << "\n";
+}
+
+// The chart's aggregated ClusterRoles extend the built-in roles: a namespace user bound to
+// "edit" (or "admin") may create and change TPUJobs, one bound to "view" may read them, and
+// neither may write a TPUJob's status or reach another namespace.
+TEST_F(ChartE2E, AggregatedRolesGiveNamespaceEditAndViewUsersTPUJobs) {
+  TestNamespace ops("chart-agg");
+  TestNamespace team("chart-team");
+  TestNamespace other("chart-team-other");
+  const std::string t = team.name();
+  for (const auto& [user, role] : std::vector<std::pair<std::string, std::string>>{
+           {"alice", "edit"}, {"bob", "view"}, {"carol", "admin"}}) {
+    ASSERT_EQ(Kubectl("create rolebinding " + user + "-" + role + " --clusterrole=" + role +
+                      " --user=" + user + " -n " + t)
+                  .exit_code,
+              0);
+  }
+  // Without the chart, the built-in roles know nothing of TPUJobs.
+  EXPECT_FALSE(CanI("alice", {"create", "tpujobs.tpujob.dev", t}));
+  EXPECT_FALSE(CanI("bob", {"list", "tpujobs.tpujob.dev", t}));
+
+  Release release(ops.name(), "");
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  // kube-controller-manager folds the labelled ClusterRoles into the built-in ones.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return CanI("alice", {"create", "tpujobs.tpujob.dev", t});
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return CanI("bob", {"list", "tpujobs.tpujob.dev", t});
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)));
+
+  const std::string o = other.name();
+  std::vector<Permission> write_verbs;
+  for (const char* verb : {"create", "update", "patch", "delete", "deletecollection"}) {
+    write_verbs.push_back({verb, "tpujobs.tpujob.dev", t});
+  }
+  std::vector<Permission> read_verbs;
+  for (const char* verb : {"get", "list", "watch"}) {
+    read_verbs.push_back({verb, "tpujobs.tpujob.dev", t});
+  }
+  read_verbs.push_back({"get", "tpujobs.tpujob.dev", t, "status"});
+  std::vector<Permission> editor = read_verbs;
+  editor.insert(editor.end(), write_verbs.begin(), write_verbs.end());
+  const std::vector<Permission> never = {
+      {"update", "tpujobs.tpujob.dev", t, "status"}, {"patch", "tpujobs.tpujob.dev", t, "status"},
+      {"create", "tpujobs.tpujob.dev", o},           {"list", "tpujobs.tpujob.dev", o},
+      {"list", "tpujobs.tpujob.dev", "*"},
+  };
+  ExpectPermissions("namespace user with the built-in edit role", "alice", editor, never);
+  ExpectPermissions("namespace user with the built-in admin role", "carol", editor, never);
+  std::vector<Permission> viewer_denied = never;
+  viewer_denied.insert(viewer_denied.end(), write_verbs.begin(), write_verbs.end());
+  ExpectPermissions("namespace user with the built-in view role", "bob", read_verbs, viewer_denied);
+
+  // And for real, through the API server's authorization of the actual request.
+  const std::string job =
+      "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata: {name: mine}\nspec:\n"
+      "  tpu: {accelerator: tpu-v5-lite-podslice, topology: 2x4, chipsPerWorker: 4}\n"
+      "  replicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+      "          containers: [{name: train, image: busybox}]\n";
+  const std::string file = ClusterDir() + "/aggregated-job.yaml";
+  std::ofstream(file) << job;
+  const auto by_bob = Kubectl("--as=bob create -n " + t + " -f " + file);
+  EXPECT_NE(by_bob.exit_code, 0) << by_bob.output;
+  EXPECT_NE(by_bob.output.find("forbidden"), std::string::npos) << by_bob.output;
+  const auto by_alice = Kubectl("--as=alice create -n " + t + " -f " + file);
+  EXPECT_EQ(by_alice.exit_code, 0) << by_alice.output;
+  EXPECT_EQ(Trim(Kubectl("--as=bob get tpujob mine -n " + t + " -o name", false).output),
+            "tpujob.tpujob.dev/mine");
 }
 
 }  // namespace

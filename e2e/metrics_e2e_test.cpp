@@ -3,15 +3,13 @@
 // re-issued after a pre-flight failure. Values are read back through Prometheus' HTTP API.
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "e2e_env.h"
 #include "operator_env.h"
+#include "prometheus_env.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
@@ -22,67 +20,6 @@ constexpr char kNodes[] = "mx-2x4";
 std::string Scrape(int port) {
   return RunCommand("curl -sf http://127.0.0.1:" + std::to_string(port) + "/metrics", false).output;
 }
-
-// Prometheus as a child process scraping `target` every second; killed on destruction.
-class PrometheusProcess {
- public:
-  explicit PrometheusProcess(const std::string& target) {
-    port_ = FreePort();
-    dir_ = ClusterDir() + "/prometheus-" + std::to_string(port_);
-    RunCommand("rm -rf " + dir_ + " && mkdir -p " + dir_ + "/data");
-    std::ofstream(dir_ + "/prometheus.yml")
-        << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-           "scrape_configs:\n"
-           "- job_name: tpujob-operator\n"
-           "  static_configs: [{targets: ['"
-        << target << "']}]\n";
-    const std::string log = dir_ + "/prometheus.log";
-    std::vector<std::string> args = {"prometheus", "--config.file=" + dir_ + "/prometheus.yml",
-                                     "--storage.tsdb.path=" + dir_ + "/data",
-                                     "--web.listen-address=127.0.0.1:" + std::to_string(port_),
-                                     "--log.level=warn"};
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      FILE* out = std::fopen(log.c_str(), "w");
-      if (out != nullptr) {
-        ::dup2(::fileno(out), 1);
-        ::dup2(::fileno(out), 2);
-      }
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      std::_Exit(127);
-    }
-  }
-  ~PrometheusProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  bool WaitReady() {
-    return Eventually([&] { return HttpStatus(port_, "/-/ready") == 200; },
-                      std::chrono::seconds(60), std::chrono::milliseconds(200));
-  }
-  // The value of an instant query that returns exactly one series, as a string; "" otherwise.
-  std::string Query(const std::string& promql) const {
-    const auto r = RunCommand("curl -sf -G http://127.0.0.1:" + std::to_string(port_) +
-                                  "/api/v1/query --data-urlencode 'query=" + promql + "'",
-                              false);
-    const nlohmann::json answer = nlohmann::json::parse(r.output, nullptr, false);
-    if (!answer.is_object() || answer.value("status", "") != "success") return "";
-    const auto& result = answer["data"]["result"];
-    if (!result.is_array() || result.size() != 1) return "";
-    return result[0]["value"][1].get<std::string>();
-  }
-  std::string Log() const { return ReadFile(dir_ + "/prometheus.log"); }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::string dir_;
-};
 
 class MetricsE2E : public ::testing::Test {
  protected:

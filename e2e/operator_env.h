@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "e2e_env.h"
@@ -37,19 +39,15 @@ inline int HttpStatus(int port, const std::string& path) {
   return r.output.empty() ? 0 : std::atoi(r.output.c_str());
 }
 
-// The operator as a child process, logging to a file; killed on destruction if still running.
-class OperatorProcess {
+// A child process with stdout and stderr in a log file; SIGKILLed on destruction if still
+// running. `args[0]` is a path, or a name looked up on the PATH; `env` is added to the
+// environment of the child.
+class ChildProcess {
  public:
-  explicit OperatorProcess(std::vector<std::string> extra_args = {}) {
-    port_ = FreePort();
-    metrics_port_ = FreePort();
-    log_path_ = ClusterDir() + "/operator-" + std::to_string(port_) + ".log";
-    std::vector<std::string> args = {
-        TPUJOB_OPERATOR_BINARY, "run",
-        "--kubeconfig",         KubeconfigPath(),
-        "--health-address",     "127.0.0.1:" + std::to_string(port_),
-        "--metrics-address",    "127.0.0.1:" + std::to_string(metrics_port_)};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
+  ChildProcess(std::vector<std::string> args, std::string log_path,
+               std::vector<std::pair<std::string, std::string>> env = {})
+      : log_path_(std::move(log_path)) {
+    for (const std::string& arg : args) command_line_ += arg + " ";
     pid_ = ::fork();
     if (pid_ == 0) {
       FILE* log = std::fopen(log_path_.c_str(), "w");
@@ -57,21 +55,20 @@ class OperatorProcess {
         ::dup2(::fileno(log), 1);
         ::dup2(::fileno(log), 2);
       }
+      for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> argv;
       for (auto& arg : args) argv.push_back(arg.data());
       argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());
       std::_Exit(127);
     }
   }
-  ~OperatorProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { Kill(); }
+
   // Sends `signal` and returns the exit status: -1 if it did not exit normally, -2 if it was
-  // still running 30 s later (it is then killed).
+  // still running 30 s later (its stacks are then saved beside the log, and it is killed).
   int StopWith(int signal) {
     ::kill(pid_, signal);
     int status = 0;
@@ -107,15 +104,57 @@ class OperatorProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   bool running() const { return pid_ > 0; }
-  int port() const { return port_; }
-  int metrics_port() const { return metrics_port_; }
+  const std::string& command_line() const { return command_line_; }
+  const std::string& log_path() const { return log_path_; }
   std::string Log() const { return ReadFile(log_path_); }
 
  private:
   pid_t pid_ = -1;
+  std::string log_path_;
+  std::string command_line_;
+};
+
+// Two distinct free loopback ports.
+inline std::pair<int, int> TwoFreePorts() {
+  const int first = FreePort();
+  int second = FreePort();
+  while (second == first) second = FreePort();
+  return {first, second};
+}
+
+// The operator (`run`) as a child process, logging to a file in the cluster directory, with its
+// health and metrics endpoints on free loopback ports. /metrics is plain HTTP unless the test
+// passes --metrics-secure itself.
+class OperatorProcess : public ChildProcess {
+ public:
+  explicit OperatorProcess(std::vector<std::string> extra_args = {})
+      : OperatorProcess(TwoFreePorts(), std::move(extra_args)) {}
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+
+ private:
+  OperatorProcess(std::pair<int, int> ports, std::vector<std::string> extra_args)
+      : ChildProcess(Args(ports, std::move(extra_args)),
+                     ClusterDir() + "/operator-" + std::to_string(ports.first) + ".log"),
+        port_(ports.first),
+        metrics_port_(ports.second) {}
+  static std::vector<std::string> Args(std::pair<int, int> ports,
+                                       std::vector<std::string> extra_args) {
+    std::vector<std::string> args = {
+        TPUJOB_OPERATOR_BINARY, "run",
+        "--kubeconfig",         KubeconfigPath(),
+        "--health-address",     "127.0.0.1:" + std::to_string(ports.first),
+        "--metrics-address",    "127.0.0.1:" + std::to_string(ports.second)};
+    if (std::none_of(extra_args.begin(), extra_args.end(),
+                     [](const std::string& a) { return a.starts_with("--metrics-secure"); })) {
+      args.push_back("--metrics-secure=false");
+    }
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    return args;
+  }
   int port_ = 0;
   int metrics_port_ = 0;
-  std::string log_path_;
 };
 
 inline void InstallCrd() {

@@ -286,6 +286,8 @@ inline PreflightRun RunPreflightFor(const std::string& ns, const std::string& po
   run.exit_code = result.exit_code;
   run.output = result.output;
   run.report = ReadFile(dir + "/report.json");
+  // Beside the operators' logs, so the check of every operator log line reads it too.
+  std::ofstream(dir + "/operator-preflight.log") << result.output;
   return run;
 }
 

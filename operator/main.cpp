@@ -1,10 +1,13 @@
 // tpujob-operator: command-line parsing and wiring only. The logic lives in src/.
 
 #include <signal.h>
-#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +20,8 @@
 #include "controller/metrics.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "metrics/auth.h"
+#include "metrics/tls.h"
 #include "preflight_command.h"
 #include "version.h"
 
@@ -28,11 +33,16 @@ struct RunFlags {
   std::string watch_namespace;
   std::string health_address = ":8081";
   std::string metrics_address = ":8080";
+  bool metrics_secure = true;
+  std::string metrics_cert_dir;  // "" = a self-signed certificate made at start-up
   int workers = 4;
   double qps = 50;
   int burst = 100;
   int cache_sync_timeout_seconds = 120;
+  int health_max_reconcile_seconds = 300;
+  int health_max_watch_silence_seconds = 660;
   std::string log_level = "info";
+  std::string log_format = "logfmt";
   std::string preflight_image = "tpujob-operator:latest";
   std::vector<std::string> hardware_conditions = {"TPUUnhealthy"};
   std::vector<std::string> maintenance_conditions;
@@ -71,8 +81,38 @@ class SignalWaiter {
   sigset_t set_{};
 };
 
+// The certificate /metrics is served with: the one mounted in `dir`, else a self-signed one
+// made now in a private temporary directory.
+tpujob::kube::Result<tpujob::metrics::TlsFiles> MetricsCertificate(const std::string& dir) {
+  if (!dir.empty()) return tpujob::metrics::LoadCertificateDir(dir);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/tpujob-operator-metrics-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return std::unexpected(tpujob::kube::Error::Config(
+        "cannot create " + pattern + " for a self-signed certificate: " + std::strerror(errno) +
+        " (mount a writable /tmp, or a certificate with --metrics-cert-dir)"));
+  }
+  std::vector<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
+  char hostname[256] = {};
+  if (::gethostname(hostname, sizeof(hostname) - 1) == 0 && hostname[0] != 0) {
+    hosts.insert(hosts.begin(), hostname);
+  }
+  if (const char* pod_ip = std::getenv("POD_IP"); pod_ip != nullptr && *pod_ip != 0) {
+    hosts.push_back(pod_ip);
+  }
+  auto files = tpujob::metrics::WriteSelfSignedCertificate(pattern, hosts);
+  if (files) tpujob::log::Info("made a self-signed certificate for /metrics", {{"dir", pattern}});
+  return files;
+}
+
 int Run(const RunFlags& flags) {
-  if (!tpujob::SetupLogging(flags.log_level)) {
+  if (tpujob::log::Format format; !tpujob::ParseLogFormat(flags.log_format, format)) {
+    std::fprintf(stderr, "error: unknown --log-format \"%s\" (want logfmt or json)\n",
+                 flags.log_format.c_str());
+    return 2;
+  }
+  if (!tpujob::SetupLogging(flags.log_level, flags.log_format)) {
     std::fprintf(stderr,
                  "error: unknown --log-level \"%s\" (want trace, debug, info, warn or error)\n",
                  flags.log_level.c_str());
@@ -100,8 +140,8 @@ int Run(const RunFlags& flags) {
 
   auto config = tpujob::kube::ResolveConfig(flags.kubeconfig, flags.context);
   if (!config) {
-    spdlog::error("msg=\"cannot load the Kubernetes configuration\" error={}",
-                  tpujob::LogQuote(config.error().ToString()));
+    tpujob::log::Error("cannot load the Kubernetes configuration",
+                       {{"error", config.error().ToString()}});
     return 1;
   }
   config->qps = flags.qps;
@@ -109,12 +149,15 @@ int Run(const RunFlags& flags) {
   // The identity in every request, so the API server's audit log tells the replicas apart.
   config->user_agent =
       std::string("tpujob-operator/") + TPUJOB_VERSION + " (" + election.identity + ")";
-  spdlog::info(
-      "msg=\"starting\" version={} server={} config={} namespace={} workers={} leader_elect={} "
-      "identity={}",
-      TPUJOB_VERSION, config->server, tpujob::LogQuote(config->source),
-      flags.watch_namespace.empty() ? "<all>" : flags.watch_namespace, flags.workers,
-      flags.leader_elect, tpujob::LogQuote(election.identity));
+  tpujob::log::Info("starting",
+                    {{"version", TPUJOB_VERSION},
+                     {"server", config->server},
+                     {"config", config->source},
+                     {"namespace", flags.watch_namespace.empty() ? std::string_view("<all>")
+                                                                 : flags.watch_namespace},
+                     {"workers", flags.workers},
+                     {"leader_elect", flags.leader_elect},
+                     {"identity", election.identity}});
 
   // Every API request the operator makes, by verb and resource: logged at shutdown, so the cost
   // of a workload can be read from the log.
@@ -136,11 +179,24 @@ int Run(const RunFlags& flags) {
   };
   auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;
+  if (flags.metrics_secure) {
+    auto tls = MetricsCertificate(flags.metrics_cert_dir);
+    if (!tls) {
+      tpujob::log::Error("cannot set up TLS for /metrics", {{"error", tls.error().ToString()}});
+      return 1;
+    }
+    options.metrics_tls = *tls;
+    // Reviews go through the unfenced client: a standby replica answers scrapes too.
+    options.metrics_authorizer =
+        std::make_shared<tpujob::metrics::DelegatingAuthorizer>(*client, tpujob::Clock::Real());
+  }
   options.watch_namespace = flags.watch_namespace;
   options.workers = flags.workers;
   options.health_address = flags.health_address;
   options.metrics_address = flags.metrics_address;
   options.cache_sync_timeout = std::chrono::seconds(flags.cache_sync_timeout_seconds);
+  options.health.max_reconcile = std::chrono::seconds(flags.health_max_reconcile_seconds);
+  options.health.max_watch_silence = std::chrono::seconds(flags.health_max_watch_silence_seconds);
   options.reconciler.pod_options.preflight_image = flags.preflight_image;
   options.reconciler.node_health.hardware_conditions = flags.hardware_conditions;
   options.reconciler.node_health.maintenance_conditions = flags.maintenance_conditions;
@@ -152,21 +208,21 @@ int Run(const RunFlags& flags) {
   tpujob::controller::Manager manager(*client, options);
 
   std::thread signal_thread = signals.OnSignal([&manager](int signal) {
-    spdlog::info("msg=\"received signal, stopping\" signal={}", strsignal(signal));
+    tpujob::log::Info("received signal, stopping", {{"signal", strsignal(signal)}});
     manager.Stop();
   });
   auto result = manager.Run();
   if (!result) {
-    spdlog::error("msg=\"operator failed\" error={}", tpujob::LogQuote(result.error().ToString()));
+    tpujob::log::Error("operator failed", {{"error", result.error().ToString()}});
     std::_Exit(1);  // the signal thread is parked in sigwait; nothing else needs unwinding
   }
   // Run() returned because of a signal; the signal thread has finished.
   signal_thread.join();
   {
     std::lock_guard<std::mutex> guard(counts->mu);
-    std::string detail;
-    for (const auto& [kind, n] : counts->by_kind) detail += " " + kind + "=" + std::to_string(n);
-    spdlog::info("msg=\"api requests\" total={}{}", counts->total, detail);
+    std::vector<tpujob::log::Field> fields = {{"total", counts->total}};
+    for (const auto& [kind, n] : counts->by_kind) fields.emplace_back(kind, n);
+    tpujob::log::Write(tpujob::log::Level::kInfo, "api requests", fields);
   }
   return 0;
 }
@@ -199,6 +255,15 @@ int main(int argc, char** argv) {
                   "host:port serving /metrics (Prometheus text format); the health address "
                   "serves it too when both are the same.")
       ->capture_default_str();
+  run->add_option("--metrics-secure", flags.metrics_secure,
+                  "Serve /metrics over HTTPS and only to callers whose bearer token the API "
+                  "server authenticates (TokenReview) and authorizes for GET on the URL "
+                  "/metrics (SubjectAccessReview); false serves plain HTTP to anyone, for local "
+                  "runs.")
+      ->default_str("true");
+  run->add_option("--metrics-cert-dir", flags.metrics_cert_dir,
+                  "Directory holding tls.crt and tls.key for /metrics (read again when they "
+                  "change). Default: a self-signed certificate made at start-up.");
   run->add_option("--workers", flags.workers, "Number of TPUJobs reconciled concurrently.")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -214,7 +279,22 @@ int main(int argc, char** argv) {
                   "Seconds to wait for the Pod, Node and TPUJob caches to fill before giving up.")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  run->add_option("--health-max-reconcile-seconds", flags.health_max_reconcile_seconds,
+                  "/healthz fails while a reconcile has been running longer than this (a stuck "
+                  "worker); the kubelet then restarts the operator.")
+      ->check(CLI::Range(1, 24 * 3600))
+      ->capture_default_str();
+  run->add_option("--health-max-watch-silence-seconds", flags.health_max_watch_silence_seconds,
+                  "/healthz fails while a watch (pods, nodes, tpujobs) has brought no event, "
+                  "bookmark or reconnection for longer than this (a silently dead connection). "
+                  "The server ends watches after at most 10 minutes and sends bookmarks about "
+                  "every minute.")
+      ->check(CLI::Range(1, 24 * 3600))
+      ->capture_default_str();
   run->add_option("--log-level", flags.log_level, "trace, debug, info, warn or error.")
+      ->capture_default_str();
+  run->add_option("--log-format", flags.log_format,
+                  "logfmt (key=value) or json (one object per line).")
       ->capture_default_str();
   run->add_option("--preflight-image", flags.preflight_image,
                   "Image of the pre-flight init container (the operator's own image), for jobs "

@@ -1,7 +1,5 @@
 #include "preflight_command.h"
 
-#include <spdlog/spdlog.h>
-
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstring>
@@ -44,6 +42,7 @@ struct PreflightState {
   std::vector<std::pair<std::string, CLI::Option*>> options;
   std::string report_file = "/dev/termination-log";
   std::string log_level = "info";
+  std::string log_format = "logfmt";
 };
 
 void WriteReport(const std::string& path, const preflight::Report& report) {
@@ -54,17 +53,23 @@ void WriteReport(const std::string& path, const preflight::Report& report) {
   out.close();
   if (!out) {
     // The exit code still tells the operator which side is at fault.
-    spdlog::warn("msg=\"cannot write the pre-flight report\" path={} error={}", LogQuote(path),
-                 LogQuote(std::strerror(errno)));
+    log::Warn("cannot write the pre-flight report",
+              {{"path", path}, {"error", std::strerror(errno)}});
   }
 }
 
 int RunPreflight(const PreflightState& state, const std::vector<std::string>& extras) {
   std::vector<std::string> problems;
-  if (!SetupLogging(state.log_level)) {
-    SetupLogging("info");
+  log::Format format = log::Format::kLogfmt;
+  const bool format_known = ParseLogFormat(state.log_format, format);
+  const std::string format_name = format_known ? state.log_format : "logfmt";
+  if (!SetupLogging(state.log_level, format_name)) {
+    SetupLogging("info", format_name);
     problems.push_back("--log-level=\"" + state.log_level +
                        "\": want trace, debug, info, warn or error");
+  }
+  if (!format_known) {
+    problems.push_back("--log-format=\"" + state.log_format + "\": want logfmt or json");
   }
   for (const std::string& extra : extras) {
     problems.push_back("unexpected argument \"" + extra + "\"");
@@ -91,8 +96,7 @@ int RunPreflight(const PreflightState& state, const std::vector<std::string>& ex
     for (preflight::Check check : options->checks) {
       checks += (checks.empty() ? "" : ",") + std::string(preflight::ToString(check));
     }
-    spdlog::info("msg=\"preflight starting\" node={} checks={}", LogQuote(options->node_name),
-                 checks);
+    log::Info("preflight starting", {{"node", options->node_name}, {"checks", checks}});
     report = preflight::RunChecks(*options, preflight::Probes{}, Clock::Real());
   }
 
@@ -100,9 +104,11 @@ int RunPreflight(const PreflightState& state, const std::vector<std::string>& ex
   const int exit_code = preflight::ExitCode(report.verdict);
   size_t failed = 0;
   for (const preflight::ItemResult& item : report.items) failed += item.passed ? 0 : 1;
-  spdlog::info("msg=\"preflight finished\" verdict={} exit_code={} items={} failed={} report={}",
-               preflight::ToString(report.verdict), exit_code, report.items.size(), failed,
-               LogQuote(state.report_file));
+  log::Info("preflight finished", {{"verdict", preflight::ToString(report.verdict)},
+                                   {"exit_code", exit_code},
+                                   {"items", report.items.size()},
+                                   {"failed", failed},
+                                   {"report", state.report_file}});
   return exit_code;
 }
 
@@ -127,6 +133,11 @@ void AddPreflightCommand(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
   command->add_option("--log-level", state->log_level, "trace, debug, info, warn or error.")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->capture_default_str();
+  command
+      ->add_option("--log-format", state->log_format,
+                   "logfmt (key=value) or json (one object per line).")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->capture_default_str();
   // Unknown arguments are collected instead of rejected so that they, too, end in a report

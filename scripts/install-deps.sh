@@ -12,6 +12,7 @@ build_packages=(
   libcpprest-dev libboost-dev libssl-dev openssl  # HTTP client/listener, TLS
   nlohmann-json3-dev libyaml-cpp-dev              # JSON documents, kubeconfig YAML
   libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
+  prometheus-cpp-dev                              # metric families, text exposition
 )
 test_packages=(
   git

@@ -1,6 +1,6 @@
 #include "cache/reflector.h"
 
-#include <spdlog/spdlog.h>
+#include "base/logging.h"
 
 namespace tpujob::cache {
 namespace {
@@ -138,7 +138,7 @@ bool Reflector<T>::ListAndReplace() {
     if (!page) {
       // A continue token expires after etcd compaction: start over once from a new snapshot.
       if (page.error().IsGone() && !list_options.continue_token.empty() && !restarted) {
-        spdlog::info("reflector {}: continue token expired, restarting the list", options_.name);
+        log::Info("continue token expired, restarting the list", {{"reflector", options_.name}});
         restarted = true;
         list_options.continue_token.clear();
         objects.clear();
@@ -146,7 +146,7 @@ bool Reflector<T>::ListAndReplace() {
         decode_errors = 0;
         continue;
       }
-      spdlog::warn("reflector {}: list failed: {}", options_.name, page.error().ToString());
+      log::Warn("list failed", {{"reflector", options_.name}, {"error", page.error().ToString()}});
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.list_failures;
       return false;
@@ -159,7 +159,7 @@ bool Reflector<T>::ListAndReplace() {
     }
     version = MetadataString(*page, "resourceVersion");
     if (items == nullptr || version.empty()) {
-      spdlog::warn("reflector {}: list answer without items or resourceVersion", options_.name);
+      log::Warn("list answer without items or resourceVersion", {{"reflector", options_.name}});
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.list_failures;
       return false;
@@ -169,8 +169,9 @@ bool Reflector<T>::ListAndReplace() {
       kube::Result<T> decoded = T::FromJson(item);
       if (!decoded) {
         ++decode_errors;
-        spdlog::warn("reflector {}: skipping {}: {}", options_.name, MetadataString(item, "name"),
-                     decoded.error().message);
+        log::Warn("skipping an undecodable object", {{"reflector", options_.name},
+                                                     {"name", MetadataString(item, "name")},
+                                                     {"error", decoded.error().message}});
         continue;
       }
       objects.push_back(std::make_shared<const T>(std::move(*decoded)));
@@ -187,6 +188,7 @@ bool Reflector<T>::ListAndReplace() {
       std::lock_guard<std::mutex> lock(mu_);
       last_resource_version_ = version;
       ++stats_.lists;
+      stats_.last_activity = clock_.Now();
       stats_.list_pages += pages;
       stats_.decode_errors += decode_errors;
       synced_.store(true, std::memory_order_release);
@@ -207,8 +209,10 @@ bool Reflector<T>::ListAndReplace() {
   }
   wake_.notify_all();
   events_since_list_ = 0;
-  spdlog::debug("reflector {}: listed {} objects in {} pages at resourceVersion {}", options_.name,
-                store_.Size(), pages, version);
+  log::Debug("listed", {{"reflector", options_.name},
+                        {"objects", store_.Size()},
+                        {"pages", pages},
+                        {"resource_version", version}});
   return true;
 }
 
@@ -235,12 +239,13 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
     if (stopping_) return WatchOutcome::kStopped;
     if (error.IsGone()) {
       ++stats_.gone;
-      spdlog::info("reflector {}: resourceVersion {} is gone, relisting", options_.name,
-                   watch_options.resource_version);
+      log::Info(
+          "resourceVersion is gone, relisting",
+          {{"reflector", options_.name}, {"resource_version", watch_options.resource_version}});
       return WatchOutcome::kRelist;
     }
     ++stats_.watch_failures;
-    spdlog::warn("reflector {}: watch failed: {}", options_.name, error.ToString());
+    log::Warn("watch failed", {{"reflector", options_.name}, {"error", error.ToString()}});
     return WatchOutcome::kBackoff;
   }
   kube::WatchStream* stream = opened->get();
@@ -249,6 +254,7 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
     if (stopping_) return WatchOutcome::kStopped;
     stream_ = std::move(*opened);
     ++stats_.watches;
+    stats_.last_activity = clock_.Now();
   }
 
   const TimePoint opened_at = clock_.Now();
@@ -265,7 +271,8 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
         outcome = WatchOutcome::kRelist;
       } else {
         ++stats_.watch_failures;
-        spdlog::warn("reflector {}: watch broke: {}", options_.name, next.error().ToString());
+        log::Warn("watch broke",
+                  {{"reflector", options_.name}, {"error", next.error().ToString()}});
         outcome = WatchOutcome::kBackoff;
       }
       break;
@@ -274,7 +281,7 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
       // The server ended the watch (its timeout): re-watch at once. A watch that ends at once
       // with nothing in it points at a problem; back off rather than spin (as client-go does).
       if (received == 0 && clock_.Now() - opened_at < std::chrono::seconds(1)) {
-        spdlog::warn("reflector {}: very short watch, backing off", options_.name);
+        log::Warn("very short watch, backing off", {{"reflector", options_.name}});
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.watch_failures;
         outcome = WatchOutcome::kBackoff;
@@ -303,12 +310,13 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
       std::lock_guard<std::mutex> lock(mu_);
       if (event.error.IsGone()) {
         ++stats_.gone;
-        spdlog::info("reflector {}: watch expired ({}), relisting", options_.name,
-                     event.error.message);
+        log::Info("watch expired, relisting",
+                  {{"reflector", options_.name}, {"error", event.error.message}});
         return WatchOutcome::kRelist;
       }
       ++stats_.watch_failures;
-      spdlog::warn("reflector {}: watch error event: {}", options_.name, event.error.ToString());
+      log::Warn("watch error event",
+                {{"reflector", options_.name}, {"error", event.error.ToString()}});
       return WatchOutcome::kBackoff;
     }
     case WatchEventType::kBookmark: {
@@ -316,6 +324,7 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
       std::lock_guard<std::mutex> lock(mu_);
       if (!version.empty()) last_resource_version_ = version;
       ++stats_.bookmarks;
+      stats_.last_activity = clock_.Now();
       break;
     }
     case WatchEventType::kAdded:
@@ -329,10 +338,12 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
         if (!version.empty()) last_resource_version_ = version;
         if (!decoded) ++stats_.decode_errors;
         ++stats_.events;
+        stats_.last_activity = clock_.Now();
       }
       if (!decoded) {
-        spdlog::warn("reflector {}: skipping undecodable {} event: {}", options_.name,
-                     kube::ToString(event.type), decoded.error().message);
+        log::Warn("skipping an undecodable event", {{"reflector", options_.name},
+                                                    {"type", kube::ToString(event.type)},
+                                                    {"error", decoded.error().message}});
       }
       if (event.type == WatchEventType::kDeleted) {
         // Remove by key even if the final state does not decode, so the store cannot keep a

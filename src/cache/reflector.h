@@ -86,6 +86,10 @@ struct ReflectorStats {
   uint64_t events = 0;          // ADDED/MODIFIED/DELETED applied
   uint64_t bookmarks = 0;
   uint64_t decode_errors = 0;  // objects skipped because they did not decode
+  // When the server was last heard from: a LIST done, a watch opened, an event or a bookmark.
+  // A watch that stays open with none of these is either idle past the bookmark interval or
+  // silently dead; the health check tells them apart by how long it lasts.
+  TimePoint last_activity{};
 };
 
 template <typename T>

@@ -1,7 +1,6 @@
 #include "controller/cordoner.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <memory>
@@ -106,8 +105,7 @@ std::optional<Cordoner::Outcome> Cordoner::Retry(const std::string& node) {
     auto it = retry_.find(node);
     if (it == retry_.end()) return std::nullopt;
     const policy::CordonRequest request = it->second;
-    spdlog::info("msg=\"retrying a failed cordon\" node={} job={}", LogQuote(node),
-                 LogQuote(request.job));
+    log::Info("retrying a failed cordon", {{"node", node}, {"job", request.job}});
     outcome = CordonLocked(request, clock_.Now());
     if (!outcome->error) retry_.erase(node);
   }
@@ -193,12 +191,17 @@ Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, T
       break;
   }
   const bool warn = HeldBack(outcome.verdict) || outcome.error.has_value();
-  spdlog::log(warn ? spdlog::level::warn : spdlog::level::info,
-              "msg=\"cordon\" node={} job={} reason={} verdict={} dry_run={} item={} evidence={} "
-              "cordoned={} nodes={} detail={}",
-              LogQuote(request.node), LogQuote(request.job), LogQuote(request.reason),
-              policy::ToString(outcome.verdict), safety_.policy().dry_run, LogQuote(request.item),
-              LogQuote(request.evidence), cordoned, total_nodes, LogQuote(outcome.message));
+  log::Log(warn ? log::Level::kWarn : log::Level::kInfo, "cordon",
+           {{"node", request.node},
+            {"job", request.job},
+            {"reason", request.reason},
+            {"verdict", policy::ToString(outcome.verdict)},
+            {"dry_run", safety_.policy().dry_run},
+            {"item", request.item},
+            {"evidence", request.evidence},
+            {"cordoned", cordoned},
+            {"nodes", total_nodes},
+            {"detail", outcome.message}});
   return outcome;
 }
 

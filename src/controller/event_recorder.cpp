@@ -1,6 +1,5 @@
 #include "controller/event_recorder.h"
 
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,9 +75,11 @@ EventRecorder::~EventRecorder() {
   work_.notify_all();
   if (unwritten > 0) {
     // Says why shutdown may take a moment: a slow API server holds it up to stop_timeout.
-    spdlog::info(
-        "msg=\"writing pending events before stopping\" pending={} timeout_ms={}", unwritten,
-        std::chrono::duration_cast<std::chrono::milliseconds>(options_.stop_timeout).count());
+    log::Info(
+        "writing pending events before stopping",
+        {{"pending", unwritten},
+         {"timeout_ms",
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.stop_timeout).count()}});
   }
   thread_.join();
 }
@@ -86,9 +87,11 @@ EventRecorder::~EventRecorder() {
 void EventRecorder::Record(const ObjectRef& object, EventType type, std::string reason,
                            std::string message) {
   const std::string object_text = ObjectText(object);
-  const auto level = type == EventType::kWarning ? spdlog::level::warn : spdlog::level::info;
-  spdlog::log(level, "msg=\"event\" object={} type={} reason={} message={}", LogQuote(object_text),
-              ToString(type), LogQuote(reason), LogQuote(message));
+  log::Log(type == EventType::kWarning ? log::Level::kWarn : log::Level::kInfo, "event",
+           {{"object", object_text},
+            {"type", ToString(type)},
+            {"reason", reason},
+            {"message", message}});
 
   Pending event{.object = object,
                 .type = type,
@@ -118,12 +121,11 @@ void EventRecorder::Record(const ObjectRef& object, EventType type, std::string 
   }
   if (queued) {
     work_.notify_one();
-    if (burst_ended > 0) spdlog::info("msg=\"writing events again\" dropped={}", burst_ended);
+    if (burst_ended > 0) log::Info("writing events again", {{"dropped", burst_ended}});
   } else if (first_drop) {
-    spdlog::warn(
-        "msg=\"dropping events: too many waiting to be written\" max_pending={} object={} "
-        "reason={}",
-        options_.max_pending, LogQuote(object_text), LogQuote(event.reason));
+    log::Warn(
+        "dropping events: too many waiting to be written",
+        {{"max_pending", options_.max_pending}, {"object", object_text}, {"reason", event.reason}});
   }
 }
 
@@ -150,7 +152,7 @@ void EventRecorder::Run() {
       finished_ += abandoned;
       progress_.notify_all();
       lock.unlock();
-      spdlog::warn("msg=\"stopped with events not written\" dropped={}", abandoned);
+      log::Warn("stopped with events not written", {{"dropped", abandoned}});
       return;
     }
     Pending event = std::move(queue_.front());
@@ -192,8 +194,9 @@ EventRecorder::Outcome EventRecorder::Write(const Pending& event) {
       return Outcome::kAggregated;
     }
     if (!patched.error().IsNotFound()) {
-      spdlog::warn("msg=\"updating event failed\" event={}/{} reason={} error={}", aggregate.ns,
-                   aggregate.name, LogQuote(event.reason), LogQuote(patched.error().ToString()));
+      log::Warn("updating event failed", {{"event", aggregate.ns + "/" + aggregate.name},
+                                          {"reason", event.reason},
+                                          {"error", patched.error().ToString()}});
       return Outcome::kFailed;
     }
     // Expired by the API server (or deleted): start a new one.
@@ -237,9 +240,9 @@ EventRecorder::Outcome EventRecorder::Create(const Pending& event, AggregationKe
                         {"count", 1}};
   auto created = client_.Create(kube::Resource::Events(), ns, body);
   if (!created) {
-    spdlog::warn("msg=\"writing event failed\" object={} reason={} error={}",
-                 LogQuote(std::get<1>(key)), LogQuote(event.reason),
-                 LogQuote(created.error().ToString()));
+    log::Warn("writing event failed", {{"object", std::get<1>(key)},
+                                       {"reason", event.reason},
+                                       {"error", created.error().ToString()}});
     return Outcome::kFailed;
   }
   MakeRoomForAggregate(event.at);

@@ -1,7 +1,5 @@
 #include "controller/job_queue.h"
 
-#include <spdlog/spdlog.h>
-
 #include <vector>
 
 #include "base/logging.h"
@@ -93,10 +91,9 @@ int32_t JobQueue::Priority(const policy::JobSpec& spec) {
   if (answer && answer->contains("value") && (*answer)["value"].is_number_integer()) {
     value = (*answer)["value"].get<int32_t>();
   } else {
-    spdlog::warn(
-        "msg=\"cannot read PriorityClass; using spec.priority\" priority_class={} error={}",
-        LogQuote(spec.priority_class_name),
-        LogQuote(answer ? std::string("no integer value") : answer.error().ToString()));
+    log::Warn("cannot read PriorityClass; using spec.priority",
+              {{"priority_class", spec.priority_class_name},
+               {"error", answer ? std::string("no integer value") : answer.error().ToString()}});
   }
   std::lock_guard<std::mutex> lock(priority_mu_);
   priority_classes_[spec.priority_class_name] = {value, now};
@@ -194,9 +191,11 @@ void JobQueue::Loop() {
     const size_t waiting = plan_.size();
     const auto enqueue = enqueue_;
     lock.unlock();
-    spdlog::debug("msg=\"queue planned\" waiting={} changed={} duration_us={}", waiting,
-                  changed.size(),
-                  std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+    log::Debug(
+        "queue planned",
+        {{"waiting", waiting},
+         {"changed", changed.size()},
+         {"duration_us", std::chrono::duration_cast<std::chrono::microseconds>(took).count()}});
     if (enqueue) {
       for (const auto& job : changed) enqueue(job);
     }

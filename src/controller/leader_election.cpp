@@ -1,6 +1,5 @@
 #include "controller/leader_election.h"
 
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,11 +122,11 @@ void LeaderElector::Start(LeaderCallbacks callbacks) {
     started_ = true;
   }
   callbacks_ = std::move(callbacks);
-  spdlog::info(
-      "msg=\"waiting for the leader lease\" lease={} identity={} lease_duration={} "
-      "renew_deadline={} retry_period={}",
-      LeaseKey(), LogQuote(options_.identity), SecondsText(options_.lease_duration),
-      SecondsText(options_.renew_deadline), SecondsText(options_.retry_period));
+  log::Info("waiting for the leader lease", {{"lease", LeaseKey()},
+                                             {"identity", options_.identity},
+                                             {"lease_duration", options_.lease_duration},
+                                             {"renew_deadline", options_.renew_deadline},
+                                             {"retry_period", options_.retry_period}});
   loop_thread_ = std::thread([this] { Loop(); });
   watchdog_thread_ = std::thread([this] { Watchdog(); });
 }
@@ -235,9 +234,10 @@ void LeaderElector::Observe(const kube::Json& lease, TimePoint now) {
     observed_any_ = true;
   }
   if (holder_changed && record.holder != options_.identity) {
-    spdlog::info("msg=\"observed new leader\" lease={} identity={} holder={}", LeaseKey(),
-                 LogQuote(options_.identity),
-                 record.holder.empty() ? "<none>" : LogQuote(record.holder));
+    log::Info("observed new leader",
+              {{"lease", LeaseKey()},
+               {"identity", options_.identity},
+               {"holder", record.holder.empty() ? std::string_view("<none>") : record.holder}});
     if (callbacks_.on_new_leader) callbacks_.on_new_leader(record.holder);
   }
 }
@@ -272,8 +272,9 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
     auto updated = client_.Update(leases, options_.ns, lease);
     if (updated) return succeeded(*updated);
     if (!updated.error().IsConflict()) {
-      spdlog::warn("msg=\"cannot renew the leader lease\" lease={} identity={} error={}",
-                   LeaseKey(), LogQuote(options_.identity), LogQuote(updated.error().ToString()));
+      log::Warn("cannot renew the leader lease", {{"lease", LeaseKey()},
+                                                  {"identity", options_.identity},
+                                                  {"error", updated.error().ToString()}});
       return Attempt::kFailed;
     }
   }
@@ -281,8 +282,9 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
   auto got = client_.Get(leases, options_.ns, options_.name);
   if (!got) {
     if (!got.error().IsNotFound()) {
-      spdlog::warn("msg=\"cannot read the leader lease\" lease={} identity={} error={}", LeaseKey(),
-                   LogQuote(options_.identity), LogQuote(got.error().ToString()));
+      log::Warn("cannot read the leader lease", {{"lease", LeaseKey()},
+                                                 {"identity", options_.identity},
+                                                 {"error", got.error().ToString()}});
       return Attempt::kFailed;
     }
     const std::string now = FormatMicroTime(clock_.WallNow());
@@ -300,8 +302,9 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
     if (!created) {
       // AlreadyExists: another replica created it first; the next try reads it.
       if (!created.error().IsAlreadyExists()) {
-        spdlog::warn("msg=\"cannot create the leader lease\" lease={} identity={} error={}",
-                     LeaseKey(), LogQuote(options_.identity), LogQuote(created.error().ToString()));
+        log::Warn("cannot create the leader lease", {{"lease", LeaseKey()},
+                                                     {"identity", options_.identity},
+                                                     {"error", created.error().ToString()}});
       }
       return Attempt::kFailed;
     }
@@ -334,11 +337,12 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
   auto updated = client_.Update(leases, options_.ns, lease);
   if (!updated) {
     if (updated.error().IsConflict()) {
-      spdlog::debug("msg=\"another replica wrote the leader lease first\" lease={} identity={}",
-                    LeaseKey(), LogQuote(options_.identity));
+      log::Debug("another replica wrote the leader lease first",
+                 {{"lease", LeaseKey()}, {"identity", options_.identity}});
     } else {
-      spdlog::warn("msg=\"cannot update the leader lease\" lease={} identity={} error={}",
-                   LeaseKey(), LogQuote(options_.identity), LogQuote(updated.error().ToString()));
+      log::Warn("cannot update the leader lease", {{"lease", LeaseKey()},
+                                                   {"identity", options_.identity},
+                                                   {"error", updated.error().ToString()}});
     }
     return Attempt::kFailed;
   }
@@ -380,8 +384,9 @@ void LeaderElector::Loop() {
         transitions = observed_.transitions;
       }
       cv_.notify_all();
-      spdlog::info("msg=\"acquired leader lease\" lease={} identity={} transitions={}", LeaseKey(),
-                   LogQuote(options_.identity), transitions);
+      log::Info(
+          "acquired leader lease",
+          {{"lease", LeaseKey()}, {"identity", options_.identity}, {"transitions", transitions}});
       if (callbacks_.on_started_leading) callbacks_.on_started_leading();
     } else if (attempt == Attempt::kHeldByOther) {
       // Try again the moment the holder's lease expires, when that comes before the next
@@ -424,8 +429,8 @@ void LeaderElector::Lose(const std::string& reason) {
     lost_reason_ = reason;
   }
   cv_.notify_all();
-  spdlog::error("msg=\"leader election lost\" lease={} identity={} reason={}", LeaseKey(),
-                LogQuote(options_.identity), LogQuote(reason));
+  log::Error("leader election lost",
+             {{"lease", LeaseKey()}, {"identity", options_.identity}, {"reason", reason}});
   if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading(reason);
 }
 
@@ -437,10 +442,8 @@ void LeaderElector::Release() {
     leading_ = false;  // from here on the fence refuses every write
     const Duration age = clock_.Now() - renewed_at_;
     if (age >= options_.renew_deadline || !lease_) {
-      spdlog::warn(
-          "msg=\"not releasing the leader lease: its last renewal is older than the renew "
-          "deadline\" lease={} identity={} age_ms={}",
-          LeaseKey(), LogQuote(options_.identity), Millis(age));
+      log::Warn("not releasing the leader lease: its last renewal is older than the renew deadline",
+                {{"lease", LeaseKey()}, {"identity", options_.identity}, {"age_ms", Millis(age)}});
       return;
     }
     cached = lease_;
@@ -454,15 +457,14 @@ void LeaderElector::Release() {
   spec["renewTime"] = now;
   auto updated = client_.Update(kube::Resource::Leases(), options_.ns, lease);
   if (!updated) {
-    spdlog::warn(
-        "msg=\"cannot release the leader lease; a standby takes over when it expires\" lease={} "
-        "identity={} error={}",
-        LeaseKey(), LogQuote(options_.identity), LogQuote(updated.error().ToString()));
+    log::Warn("cannot release the leader lease; a standby takes over when it expires",
+              {{"lease", LeaseKey()},
+               {"identity", options_.identity},
+               {"error", updated.error().ToString()}});
     return;
   }
   Observe(*updated, clock_.Now());
-  spdlog::info("msg=\"released leader lease\" lease={} identity={}", LeaseKey(),
-               LogQuote(options_.identity));
+  log::Info("released leader lease", {{"lease", LeaseKey()}, {"identity", options_.identity}});
 }
 
 // --- FencedClient -----------------------------------------------------------------------------
@@ -473,8 +475,8 @@ kube::Status FencedClient::Admit(std::string_view verb, const kube::Resource& r,
   if (fence) return {};
   ++refused_;
   const std::string object = r.plural + " " + (ns.empty() ? name : ns + "/" + name);
-  spdlog::warn("msg=\"write not sent: this replica may not write\" verb={} object={} reason={}",
-               verb, LogQuote(object), LogQuote(fence.error().message));
+  log::Warn("write not sent: this replica may not write",
+            {{"verb", verb}, {"object", object}, {"reason", fence.error().message}});
   return std::unexpected(kube::Error::Cancelled("write not sent (" + std::string(verb) + " " +
                                                 object + "): " + fence.error().message));
 }

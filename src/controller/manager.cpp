@@ -1,7 +1,6 @@
 #include "controller/manager.h"
 
 #include <malloc.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <thread>
@@ -173,18 +172,48 @@ void Manager::Collect() {
   for (const auto& [name, queue] :
        {std::pair<std::string_view, workqueue::WorkQueue*>{"tpujob", queue_.get()},
         {"node", node_queue_.get()}}) {
-    const workqueue::WorkQueueStats stats = queue->Stats();
-    m.workqueue_depth.With({name}).Set(static_cast<double>(stats.depth));
-    m.workqueue_adds.With({name}).SetCumulative(static_cast<double>(stats.adds_total));
-    m.workqueue_retries.With({name}).SetCumulative(static_cast<double>(stats.retries_total));
+    RecordWorkQueue(name, queue->Stats());
   }
 }
 
 int Manager::health_port() const { return health_port_.load(); }
 
+std::vector<std::string> Manager::HealthCheck() {
+  if (!watching_.load()) return {};
+  const std::vector<WatchActivity> watches = {
+      {"pods", pods_->stats().last_activity},
+      {"nodes", nodes_->stats().last_activity},
+      {"tpujobs", jobs_->stats().last_activity},
+  };
+  const std::vector<QueueActivity> queues = {
+      {"tpujob", queue_->LongestRunningProcessor()},
+      {"node", node_queue_->LongestRunningProcessor()},
+  };
+  const TimePoint since{TimePoint::duration(watching_since_.load())};
+  std::vector<std::string> problems =
+      HealthProblems(watches, queues, since, clock_.Now(), options_.health);
+  const bool unhealthy = !problems.empty();
+  if (reported_unhealthy_.exchange(unhealthy) != unhealthy) {
+    if (unhealthy) {
+      std::string all;
+      for (const std::string& problem : problems) all += (all.empty() ? "" : "; ") + problem;
+      log::Error("unhealthy: /healthz fails until this clears", {{"problems", all}});
+    } else {
+      log::Info("healthy again");
+    }
+  }
+  return problems;
+}
+
 kube::Status Manager::Run() {
   metrics::HttpServer server(options_.health_address);
-  server.Handle("/healthz", [] { return metrics::HttpResponse{200, "text/plain", "ok\n", {}}; });
+  server.Handle("/healthz", [this] {
+    const std::vector<std::string> problems = HealthCheck();
+    if (problems.empty()) return metrics::HttpResponse{200, "text/plain", "ok\n", {}};
+    std::string body = "unhealthy:\n";
+    for (const std::string& problem : problems) body += "  " + problem + "\n";
+    return metrics::HttpResponse{500, "text/plain", body, {}};
+  });
   server.Handle("/readyz", [this] {
     if (ready_.load()) return metrics::HttpResponse{200, "text/plain", "ok\n", {}};
     if (standing_by_.load()) {
@@ -198,14 +227,40 @@ kube::Status Manager::Run() {
   });
   const bool shared_server =
       options_.metrics_address.empty() || options_.metrics_address == options_.health_address;
-  auto serve_metrics = [] {
+  if (shared_server && (options_.metrics_tls || options_.metrics_authorizer)) {
+    return std::unexpected(kube::Error::Config(
+        "secure metrics need their own address: the health address serves plain HTTP"));
+  }
+  auto serve_metrics = [authorizer =
+                            options_.metrics_authorizer](const metrics::HttpRequest& request) {
+    if (authorizer) {
+      const metrics::AuthResult auth = authorizer->Authorize(request.authorization, request.path);
+      if (auth.outcome != metrics::AuthOutcome::kAllowed) {
+        if (auth.outcome == metrics::AuthOutcome::kError) {
+          log::Warn("scrape not authorized: review failed",
+                    {{"path", request.path}, {"error", auth.reason}});
+        } else {
+          log::Debug("scrape refused", {{"path", request.path},
+                                        {"status", auth.HttpStatus()},
+                                        {"user", auth.user},
+                                        {"reason", auth.reason}});
+        }
+        metrics::HttpResponse refused{
+            auth.HttpStatus(), "text/plain; charset=utf-8", auth.reason + "\n", {}};
+        if (auth.outcome == metrics::AuthOutcome::kUnauthenticated) {
+          refused.headers["WWW-Authenticate"] = "Bearer realm=\"tpujob-operator\"";
+        }
+        return refused;
+      }
+    }
     return metrics::HttpResponse{
         200, "text/plain; version=0.0.4; charset=utf-8", metrics::DefaultRegistry().Render(), {}};
   };
   if (shared_server) server.Handle("/metrics", serve_metrics);
   if (auto started = server.Start(); !started) return started;
   health_port_ = server.port();
-  metrics::HttpServer metrics_server(shared_server ? std::string() : options_.metrics_address);
+  metrics::HttpServer metrics_server(shared_server ? std::string() : options_.metrics_address,
+                                     options_.metrics_tls);
   if (!shared_server) {
     metrics_server.Handle("/metrics", serve_metrics);
     if (auto started = metrics_server.Start(); !started) return started;
@@ -242,9 +297,11 @@ kube::Status Manager::Run() {
   }
 
   const auto begin = clock_.Now();
+  watching_since_ = begin.time_since_epoch().count();
   pods_->Start();
   nodes_->Start();
   jobs_->Start();
+  watching_ = true;
   const auto timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.cache_sync_timeout);
   const bool synced =
@@ -265,9 +322,13 @@ kube::Status Manager::Run() {
   // The initial LIST parses every page as JSON before projecting it; hand those freed pages
   // back to the system so the resident size reflects the compact cache, not the transient peak.
   malloc_trim(0);
-  spdlog::info("msg=\"caches synced\" pods={} nodes={} tpujobs={} duration_ms={}",
-               pods_->store().Size(), nodes_->store().Size(), jobs_->store().Size(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count());
+  log::Info(
+      "caches synced",
+      {{"pods", pods_->store().Size()},
+       {"nodes", nodes_->store().Size()},
+       {"tpujobs", jobs_->store().Size()},
+       {"duration_ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count()}});
 
   std::vector<std::thread> workers;
   for (int i = 0; i < std::max(1, options_.workers); ++i)
@@ -291,15 +352,15 @@ kube::Status Manager::Run() {
     stop_cv_.wait(lock, [this] { return stop_requested_; });
   }
   ready_ = false;
+  watching_ = false;
   Metrics().leader.With({}).Set(0);
   const std::optional<kube::Error> lost = leadership_lost();
   if (lost) {
     // Nothing may be written any more (the fence refuses it): drop the queued keys.
-    spdlog::info("msg=\"shutting down: leadership lost, abandoning queued work\" queued={}",
-                 queue_->Stats().depth);
+    log::Info("shutting down: leadership lost, abandoning queued work",
+              {{"queued", queue_->Stats().depth}});
   } else {
-    spdlog::info("msg=\"shutting down: draining the work queue\" in_flight={}",
-                 queue_->Stats().in_flight);
+    log::Info("shutting down: draining the work queue", {{"in_flight", queue_->Stats().in_flight}});
   }
   job_queue_->Stop();
   queue_->ShutDownWithDrain();
@@ -314,7 +375,7 @@ kube::Status Manager::Run() {
   server.Stop();
   metrics_server.Stop();
   if (lost) return std::unexpected(*lost);
-  spdlog::info("msg=\"stopped\"");
+  log::Info("stopped");
   return {};
 }
 
@@ -357,7 +418,7 @@ void Manager::Worker(
       result = reconcile(*key);
     } catch (const std::exception& e) {
       // A bug must not take the whole operator down with it: log, back off, retry the key.
-      spdlog::error("msg=\"reconcile threw\" {}={} error={}", what, *key, LogQuote(e.what()));
+      log::Error("reconcile threw", {{what, *key}, {"error", e.what()}});
       result = std::unexpected(kube::Error::Decode(e.what()));
     }
     duration.Observe(std::chrono::duration<double>(clock_.Now() - begin).count());
@@ -368,8 +429,9 @@ void Manager::Worker(
         .Inc();
     if (!result) m.reconcile_errors.With({controller}).Inc();
     if (!result) {
-      spdlog::warn("msg=\"reconcile failed, will retry\" {}={} retries={} error={}", what, *key,
-                   queue.NumRequeues(*key), LogQuote(result.error().ToString()));
+      log::Warn("reconcile failed, will retry", {{what, *key},
+                                                 {"retries", queue.NumRequeues(*key)},
+                                                 {"error", result.error().ToString()}});
       queue.AddRateLimited(*key);
     } else {
       queue.Forget(*key);

@@ -29,11 +29,14 @@
 #include "cache/reflector.h"
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
+#include "controller/health.h"
 #include "controller/job_queue.h"
 #include "controller/leader_election.h"
 #include "controller/node_reconciler.h"
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
+#include "metrics/auth.h"
+#include "metrics/tls.h"
 #include "workqueue/queue.h"
 
 namespace tpujob::controller {
@@ -42,8 +45,12 @@ struct ManagerOptions {
   std::string watch_namespace;  // "" = all namespaces
   int workers = 4;
   std::string health_address = ":8081";
-  // Serves /metrics; "" or the health address: served there.
+  // Serves /metrics; "" or the health address: served there (plain HTTP only).
   std::string metrics_address = ":8080";
+  // Set: /metrics is served over HTTPS with this certificate, on its own listener.
+  std::optional<metrics::TlsFiles> metrics_tls;
+  // Set: a scrape is served only when this allows it (401/403/500 otherwise; metrics/auth.h).
+  std::shared_ptr<metrics::RequestAuthorizer> metrics_authorizer;
   std::chrono::seconds cache_sync_timeout{120};
   TPUJobReconcilerOptions reconciler;
   EventRecorderOptions events;
@@ -51,6 +58,8 @@ struct ManagerOptions {
   NodeReconcilerOptions nodes;
   // Set: run only while this replica holds the Lease (see above). Unset: always run.
   std::optional<LeaderElectionOptions> leader_election;
+  // When /healthz fails: a reconcile stuck, or a watch silent (controller/health.h).
+  HealthLimits health;
 };
 
 class Manager {
@@ -76,6 +85,8 @@ class Manager {
  private:
   // Copies state into the gauges before a scrape (jobs by phase, queue, caches, work queues).
   void Collect();
+  // What /healthz reports: empty while healthy, and always empty while standing by.
+  std::vector<std::string> HealthCheck();
   // Processes keys of `queue` with `reconcile` until the queue shuts down, as a
   // controller-runtime worker: errors back off per key, requeue_after schedules the key again.
   void Worker(workqueue::WorkQueue& queue, std::string_view what,
@@ -101,6 +112,9 @@ class Manager {
   std::unique_ptr<workqueue::WorkQueue> node_queue_;  // node names, for node_reconciler_
   std::unique_ptr<NodeReconciler> node_reconciler_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> watching_{false};              // informers running: health is judged
+  std::atomic<TimePoint::rep> watching_since_{0};  // clock_.Now() when they started
+  std::atomic<bool> reported_unhealthy_{false};    // logs only the changes of health
   std::atomic<int> health_port_{0};
   std::atomic<int> metrics_port_{0};
   int collector_ = -1;  // metrics::DefaultRegistry collector id

@@ -78,6 +78,14 @@ OperatorMetrics* Declare() {
                          "Time a key waited in the work queue before a worker took it.", {"name"}),
       .workqueue_work_duration = r.AddHistogram("tpujob_workqueue_work_duration_seconds",
                                                 "Time a worker held a key.", {"name"}),
+      .workqueue_unfinished_work = r.AddGauge(
+          "tpujob_workqueue_unfinished_work_seconds",
+          "Time the keys workers hold now have been held, summed; grows steadily while a worker "
+          "is stuck.",
+          {"name"}),
+      .workqueue_longest_running =
+          r.AddGauge("tpujob_workqueue_longest_running_processor_seconds",
+                     "Time the key held longest by a worker has been held; 0 when none.", {"name"}),
       .api_requests =
           r.AddCounter("tpujob_api_requests_total",
                        "Kubernetes API requests by verb, resource and HTTP status code (0: no "
@@ -129,6 +137,15 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
       !after.faults.empty() && after.faults.back().action != "FailJob") {
     m.fault_recovery.With({}).Observe(std::max(0.0, Seconds(now - after.faults.back().time)));
   }
+}
+
+void RecordWorkQueue(std::string_view name, const workqueue::WorkQueueStats& stats) {
+  OperatorMetrics& m = Metrics();
+  m.workqueue_depth.With({name}).Set(static_cast<double>(stats.depth));
+  m.workqueue_adds.With({name}).SetCumulative(static_cast<double>(stats.adds_total));
+  m.workqueue_retries.With({name}).SetCumulative(static_cast<double>(stats.retries_total));
+  m.workqueue_unfinished_work.With({name}).Set(Seconds(stats.unfinished_work));
+  m.workqueue_longest_running.With({name}).Set(Seconds(stats.longest_running));
 }
 
 void RecordApiRequest(std::string_view verb, std::string_view resource, int status,

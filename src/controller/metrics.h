@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "metrics/registry.h"
 #include "policy/job_status.h"
+#include "workqueue/queue.h"
 
 namespace tpujob::controller {
 
@@ -38,6 +39,8 @@ struct OperatorMetrics {
   metrics::CounterFamily& workqueue_retries;           // {name}
   metrics::HistogramFamily& workqueue_queue_duration;  // {name}
   metrics::HistogramFamily& workqueue_work_duration;   // {name}
+  metrics::GaugeFamily& workqueue_unfinished_work;     // {name}
+  metrics::GaugeFamily& workqueue_longest_running;     // {name}
   metrics::CounterFamily& api_requests;                // {verb, resource, code}
   metrics::HistogramFamily& api_request_duration;      // {verb, resource}
   metrics::GaugeFamily& leader;                        // -
@@ -53,6 +56,11 @@ OperatorMetrics& Metrics();
 // job is Running again. `now` is the time of the write.
 void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus& after,
                         WallTime now);
+
+// A work queue's state at scrape time, into the tpujob_workqueue_* metrics labelled `name`:
+// depth, adds and retries (copied cumulative counts), unfinished work and the longest-running
+// key. Called by the manager's collector.
+void RecordWorkQueue(std::string_view name, const workqueue::WorkQueueStats& stats);
 
 // One API request (kube::RequestObserver): verb, resource, HTTP status (0: no response).
 void RecordApiRequest(std::string_view verb, std::string_view resource, int status,

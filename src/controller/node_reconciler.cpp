@@ -1,7 +1,5 @@
 #include "controller/node_reconciler.h"
 
-#include <spdlog/spdlog.h>
-
 #include "base/logging.h"
 #include "controller/metrics.h"
 #include "policy/cordon.h"
@@ -25,8 +23,9 @@ bool NodeReconciler::Interested(const cache::NodeInfo& node) const {
 kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name) {
   if (auto retried = cordoner_.Retry(name)) {
     if (retried->error) return std::unexpected(*retried->error);
-    spdlog::info("msg=\"cordon retried\" node={} verdict={} detail={}", LogQuote(name),
-                 policy::ToString(retried->verdict), LogQuote(retried->message));
+    log::Info("cordon retried", {{"node", name},
+                                 {"verdict", policy::ToString(retried->verdict)},
+                                 {"detail", retried->message}});
   }
   if (options_.auto_uncordon_after <= Duration::zero()) return ReconcileResult{};
   const auto node = nodes_.Get(name);
@@ -34,22 +33,21 @@ kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name)
   const policy::UncordonDecision decision = policy::DecideUncordon(
       *node, options_.node_health, options_.auto_uncordon_after, clock_.WallNow());
   if (!decision.uncordon) {
-    spdlog::debug("msg=\"not uncordoning\" node={} detail={}", LogQuote(name),
-                  LogQuote(decision.message));
+    log::Debug("not uncordoning", {{"node", name}, {"detail", decision.message}});
     return ReconcileResult{decision.wait};
   }
   auto patched = client_.Patch(kube::Resource::Nodes(), "", name, kube::PatchType::kMerge,
                                policy::UncordonPatch(*node));
   if (!patched) {
     // 409: the cache was older than the node; the informer brings the new one and a retry.
-    spdlog::warn("msg=\"cannot uncordon node\" node={} error={}", LogQuote(name),
-                 LogQuote(patched.error().ToString()));
+    log::Warn("cannot uncordon node", {{"node", name}, {"error", patched.error().ToString()}});
     return std::unexpected(patched.error());
   }
   Metrics().node_uncordons.With({}).Inc();
-  spdlog::info("msg=\"uncordoned node\" node={} reason={} detail={}", LogQuote(name),
-               LogQuote(std::string(node->annotations.Value(policy::kCordonReasonAnnotation))),
-               LogQuote(decision.message));
+  log::Info("uncordoned node",
+            {{"node", name},
+             {"reason", node->annotations.Value(policy::kCordonReasonAnnotation)},
+             {"detail", decision.message}});
   recorder_.Record(ObjectRef{"v1", "Node", "", name, node->uid}, EventType::kNormal,
                    std::string(kNodeUncordonedReason),
                    "uncordoned by tpujob-operator: " + decision.message);

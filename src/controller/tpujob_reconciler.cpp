@@ -1,7 +1,5 @@
 #include "controller/tpujob_reconciler.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -103,10 +101,8 @@ std::optional<Duration> TPUJobReconciler::Pending(const std::string& key,
   }
   if (met || now >= e.deadline) {
     if (!met) {
-      spdlog::warn(
-          "msg=\"the cache did not show this reconciler's writes in time; deciding "
-          "anyway\" tpujob={}",
-          key);
+      log::Warn("the cache did not show this reconciler's writes in time; deciding anyway",
+                {{"tpujob", key}});
     }
     expectations_.erase(it);
     return std::nullopt;
@@ -120,11 +116,11 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     std::lock_guard<std::mutex> guard(mu_);
     expectations_.erase(key);
     preflight_counted_.erase(key);
-    spdlog::debug("msg=\"TPUJob gone\" tpujob={}", key);
+    log::Debug("TPUJob gone", {{"tpujob", key}});
     return ReconcileResult{};
   }
   if (auto wait = Pending(key, *job)) {
-    spdlog::debug("msg=\"waiting for the cache to show the last writes\" tpujob={}", key);
+    log::Debug("waiting for the cache to show the last writes", {{"tpujob", key}});
     return ReconcileResult{*wait};
   }
 
@@ -200,18 +196,20 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     options.precondition_uid = remove.uid;
     options.grace_period_seconds = remove.grace_period_seconds;
     options.propagation_policy = "Background";
-    spdlog::info("msg=\"deleting pod\" tpujob={} pod={} grace={} why={}", key, remove.name,
-                 remove.grace_period_seconds ? std::to_string(*remove.grace_period_seconds)
-                                             : std::string("pod's own"),
-                 LogQuote(remove.why));
+    log::Info("deleting pod",
+              {{"tpujob", key},
+               {"pod", remove.name},
+               remove.grace_period_seconds ? log::Field("grace", *remove.grace_period_seconds)
+                                           : log::Field("grace", "pod's own"),
+               {"why", remove.why}});
     auto answer =
         client_.Delete(kube::Resource::Pods(), std::string(job->ns.view()), remove.name, options);
     if (answer || answer.error().IsNotFound()) {
       deleted[i] = true;
     } else if (!answer.error().IsConflict()) {
       // Conflict: the uid precondition failed, the pod of that name is already a newer one.
-      spdlog::warn("msg=\"cannot delete pod\" tpujob={} pod={} error={}", key, remove.name,
-                   LogQuote(answer.error().ToString()));
+      log::Warn("cannot delete pod",
+                {{"tpujob", key}, {"pod", remove.name}, {"error", answer.error().ToString()}});
       delete_errors[i] = answer.error();
     }
   });
@@ -275,7 +273,7 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
                               kube::PatchType::kMerge, patch, options);
   if (!answer) {
     if (answer.error().IsConflict()) {
-      spdlog::debug("msg=\"status write refused: the cache is stale; retrying\" tpujob={}", key);
+      log::Debug("status write refused: the cache is stale; retrying", {{"tpujob", key}});
     }
     return std::unexpected(answer.error());
   }
@@ -285,9 +283,11 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
   RecordStatusChange(before, plan.status, clock_.WallNow());
   const auto old_phase = before.phase;
   if (old_phase != plan.status.phase) {
-    spdlog::info("msg=\"phase changed\" tpujob={} from={} to={} attempt={}", key,
-                 old_phase == policy::Phase::kNone ? "<none>" : policy::ToString(old_phase),
-                 policy::ToString(plan.status.phase), plan.status.attempt);
+    log::Info("phase changed",
+              {{"tpujob", key},
+               {"from", old_phase == policy::Phase::kNone ? "<none>" : policy::ToString(old_phase)},
+               {"to", policy::ToString(plan.status.phase)},
+               {"attempt", plan.status.attempt}});
   }
   return {};
 }
@@ -299,8 +299,8 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   if (plan.ensure_service) {
     auto created = client_.Create(kube::Resource::Services(), ns, BuildService(job));
     if (!created && !created.error().IsAlreadyExists()) {
-      spdlog::warn("msg=\"cannot create the headless Service\" tpujob={} error={}", key,
-                   LogQuote(created.error().ToString()));
+      log::Warn("cannot create the headless Service",
+                {{"tpujob", key}, {"error", created.error().ToString()}});
       return std::unexpected(created.error());
     }
   }
@@ -330,12 +330,16 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     }
     if (errors[i] && !first_error) first_error = errors[i];
   }
-  spdlog::info("msg=\"created pods\" tpujob={} attempt={} created={} wanted={} duration_ms={}", key,
-               attempt, count, plan.create.size(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count());
+  log::Info(
+      "created pods",
+      {{"tpujob", key},
+       {"attempt", attempt},
+       {"created", count},
+       {"wanted", plan.create.size()},
+       {"duration_ms",
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count()}});
   if (first_error) {
-    spdlog::warn("msg=\"cannot create pods\" tpujob={} error={}", key,
-                 LogQuote(first_error->ToString()));
+    log::Warn("cannot create pods", {{"tpujob", key}, {"error", first_error->ToString()}});
     return std::unexpected(*first_error);
   }
   return {};

@@ -6,7 +6,6 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <functional>
@@ -22,6 +21,7 @@
 // clang-format on
 
 #include "base/backoff.h"
+#include "base/logging.h"
 #include "base/token_bucket.h"
 
 namespace tpujob::kube {
@@ -206,8 +206,7 @@ class CppRestClient final : public Client {
     http_config.set_validate_certificates(!config_.insecure_skip_tls_verify);
     http_config.set_max_redirects(0);
     if (config_.insecure_skip_tls_verify) {
-      spdlog::warn("msg=\"TLS verification is disabled by the kubeconfig\" server={}",
-                   config_.server);
+      log::Warn("TLS verification is disabled by the kubeconfig", {{"server", config_.server}});
     }
     const std::string ca = config_.ca_pem;
     const std::string cert = config_.client_cert_pem;
@@ -215,21 +214,20 @@ class CppRestClient final : public Client {
     http_config.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
       SSL_CTX* native = ctx.native_handle();
       if (!ca.empty() && !AddCertificateAuthorities(native, ca)) {
-        spdlog::error("msg=\"no usable certificate in the configured CA bundle\"");
+        log::Error("no usable certificate in the configured CA bundle");
       }
       if (!cert.empty() && !key.empty()) {
         boost::system::error_code ec;
         ctx.use_certificate_chain(boost::asio::buffer(cert), ec);
         if (!ec) ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem, ec);
-        if (ec) spdlog::error("msg=\"client certificate rejected\" error=\"{}\"", ec.message());
+        if (ec) log::Error("client certificate rejected", {{"error", ec.message()}});
       }
     });
     try {
       return std::make_shared<http::client::http_client>(
           utility::conversions::to_string_t(config_.server), http_config);
     } catch (const std::exception& e) {
-      spdlog::error("msg=\"invalid API server address\" server={} error=\"{}\"", config_.server,
-                    e.what());
+      log::Error("invalid API server address", {{"server", config_.server}, {"error", e.what()}});
       return nullptr;
     }
   }
@@ -299,16 +297,18 @@ class CppRestClient final : public Client {
       if (result.error().retry_after) {
         delay = std::max<Duration>(delay, *result.error().retry_after);
       }
-      spdlog::warn(
-          "msg=\"retrying API request\" verb={} path={} attempt={} delay_ms={} error=\"{}\"",
-          request.verb, request.path_and_query, attempt + 1,
-          std::chrono::duration_cast<std::chrono::milliseconds>(delay).count(),
-          result.error().ToString());
+      log::Warn("retrying API request",
+                {{"verb", request.verb},
+                 {"path", request.path_and_query},
+                 {"attempt", attempt + 1},
+                 {"delay_ms", std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()},
+                 {"error", result.error().ToString()}});
       SleepFor(delay);
       if (request.before_retry) {
         if (auto allowed = request.before_retry(); !allowed) {
-          spdlog::warn("msg=\"retry not sent\" verb={} path={} reason=\"{}\"", request.verb,
-                       request.path_and_query, allowed.error().ToString());
+          log::Warn("retry not sent", {{"verb", request.verb},
+                                       {"path", request.path_and_query},
+                                       {"reason", allowed.error().ToString()}});
           return std::unexpected(allowed.error());
         }
       }

@@ -1,6 +1,5 @@
 #include "kube/config.h"
 
-#include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,6 +13,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "base/logging.h"
 
 namespace tpujob::kube {
 namespace {
@@ -264,10 +265,9 @@ class KubeconfigReader {
                     ": insecure-skip-tls-verify cannot be combined with a "
                     "certificate-authority");
       }
-      spdlog::warn(
-          "{}: {} sets insecure-skip-tls-verify; the API server's certificate will "
-          "NOT be verified",
-          label_, scope);
+      log::Warn(
+          "insecure-skip-tls-verify is set; the API server's certificate will NOT be verified",
+          {{"config", label_}, {"scope", scope}});
       config.insecure_skip_tls_verify = true;
     }
     return {};
@@ -381,7 +381,8 @@ Result<std::string> TokenSource::Token() {
   }
   // The kubelet replaces the file atomically, so a failed read is transient; the old token is
   // valid for a while longer. Retry after the next refresh period.
-  spdlog::warn("cannot re-read token file {}: {}; keeping the previous token", path_, why);
+  log::Warn("cannot re-read the token file; keeping the previous token",
+            {{"path", path_}, {"error", why}});
   read_at_ = now;
   return token_;
 }

@@ -2,9 +2,19 @@
 #include "metrics/http_server.h"
 
 #include <netinet/in.h>
-#include <spdlog/spdlog.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include "base/logging.h"
 
 // cpprestsdk's `U` macro breaks fmt when it comes first: keep it last.
 // clang-format off
@@ -32,20 +42,127 @@ int PickFreePort() {
   return port;
 }
 
+// The certificate and key of an HTTPS listener, handed to every handshake and read again when
+// their files change.
+class CertificateReloader {
+ public:
+  explicit CertificateReloader(TlsFiles files) : files_(std::move(files)) {}
+  ~CertificateReloader() { Clear(); }
+
+  kube::Status Load() {
+    std::lock_guard<std::mutex> guard(mu_);
+    return LoadLocked();
+  }
+
+  // OpenSSL's certificate callback: runs at every handshake, before the certificate is sent.
+  static int OnHandshake(SSL* ssl, void* arg) {
+    return static_cast<CertificateReloader*>(arg)->Apply(ssl) ? 1 : 0;
+  }
+
+ private:
+  static struct timespec ModifiedAt(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return {};
+    return st.st_mtim;
+  }
+  static bool Same(const struct timespec& a, const struct timespec& b) {
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+  }
+
+  bool Apply(SSL* ssl) {
+    std::lock_guard<std::mutex> guard(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_check_) {
+      next_check_ = now + files_.reload_interval;
+      if (!Same(ModifiedAt(files_.cert_file), cert_modified_) ||
+          !Same(ModifiedAt(files_.key_file), key_modified_)) {
+        if (auto reloaded = LoadLocked(); !reloaded) {
+          log::Warn("keeping the previous TLS certificate",
+                    {{"file", files_.cert_file}, {"error", reloaded.error().message}});
+        } else {
+          log::Info("TLS certificate reloaded", {{"file", files_.cert_file}});
+        }
+      }
+    }
+    if (chain_.empty() || key_ == nullptr) return false;
+    if (SSL_use_certificate(ssl, chain_.front()) != 1 || SSL_use_PrivateKey(ssl, key_) != 1) {
+      return false;
+    }
+    for (std::size_t i = 1; i < chain_.size(); ++i) SSL_add1_chain_cert(ssl, chain_[i]);
+    return true;
+  }
+
+  // Replaces the pair only when both files read and match.
+  kube::Status LoadLocked() {
+    const auto cert_modified = ModifiedAt(files_.cert_file);
+    const auto key_modified = ModifiedAt(files_.key_file);
+    std::vector<X509*> chain;
+    EVP_PKEY* key = nullptr;
+    auto fail = [&](const std::string& message) {
+      for (X509* c : chain) X509_free(c);
+      EVP_PKEY_free(key);
+      ERR_clear_error();
+      return std::unexpected(kube::Error::Config(message));
+    };
+    if (std::FILE* in = std::fopen(files_.cert_file.c_str(), "r")) {
+      while (X509* cert = PEM_read_X509(in, nullptr, nullptr, nullptr)) chain.push_back(cert);
+      std::fclose(in);
+    }
+    if (chain.empty()) return fail(files_.cert_file + " holds no PEM certificate");
+    if (std::FILE* in = std::fopen(files_.key_file.c_str(), "r")) {
+      key = PEM_read_PrivateKey(in, nullptr, nullptr, nullptr);
+      std::fclose(in);
+    }
+    if (key == nullptr) return fail(files_.key_file + " holds no PEM private key");
+    if (X509_check_private_key(chain.front(), key) != 1) {
+      return fail(files_.key_file + " does not match " + files_.cert_file);
+    }
+    Clear();
+    chain_ = std::move(chain);
+    key_ = key;
+    cert_modified_ = cert_modified;
+    key_modified_ = key_modified;
+    return {};
+  }
+
+  void Clear() {
+    for (X509* c : chain_) X509_free(c);
+    chain_.clear();
+    EVP_PKEY_free(key_);
+    key_ = nullptr;
+  }
+
+  const TlsFiles files_;
+  std::mutex mu_;
+  std::vector<X509*> chain_;  // guarded by mu_; leaf first
+  EVP_PKEY* key_ = nullptr;   // guarded by mu_
+  struct timespec cert_modified_ {};
+  struct timespec key_modified_ {};
+  std::chrono::steady_clock::time_point next_check_{};
+};
+
 }  // namespace
 
 class HttpServer::Impl {
  public:
-  explicit Impl(const std::string& uri) : listener(utility::conversions::to_string_t(uri)) {}
+  Impl(const std::string& uri,
+       const web::http::experimental::listener::http_listener_config& config)
+      : listener(utility::conversions::to_string_t(uri), config) {}
+  std::shared_ptr<CertificateReloader> certificates;  // outlives the listener's contexts
   web::http::experimental::listener::http_listener listener;
 };
 
-HttpServer::HttpServer(std::string address) : address_(std::move(address)) {}
+HttpServer::HttpServer(std::string address, std::optional<TlsFiles> tls)
+    : address_(std::move(address)), tls_(std::move(tls)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(const std::string& path, HttpHandler handler) {
   handlers_[path] = std::move(handler);
+}
+
+void HttpServer::Handle(const std::string& path, std::function<HttpResponse()> handler) {
+  handlers_[path] = [handler = std::move(handler)](const HttpRequest&) { return handler(); };
 }
 
 kube::Status HttpServer::Start() {
@@ -63,17 +180,37 @@ kube::Status HttpServer::Start() {
         kube::Error::Config("listen address \"" + address_ + "\" has no valid port"));
   }
   if (port_ == 0) port_ = PickFreePort();
+  std::shared_ptr<CertificateReloader> certificates;
+  web::http::experimental::listener::http_listener_config config;
+  if (tls_) {
+    certificates = std::make_shared<CertificateReloader>(*tls_);
+    if (auto loaded = certificates->Load(); !loaded) return loaded;
+    config.set_ssl_context_callback([certificates](boost::asio::ssl::context& context) {
+      context.set_options(
+          boost::asio::ssl::context::default_workarounds | boost::asio::ssl::context::no_sslv2 |
+          boost::asio::ssl::context::no_sslv3 | boost::asio::ssl::context::no_tlsv1 |
+          boost::asio::ssl::context::no_tlsv1_1);
+      SSL_CTX_set_cert_cb(context.native_handle(), &CertificateReloader::OnHandshake,
+                          certificates.get());
+    });
+  }
+  const std::string scheme = tls_ ? "https" : "http";
   try {
-    impl_ = std::make_unique<Impl>("http://" + host + ":" + std::to_string(port_));
+    impl_ = std::make_unique<Impl>(scheme + "://" + host + ":" + std::to_string(port_), config);
+    impl_->certificates = certificates;
     auto handlers = handlers_;
     impl_->listener.support(web::http::methods::GET, [handlers](web::http::http_request req) {
-      const std::string path = utility::conversions::to_utf8string(req.relative_uri().path());
-      auto it = handlers.find(path);
+      HttpRequest request;
+      request.path = utility::conversions::to_utf8string(req.relative_uri().path());
+      auto it = handlers.find(request.path);
       if (it == handlers.end()) {
         req.reply(web::http::status_codes::NotFound, "not found\n").wait();
         return;
       }
-      HttpResponse response = it->second();
+      if (auto header = req.headers().find(U("Authorization")); header != req.headers().end()) {
+        request.authorization = utility::conversions::to_utf8string(header->second);
+      }
+      HttpResponse response = it->second(request);
       web::http::http_response reply(static_cast<web::http::status_code>(response.status));
       reply.set_body(response.body, response.content_type);
       for (const auto& [name, value] : response.headers) {
@@ -87,7 +224,8 @@ kube::Status HttpServer::Start() {
     impl_.reset();
     return std::unexpected(kube::Error::Config("cannot listen on " + address_ + ": " + e.what()));
   }
-  spdlog::info("msg=\"serving HTTP\" address={}:{}", host, port_);
+  log::Info(tls_ ? "serving HTTPS" : "serving HTTP",
+            {{"address", host + ":" + std::to_string(port_)}});
   return {};
 }
 
@@ -96,7 +234,7 @@ void HttpServer::Stop() {
   try {
     impl_->listener.close().wait();
   } catch (const std::exception& e) {
-    spdlog::warn("msg=\"closing HTTP listener failed\" error=\"{}\"", e.what());
+    log::Warn("closing HTTP listener failed", {{"error", e.what()}});
   }
   impl_.reset();
 }

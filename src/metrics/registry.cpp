@@ -1,112 +1,65 @@
 #include "metrics/registry.h"
 
 #include <dirent.h>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <prometheus/check_names.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/metric_type.h>
+#include <prometheus/text_serializer.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
+
+#include "base/logging.h"
 
 namespace tpujob::metrics {
 namespace {
 
-bool ValidName(std::string_view name, bool allow_colon) {
-  if (name.empty()) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool letter =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (allow_colon && c == ':');
-    const bool digit = c >= '0' && c <= '9';
-    if (!letter && !(digit && i > 0)) return false;
-  }
-  return true;
-}
-
-std::string_view TypeName(Type type) {
-  switch (type) {
-    case Type::kCounter:
-      return "counter";
-    case Type::kGauge:
-      return "gauge";
-    case Type::kHistogram:
-      return "histogram";
-  }
-  return "untyped";
-}
-
-// {a="x",b="y"} with `extra` (le="...") appended; "" when there are no labels at all.
-std::string LabelText(const std::vector<std::string>& names, const std::vector<std::string>& values,
-                      std::string_view extra_name = {}, std::string_view extra_value = {}) {
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    out += out.empty() ? "{" : ",";
-    out += names[i] + "=\"" + EscapeLabelValue(values[i]) + "\"";
-  }
-  if (!extra_name.empty()) {
-    out += out.empty() ? "{" : ",";
-    out += std::string(extra_name) + "=\"" + std::string(extra_value) + "\"";
-  }
-  if (!out.empty()) out += "}";
-  return out;
-}
-
-void AtomicAdd(std::atomic<double>& target, double v) {
-  double current = target.load(std::memory_order_relaxed);
-  while (!target.compare_exchange_weak(current, current + v, std::memory_order_relaxed)) {
+// The prometheus-cpp family behind a Family<T>, registered in `registry`. prometheus-cpp
+// returns the existing family for a name registered before with the same type.
+template <typename Metric>
+prometheus::Family<Metric>& Register(prometheus::Registry& registry, const std::string& name,
+                                     const std::string& help) {
+  if constexpr (std::is_same_v<Metric, prometheus::Counter>) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+  } else if constexpr (std::is_same_v<Metric, prometheus::Gauge>) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+  } else {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
   }
 }
 
 template <typename T>
-std::unique_ptr<T> MakeChild(const std::vector<double>* bounds) {
-  if constexpr (std::is_same_v<T, Histogram>) {
-    return std::make_unique<Histogram>(bounds);
+prometheus::MetricType TypeOf(const Family<T>* /*family*/ = nullptr) {
+  if constexpr (std::is_same_v<T, Counter>) {
+    return prometheus::MetricType::Counter;
+  } else if constexpr (std::is_same_v<T, Gauge>) {
+    return prometheus::MetricType::Gauge;
   } else {
-    (void)bounds;
-    return std::make_unique<T>();
+    return prometheus::MetricType::Histogram;
   }
+}
+
+// What Registry's header asks of a declaration. prometheus-cpp checks names only when a child
+// is added (and throws), accepts "le" as a label and writes the help text unescaped.
+template <typename T>
+bool ValidDeclaration(const std::string& name, const std::string& help,
+                      const std::vector<std::string>& labels) {
+  bool ok = prometheus::CheckMetricName(name) && help.find_first_of("\\\n") == std::string::npos;
+  for (const auto& label : labels) ok = ok && prometheus::CheckLabelName(label) && label != "le";
+  if (TypeOf<T>() == prometheus::MetricType::Counter) ok = ok && name.ends_with("_total");
+  return ok;
 }
 
 }  // namespace
 
-void Counter::Inc(double v) {
-  if (v > 0) AtomicAdd(value_, v);
-}
-
 void Counter::SetCumulative(double v) {
-  double current = value_.load(std::memory_order_relaxed);
-  while (v > current && !value_.compare_exchange_weak(current, v, std::memory_order_relaxed)) {
-  }
-}
-
-void Gauge::Add(double v) { AtomicAdd(value_, v); }
-
-Histogram::Histogram(const std::vector<double>* bounds)
-    : bounds_(bounds), buckets_(bounds->size() + 1, 0) {}
-
-void Histogram::Observe(double v) {
-  const size_t i = std::lower_bound(bounds_->begin(), bounds_->end(), v) - bounds_->begin();
   std::lock_guard<std::mutex> guard(mu_);
-  ++buckets_[i];
-  sum_ += v;
-  ++count_;
-}
-
-Histogram::Snapshot Histogram::Take() const {
-  Snapshot snapshot;
-  std::lock_guard<std::mutex> guard(mu_);
-  uint64_t running = 0;
-  for (uint64_t n : buckets_) {
-    running += n;
-    snapshot.cumulative.push_back(running);
-  }
-  snapshot.sum = sum_;
-  snapshot.count = count_;
-  return snapshot;
+  const double current = impl_.Value();
+  if (v > current) impl_.Increment(v - current);
 }
 
 std::vector<double> LatencyBuckets() {
@@ -135,16 +88,22 @@ T& Family<T>::With(const std::vector<std::string>& values) {
   if (it != children_.end()) return *it->second;
   std::vector<std::string> key = values;
   if (key.size() != labels_.size()) {
-    spdlog::error(
-        "msg=\"metric used with the wrong number of label values\" metric={} want={} "
-        "got={}",
-        name_, labels_.size(), key.size());
+    log::Error("metric used with the wrong number of label values",
+               {{"metric", impl_.GetName()}, {"want", labels_.size()}, {"got", key.size()}});
     key.resize(labels_.size());
     it = children_.find(key);
     if (it != children_.end()) return *it->second;
   }
-  auto& child = children_[key];
-  child = MakeChild<T>(&bounds_);
+  prometheus::Labels labels;
+  for (size_t i = 0; i < labels_.size(); ++i) labels.emplace(labels_[i], key[i]);
+  Child& child = children_[key];
+  if constexpr (std::is_same_v<T, Counter>) {
+    child.reset(new Counter(impl_.Add(labels)));
+  } else if constexpr (std::is_same_v<T, Histogram>) {
+    child = &impl_.Add(labels, bounds_);
+  } else {
+    child = &impl_.Add(labels);
+  }
   return *child;
 }
 
@@ -152,47 +111,37 @@ template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;
 
-void Registry::Check(const std::string& name, Type type, const std::vector<std::string>& labels) {
-  bool ok = ValidName(name, true);
-  for (const auto& label : labels) {
-    ok = ok && ValidName(label, false) && !label.starts_with("__") && label != "le";
-  }
-  if (type == Type::kCounter) ok = ok && name.ends_with("_total");
-  if (!ok) {
-    spdlog::critical("msg=\"invalid metric declaration\" metric={}", name);
+template <typename T>
+Family<T>& Registry::Add(const std::string& name, const std::string& help,
+                         std::vector<std::string> labels, std::vector<double> bounds) {
+  if (!ValidDeclaration<T>(name, help, labels)) {
+    log::Error("invalid metric declaration", {{"metric", name}});
     std::abort();
   }
-}
-
-template <typename T>
-Family<T>& Registry::Add(std::unique_ptr<Family<T>> Entry::*slot, Type type,
-                         const std::string& name, const std::string& help,
-                         std::vector<std::string> labels, std::vector<double> bounds) {
-  Check(name, type, labels);
   std::lock_guard<std::mutex> guard(mu_);
-  auto [it, inserted] = families_.try_emplace(name);
-  Entry& entry = it->second;
-  if (!inserted) {
-    if (entry.type != type || (entry.*slot)->labels_ != labels) {
-      spdlog::critical("msg=\"metric declared twice, differently\" metric={}", name);
+  if (auto it = families_.find(name); it != families_.end()) {
+    auto* same = std::get_if<std::unique_ptr<Family<T>>>(&it->second);
+    if (same == nullptr || (*same)->labels_ != labels) {
+      log::Error("metric declared twice, differently", {{"metric", name}});
       std::abort();
     }
-    return *(entry.*slot);
+    return **same;
   }
-  entry.type = type;
-  (entry.*slot).reset(new Family<T>(name, help, std::move(labels), type, std::move(bounds)));
-  if ((entry.*slot)->labels_.empty()) (entry.*slot)->With({});
-  return *(entry.*slot);
+  auto& impl = Register<typename Family<T>::Metric>(registry_, name, help);
+  auto* family = new Family<T>(impl, help, std::move(labels), std::move(bounds));
+  families_.emplace(name, std::unique_ptr<Family<T>>(family));
+  if (family->labels_.empty()) family->With({});
+  return *family;
 }
 
 CounterFamily& Registry::AddCounter(const std::string& name, const std::string& help,
                                     std::vector<std::string> labels) {
-  return Add(&Entry::counter, Type::kCounter, name, help, std::move(labels));
+  return Add<Counter>(name, help, std::move(labels));
 }
 
 GaugeFamily& Registry::AddGauge(const std::string& name, const std::string& help,
                                 std::vector<std::string> labels) {
-  return Add(&Entry::gauge, Type::kGauge, name, help, std::move(labels));
+  return Add<Gauge>(name, help, std::move(labels));
 }
 
 HistogramFamily& Registry::AddHistogram(const std::string& name, const std::string& help,
@@ -200,10 +149,10 @@ HistogramFamily& Registry::AddHistogram(const std::string& name, const std::stri
                                         std::vector<double> bounds) {
   if (bounds.empty() || !std::is_sorted(bounds.begin(), bounds.end()) ||
       std::adjacent_find(bounds.begin(), bounds.end()) != bounds.end()) {
-    spdlog::critical("msg=\"histogram bounds must increase strictly\" metric={}", name);
+    log::Error("histogram bounds must increase strictly", {{"metric", name}});
     std::abort();
   }
-  return Add(&Entry::histogram, Type::kHistogram, name, help, std::move(labels), std::move(bounds));
+  return Add<Histogram>(name, help, std::move(labels), std::move(bounds));
 }
 
 int Registry::AddCollector(std::function<void()> collect) {
@@ -223,51 +172,29 @@ std::string Registry::Render() {
     std::lock_guard<std::mutex> guard(collect_mu_);
     for (const auto& [id, collect] : collectors_) collect();
   }
-
-  std::string out;
-  std::lock_guard<std::mutex> guard(mu_);
-  for (const auto& [name, entry] : families_) {
-    auto header = [&](const std::string& help) {
-      out += "# HELP " + name + " " + EscapeHelp(help) + "\n";
-      out += "# TYPE " + name + " " + std::string(TypeName(entry.type)) + "\n";
-    };
-    // Counters and gauges: one sample per child.
-    auto scalars = [&](const auto& family) {
-      header(family.help_);
-      std::lock_guard<std::mutex> family_guard(family.mu_);
-      for (const auto& [values, child] : family.children_) {
-        out += name + LabelText(family.labels_, values) + " " + FormatValue(child->Value()) + "\n";
-      }
-    };
-    switch (entry.type) {
-      case Type::kCounter:
-        scalars(*entry.counter);
-        break;
-      case Type::kGauge:
-        scalars(*entry.gauge);
-        break;
-      case Type::kHistogram: {
-        const auto& family = *entry.histogram;
-        header(family.help_);
-        std::lock_guard<std::mutex> family_guard(family.mu_);
-        for (const auto& [values, child] : family.children_) {
-          const Histogram::Snapshot s = child->Take();
-          for (size_t i = 0; i <= family.bounds_.size(); ++i) {
-            const std::string le =
-                i < family.bounds_.size() ? FormatValue(family.bounds_[i]) : "+Inf";
-            out += name + "_bucket" + LabelText(family.labels_, values, "le", le) + " " +
-                   std::to_string(s.cumulative[i]) + "\n";
-          }
-          out +=
-              name + "_sum" + LabelText(family.labels_, values) + " " + FormatValue(s.sum) + "\n";
-          out += name + "_count" + LabelText(family.labels_, values) + " " +
-                 std::to_string(s.count) + "\n";
-        }
-        break;
-      }
+  std::vector<prometheus::MetricFamily> families = registry_.Collect();
+  std::set<std::string> collected;
+  for (const auto& family : families) collected.insert(family.name);
+  {
+    // prometheus-cpp leaves out a family without children; a declared one is listed anyway.
+    std::lock_guard<std::mutex> guard(mu_);
+    for (const auto& [name, declared] : families_) {
+      if (collected.contains(name)) continue;
+      std::visit(
+          [&](const auto& family) {
+            families.push_back({name, family->help_, TypeOf(family.get()), {}});
+          },
+          declared);
     }
   }
-  return out;
+  // A stable order for readers and diffs; prometheus-cpp keeps children in a hash map.
+  std::sort(families.begin(), families.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& family : families) {
+    std::sort(family.metric.begin(), family.metric.end(),
+              [](const auto& a, const auto& b) { return a.label < b.label; });
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 Registry& DefaultRegistry() {
@@ -356,43 +283,6 @@ void AddProcessMetrics(Registry& registry) {
     cpu.SetCumulative(ReadProcStat().cpu_seconds);
     fds.Set(OpenFds());
   });
-}
-
-std::string EscapeLabelValue(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string EscapeHelp(std::string_view help) {
-  std::string out;
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string FormatValue(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  return fmt::format("{}", value);
 }
 
 }  // namespace tpujob::metrics

@@ -1,7 +1,8 @@
 #include "preflight/runner.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
+
+#include <vector>
 
 #include "base/logging.h"
 
@@ -10,13 +11,31 @@ namespace {
 
 constexpr size_t kLogMessageLimit = 1024;
 
+// The message, cut to kLogMessageLimit bytes between characters.
+std::string LogMessage(const ItemResult& item) {
+  if (item.message.size() <= kLogMessageLimit) return item.message;
+  size_t keep = kLogMessageLimit;
+  while (keep > 0 && (static_cast<unsigned char>(item.message[keep]) & 0xC0) == 0x80) --keep;
+  return item.message.substr(0, keep) + "...";
+}
+
+// The item's fields; they point into `item` and `message` (LogMessage(item)).
+std::vector<log::Field> ItemFields(const ItemResult& item, const std::string& message) {
+  std::vector<log::Field> fields;
+  fields.reserve(item.log_fields.size() + 4);
+  fields.emplace_back("item", item.item);
+  for (const auto& [key, value] : item.log_fields) fields.emplace_back(key, value);
+  fields.emplace_back("verdict", item.passed ? "pass" : "fail");
+  if (!item.passed) fields.emplace_back("fault", ToString(item.fault));
+  if (!message.empty()) fields.emplace_back("message", message);
+  return fields;
+}
+
 void LogItem(const ItemResult& item) {
-  const std::string line = FormatItemLine(item);
-  if (item.passed) {
-    spdlog::info("{}", line);
-  } else {
-    spdlog::warn("{}", line);
-  }
+  const log::Level level = item.passed ? log::Level::kInfo : log::Level::kWarn;
+  if (!log::Enabled(level)) return;
+  const std::string message = LogMessage(item);
+  log::Write(level, "preflight", ItemFields(item, message));
 }
 
 std::string JoinProblems(const std::vector<std::string>& problems) {
@@ -30,22 +49,9 @@ std::string JoinProblems(const std::vector<std::string>& problems) {
 
 }  // namespace
 
-std::string FormatItemLine(const ItemResult& item) {
-  std::string line = "msg=\"preflight\" item=" + LogQuote(item.item);
-  for (const auto& [key, value] : item.log_fields) line += " " + key + "=" + LogQuote(value);
-  line += item.passed ? " verdict=pass" : " verdict=fail";
-  if (!item.passed) line += " fault=" + std::string(ToString(item.fault));
-  if (!item.message.empty()) {
-    std::string message = item.message;
-    if (message.size() > kLogMessageLimit) {
-      size_t keep = kLogMessageLimit;
-      while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
-      message.resize(keep);
-      message += "...";
-    }
-    line += " message=" + LogQuote(message);
-  }
-  return line;
+std::string FormatItemLine(const ItemResult& item, log::Format format) {
+  const std::string message = LogMessage(item);
+  return log::EncodeBody(format, "preflight", ItemFields(item, message));
 }
 
 Report RunChecks(const Options& options, const Probes& probes, Clock& clock) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "base/logging.h"
 #include "preflight/checks.h"
 #include "preflight/options.h"
 #include "preflight/report.h"
@@ -32,8 +33,9 @@ Report RunChecks(const Options& options, const Probes& probes, Clock& clock);
 // problems, verdict config-fault. Logs the item like RunChecks does.
 Report ConfigFaultReport(const ConfigError& error);
 
-// The logfmt body of an item's line (everything after `level=...`), with the message cut to
-// 1024 bytes so one item cannot flood the log with thousands of peer names.
-std::string FormatItemLine(const ItemResult& item);
+// The body of an item's log line (everything after `level=...`): `msg="preflight" item=...`,
+// the item's log_fields, verdict, fault and message, with the message cut to 1024 bytes so one
+// item cannot flood the log with thousands of peer names.
+std::string FormatItemLine(const ItemResult& item, log::Format format = log::Format::kLogfmt);
 
 }  // namespace tpujob::preflight

@@ -1,5 +1,6 @@
 #include "workqueue/queue.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tpujob::workqueue {
@@ -110,14 +111,34 @@ bool WorkQueue::ShuttingDown() {
 
 WorkQueueStats WorkQueue::Stats() {
   std::lock_guard<std::mutex> guard(mu_);
-  PromoteDueLocked(clock_.Now());
+  const TimePoint now = clock_.Now();
+  PromoteDueLocked(now);
+  const auto [unfinished, longest] = ProcessingLocked(now);
   return WorkQueueStats{
       .adds_total = adds_total_,
       .retries_total = retries_total_,
       .depth = queue_.size(),
       .delayed = waiting_.size(),
       .in_flight = processing_.size(),
+      .unfinished_work = unfinished,
+      .longest_running = longest,
   };
+}
+
+Duration WorkQueue::LongestRunningProcessor() {
+  std::lock_guard<std::mutex> guard(mu_);
+  return ProcessingLocked(clock_.Now()).second;
+}
+
+std::pair<Duration, Duration> WorkQueue::ProcessingLocked(TimePoint now) const {
+  Duration sum{};
+  Duration longest{};
+  for (const auto& [key, started] : started_at_) {
+    const Duration running = std::max(Duration::zero(), now - started);
+    sum += running;
+    longest = std::max(longest, running);
+  }
+  return {sum, longest};
 }
 
 void WorkQueue::AddLocked(const std::string& key, TimePoint now) {

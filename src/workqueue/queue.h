@@ -45,6 +45,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "base/clock.h"
 #include "workqueue/rate_limiter.h"
@@ -66,6 +67,11 @@ struct WorkQueueStats {
   size_t depth = 0;            // keys ready for Get
   size_t delayed = 0;          // keys waiting for an AddAfter deadline
   size_t in_flight = 0;        // keys handed out by Get and not yet Done
+  // How long the keys handed out by Get and not yet Done have been out, summed; 0 when none.
+  // Grows by the number of stuck workers every second (client-go's unfinished_work_seconds).
+  Duration unfinished_work{};
+  // How long the longest of those keys has been out; 0 when none.
+  Duration longest_running{};
 };
 
 class WorkQueue {
@@ -105,6 +111,10 @@ class WorkQueue {
 
   WorkQueueStats Stats();
 
+  // How long the key handed out longest ago by Get, and not yet Done, has been out, on the
+  // clock: the age of the oldest reconcile still running. Duration::zero() when none is out.
+  Duration LongestRunningProcessor();
+
  private:
   using Deadlines = std::multimap<TimePoint, std::string>;
 
@@ -113,6 +123,8 @@ class WorkQueue {
   void AddAfterLocked(const std::string& key, Duration delay);
   void PromoteDueLocked(TimePoint now);
   void ShutDownLocked(bool drain);
+  // The sum and the longest of the processing times so far of the keys handed out (mu_ held).
+  std::pair<Duration, Duration> ProcessingLocked(TimePoint now) const;
 
   Clock& clock_;
   const std::unique_ptr<RateLimiter> limiter_;
@@ -128,7 +140,7 @@ class WorkQueue {
   Deadlines waiting_;                           // delayed keys by deadline, FIFO among equals
   std::unordered_map<std::string, Deadlines::iterator> waiting_by_key_;
   std::unordered_map<std::string, TimePoint> added_at_;    // for on_queue_latency
-  std::unordered_map<std::string, TimePoint> started_at_;  // for on_work_duration
+  std::unordered_map<std::string, TimePoint> started_at_;  // per key in processing_, from Get
   bool shutting_down_ = false;
   bool drain_ = false;
   uint64_t adds_total_ = 0;

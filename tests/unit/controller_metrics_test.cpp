@@ -17,6 +17,14 @@ double Count(metrics::CounterFamily& family, std::initializer_list<std::string_v
   return family.With(labels).Value();
 }
 
+uint64_t Observations(metrics::Histogram& histogram) {
+  return histogram.Collect().histogram.sample_count;
+}
+
+double ObservedSum(metrics::Histogram& histogram) {
+  return histogram.Collect().histogram.sample_sum;
+}
+
 FaultRecord Fault(WallTime at, const std::string& kind, const std::string& action) {
   FaultRecord f;
   f.time = at;
@@ -56,8 +64,8 @@ TEST(ControllerMetricsTest, NewFaultsCountByActionAndKindOnce) {
 
 TEST(ControllerMetricsTest, AdmissionObservesTheQueueWaitOnce) {
   metrics::Histogram& wait = Metrics().queue_wait.With({});
-  const auto before_count = wait.Take().count;
-  const double before_sum = wait.Take().sum;
+  const auto before_count = Observations(wait);
+  const double before_sum = ObservedSum(wait);
   const WallTime t0 = WallTime{} + 2000h;
   JobStatus queued;
   queued.phase = Phase::kQueued;
@@ -67,14 +75,14 @@ TEST(ControllerMetricsTest, AdmissionObservesTheQueueWaitOnce) {
   admitted.admitted_at = t0 + 42s;
   RecordStatusChange(queued, admitted, t0 + 42s);
   RecordStatusChange(admitted, admitted, t0 + 43s);
-  EXPECT_EQ(wait.Take().count - before_count, 1u);
-  EXPECT_DOUBLE_EQ(wait.Take().sum - before_sum, 42);
+  EXPECT_EQ(Observations(wait) - before_count, 1u);
+  EXPECT_DOUBLE_EQ(ObservedSum(wait) - before_sum, 42);
 }
 
 TEST(ControllerMetricsTest, RunningAgainAfterAFaultObservesTheRecoveryTime) {
   metrics::Histogram& recovery = Metrics().fault_recovery.With({});
-  const auto count = recovery.Take().count;
-  const double sum = recovery.Take().sum;
+  const auto count = Observations(recovery);
+  const double sum = ObservedSum(recovery);
   const WallTime t0 = WallTime{} + 3000h;
 
   JobStatus starting;
@@ -82,7 +90,7 @@ TEST(ControllerMetricsTest, RunningAgainAfterAFaultObservesTheRecoveryTime) {
   JobStatus running = starting;
   running.phase = Phase::kRunning;
   RecordStatusChange(starting, running, t0);  // first start: no fault, nothing observed
-  EXPECT_EQ(recovery.Take().count, count);
+  EXPECT_EQ(Observations(recovery), count);
 
   JobStatus restarting = running;
   restarting.phase = Phase::kRestarting;
@@ -91,8 +99,8 @@ TEST(ControllerMetricsTest, RunningAgainAfterAFaultObservesTheRecoveryTime) {
   JobStatus recovered = restarting;
   recovered.phase = Phase::kRunning;
   RecordStatusChange(restarting, recovered, t0 + 17s);
-  EXPECT_EQ(recovery.Take().count - count, 1u);
-  EXPECT_DOUBLE_EQ(recovery.Take().sum - sum, 7);
+  EXPECT_EQ(Observations(recovery) - count, 1u);
+  EXPECT_DOUBLE_EQ(ObservedSum(recovery) - sum, 7);
 }
 
 TEST(ControllerMetricsTest, ApiRequestsCountByVerbResourceAndCode) {
@@ -103,10 +111,59 @@ TEST(ControllerMetricsTest, ApiRequestsCountByVerbResourceAndCode) {
   EXPECT_EQ(Count(m.api_requests, {"PATCH", "nodes", "409"}) - before, 2);
   const std::string text = metrics::DefaultRegistry().Render();
   EXPECT_NE(
-      text.find("tpujob_api_request_duration_seconds_bucket{verb=\"PATCH\",resource=\"nodes\","
-                "le=\"0.005\"}"),
+      text.find("tpujob_api_request_duration_seconds_bucket{resource=\"nodes\",verb=\"PATCH\","
+                "le=\"0.005\"} "),
       std::string::npos);
   EXPECT_NE(text.find("tpujob_build_info{version=\""), std::string::npos);
+}
+
+TEST(ControllerMetricsTest, WorkQueueStatsFillTheWorkqueueMetricsOfThatName) {
+  OperatorMetrics& m = Metrics();
+  workqueue::WorkQueueStats stats;
+  stats.depth = 3;
+  stats.adds_total = 40;
+  stats.retries_total = 7;
+  stats.unfinished_work = 2500ms;
+  stats.longest_running = 1500ms;
+  RecordWorkQueue("test-queue", stats);
+  EXPECT_EQ(m.workqueue_depth.With({"test-queue"}).Value(), 3);
+  EXPECT_EQ(Count(m.workqueue_adds, {"test-queue"}), 40);
+  EXPECT_EQ(Count(m.workqueue_retries, {"test-queue"}), 7);
+  EXPECT_DOUBLE_EQ(m.workqueue_unfinished_work.With({"test-queue"}).Value(), 2.5);
+  EXPECT_DOUBLE_EQ(m.workqueue_longest_running.With({"test-queue"}).Value(), 1.5);
+
+  // The next scrape: the work finished; cumulative counts never go back.
+  stats.adds_total = 30;
+  stats.unfinished_work = {};
+  stats.longest_running = {};
+  RecordWorkQueue("test-queue", stats);
+  EXPECT_EQ(Count(m.workqueue_adds, {"test-queue"}), 40);
+  const std::string text = metrics::DefaultRegistry().Render();
+  EXPECT_NE(text.find("\ntpujob_workqueue_unfinished_work_seconds{name=\"test-queue\"} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("\ntpujob_workqueue_longest_running_processor_seconds{name=\"test-queue\"} 0\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\ntpujob_workqueue_adds_total{name=\"test-queue\"} 40\n"), std::string::npos)
+      << text;
+}
+
+TEST(ControllerMetricsTest, EveryFamilyIsListedBeforeItHasData) {
+  Metrics();
+  const std::string text = metrics::DefaultRegistry().Render();
+  for (const char* header : {
+           "# TYPE tpujob_job_reissues_total counter\n",
+           "# TYPE tpujob_node_cordons_refused_total counter\n",
+           "# TYPE tpujob_reconcile_duration_seconds histogram\n",
+           "# TYPE tpujob_workqueue_unfinished_work_seconds gauge\n",
+           "# TYPE tpujob_workqueue_longest_running_processor_seconds gauge\n",
+           "# TYPE tpujob_leader gauge\n",
+           "# TYPE process_cpu_seconds_total counter\n",
+       }) {
+    EXPECT_NE(text.find(header), std::string::npos) << header;
+  }
 }
 
 }  // namespace

@@ -10,20 +10,30 @@
 #include <mutex>
 #include <string>
 
+#include "base/logging.h"
+
 namespace tpujob {
 
-// Replaces the default logger while it lives (restoring the previous one on destruction) with
-// one that keeps every line as "level=<level> <message>\n", at level info and above. Lines may
-// come from any thread.
+// Replaces the default logger while it lives (restoring the previous one and the previous
+// format on destruction) with one that keeps every line as the operator writes it in `format`
+// ("ts=... level=<level> msg=...\n" by default), at level info and above. Lines may come from
+// any thread.
 class LogCapture {
  public:
-  LogCapture() : previous_(spdlog::default_logger()), sink_(std::make_shared<Sink>()) {
+  explicit LogCapture(log::Format format = log::Format::kLogfmt)
+      : previous_(spdlog::default_logger()),
+        previous_format_(log::CurrentFormat()),
+        sink_(std::make_shared<Sink>()) {
     auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_pattern("level=%l %v");
+    logger->set_pattern(log::Pattern(format), spdlog::pattern_time_type::utc);
     logger->set_level(spdlog::level::info);
+    log::SetFormat(format);
     spdlog::set_default_logger(logger);
   }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  ~LogCapture() {
+    spdlog::set_default_logger(previous_);
+    log::SetFormat(previous_format_);
+  }
 
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
@@ -62,6 +72,7 @@ class LogCapture {
   };
 
   std::shared_ptr<spdlog::logger> previous_;
+  log::Format previous_format_;
   std::shared_ptr<Sink> sink_;
 };
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "log_line_parser.h"
 #include "preflight/report.h"
 #include "preflight_test_util.h"
 
@@ -243,6 +244,57 @@ TEST_F(PreflightCommandTest, HelpDocumentsTheExitCodes) {
   EXPECT_THAT(out.output, HasSubstr("11  the job's configuration is at fault"));
   EXPECT_THAT(out.output, HasSubstr("TPUJOB_PREFLIGHT_NOFILE_MIN"));
   EXPECT_THAT(out.output, Not(HasSubstr("msg=\"preflight\"")));  // nothing ran
+}
+
+// Every line, passed and failed items alike (messages with quotes, '=' and parentheses), is
+// strict logfmt.
+TEST_F(PreflightCommandTest, EveryLineIsStrictLogfmt) {
+  for (const Outcome& out : {Preflight(), Preflight({"--chips", "8", "--shm-min-gb", "1000000"}),
+                             Preflight({"--nofile-min", "x=\"1\""})}) {
+    std::istringstream lines(out.output);
+    std::string line;
+    size_t count = 0;
+    while (std::getline(lines, line)) {
+      ++count;
+      auto parsed = tpujob::testing::ParseLogfmtLine(line);
+      EXPECT_TRUE(parsed.has_value()) << parsed.error() << "\n" << line;
+    }
+    EXPECT_GE(count, 2u) << out.output;
+  }
+}
+
+TEST_F(PreflightCommandTest, LogFormatJsonWritesOneObjectPerLine) {
+  const Outcome out = Preflight({"--log-format", "json"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  std::istringstream lines(out.output);
+  std::string line;
+  std::vector<nlohmann::ordered_json> items;
+  while (std::getline(lines, line)) {
+    auto parsed = tpujob::testing::ParseJsonLine(line);
+    ASSERT_TRUE(parsed.has_value()) << parsed.error() << "\n" << line;
+    if ((*parsed)["msg"] == "preflight") items.push_back(*parsed);
+  }
+  ASSERT_THAT(items, SizeIs(6)) << out.output;
+  bool accelerator = false;
+  for (const auto& item : items) {
+    EXPECT_EQ(item["level"], "info");
+    EXPECT_EQ(item["verdict"], "pass");
+    if (item["item"] == "accelerator") {
+      accelerator = true;
+      EXPECT_EQ(item["tpu"], "4");
+    }
+  }
+  EXPECT_TRUE(accelerator) << out.output;
+}
+
+// Like a bad --log-level: a configuration fault with a report, not a crash.
+TEST_F(PreflightCommandTest, UnknownLogFormatIsAConfigFault) {
+  const Outcome out = Preflight({"--log-format", "yaml"});
+  EXPECT_EQ(out.exit_code, 11) << out.output;
+  const Report report = ReadReport();
+  ASSERT_THAT(report.items, SizeIs(1));
+  EXPECT_THAT(report.items[0].message, HasSubstr("--log-format=\"yaml\": want logfmt or json"));
+  EXPECT_THAT(out.output, HasSubstr("item=config"));
 }
 
 }  // namespace

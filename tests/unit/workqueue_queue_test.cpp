@@ -551,5 +551,60 @@ TEST(WorkqueueMetricsTest, StatsCountAddsRetriesDepth) {
   EXPECT_EQ(stats.in_flight, 1u);
 }
 
+TEST(WorkqueueMetricsTest, UnfinishedWorkSumsAndLongestRunningTakesTheOldestKeyInProcessing) {
+  FakeClock clock;
+  WorkQueue queue(clock);
+  EXPECT_EQ(queue.LongestRunningProcessor(), Duration::zero());
+  EXPECT_EQ(queue.Stats().unfinished_work, Duration::zero());
+
+  queue.Add("ns/a");
+  queue.Add("ns/b");
+  queue.Add("ns/c");
+  clock.Advance(seconds(5));  // waiting in the queue is not work
+  EXPECT_EQ(queue.Stats().unfinished_work, Duration::zero());
+  ASSERT_EQ(GetNow(queue), "ns/a");
+  clock.Advance(seconds(3));
+  ASSERT_EQ(GetNow(queue), "ns/b");
+  clock.Advance(seconds(2));
+  // a: out for 5s, b: out for 2s, c: still queued.
+  WorkQueueStats stats = queue.Stats();
+  EXPECT_EQ(stats.unfinished_work, seconds(7));
+  EXPECT_EQ(stats.longest_running, seconds(5));
+  EXPECT_EQ(queue.LongestRunningProcessor(), seconds(5));
+
+  queue.Done("ns/a");  // the oldest finishes: b is now the longest
+  stats = queue.Stats();
+  EXPECT_EQ(stats.unfinished_work, seconds(2));
+  EXPECT_EQ(stats.longest_running, seconds(2));
+  EXPECT_EQ(queue.LongestRunningProcessor(), seconds(2));
+
+  // A key re-added while out and handed out again counts from its new Get.
+  queue.Add("ns/b");
+  queue.Done("ns/b");
+  ASSERT_EQ(GetNow(queue), "ns/c");
+  ASSERT_EQ(GetNow(queue), "ns/b");
+  clock.Advance(seconds(1));
+  stats = queue.Stats();
+  EXPECT_EQ(stats.unfinished_work, seconds(2));
+  EXPECT_EQ(stats.longest_running, seconds(1));
+
+  queue.Done("ns/b");
+  queue.Done("ns/c");
+  EXPECT_EQ(queue.LongestRunningProcessor(), Duration::zero());
+  EXPECT_EQ(queue.Stats().unfinished_work, Duration::zero());
+}
+
+TEST(WorkqueueMetricsTest, AKeyStillOutAfterShutDownKeepsCounting) {
+  FakeClock clock;
+  WorkQueue queue(clock);
+  queue.Add("ns/a");
+  ASSERT_EQ(GetNow(queue), "ns/a");
+  queue.ShutDown();
+  clock.Advance(std::chrono::minutes(10));
+  EXPECT_EQ(queue.LongestRunningProcessor(), std::chrono::minutes(10));
+  queue.Done("ns/a");
+  EXPECT_EQ(queue.LongestRunningProcessor(), Duration::zero());
+}
+
 }  // namespace
 }  // namespace tpujob::workqueue

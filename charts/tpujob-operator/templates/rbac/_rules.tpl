@@ -9,7 +9,9 @@ The operator's permissions, derived from the requests it makes (src/controller):
   - the event recorder creates Events and patches them to count repeats;
   - the cordoner and the node reconciler patch Nodes (cordon, taint, annotate, uncordon);
   - the job queue gets PriorityClasses named by spec.priorityClassName;
-  - leader election gets, creates and updates its Lease (rbac/leader-election.yaml).
+  - leader election gets, creates and updates its Lease (rbac/leader-election.yaml);
+  - with metrics.secure, every scrape of /metrics is checked with a TokenReview and a
+    SubjectAccessReview (src/metrics/auth.cpp).
 No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildcards.
 */}}
 
@@ -43,6 +45,14 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get"]
+{{- if .Values.metrics.secure }}
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
 {{- end }}
 
 {{/* Events about Nodes (cluster-scoped objects) are recorded in namespace "default". */}}
