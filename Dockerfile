@@ -43,6 +43,8 @@ RUN apt-get update \
       libbrotli1 zlib1g libstdc++6 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/tpujob-operator /usr/local/bin/tpujob-operator
+# The same binary is the `kubectl tpujob` plugin under this name.
+RUN ln -s tpujob-operator /usr/local/bin/kubectl-tpujob
 # Numeric, so that the kubelet can enforce runAsNonRoot without an /etc/passwd entry; the
 # pre-flight init container sets the same user explicitly.
 USER 65532:65532

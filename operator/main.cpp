@@ -20,6 +20,7 @@
 #include "controller/metrics.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "kubectl_plugin.h"
 #include "metrics/auth.h"
 #include "metrics/tls.h"
 #include "preflight_command.h"
@@ -230,6 +231,11 @@ int Run(const RunFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Installed as kubectl-tpujob (a symbolic link), this binary is the `kubectl tpujob` plugin.
+  const std::string_view program = argv[0];
+  if (program.substr(program.rfind('/') + 1) == "kubectl-tpujob") {
+    return tpujob::plugin::Run(argc, argv);
+  }
   CLI::App app{
       "tpujob-operator runs TPU training jobs (TPUJob, tpujob.dev/v1alpha1) on Kubernetes and "
       "keeps "

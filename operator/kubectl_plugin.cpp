@@ -1,0 +1,305 @@
+#include "kubectl_plugin.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+
+#include "kube/client.h"
+#include "kube/config.h"
+
+namespace tpujob::plugin {
+namespace {
+
+using nlohmann::json;
+
+std::string Str(const json& object, const json::json_pointer& at,
+                const std::string& fallback = "") {
+  if (!object.contains(at)) return fallback;
+  const json& v = object.at(at);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<long long>());
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  return fallback;
+}
+std::string Str(const json& object, const char* at, const std::string& fallback = "") {
+  return Str(object, json::json_pointer(at), fallback);
+}
+
+const json* Condition(const json& job, const std::string& type) {
+  const json::json_pointer at("/status/conditions");
+  if (!job.contains(at) || !job.at(at).is_array()) return nullptr;
+  for (const json& c : job.at(at)) {
+    if (c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
+
+// Aligned columns separated by three spaces, as kubectl prints tables.
+std::string Table(const std::vector<std::vector<std::string>>& rows,
+                  const std::string& indent = "") {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+bool Waiting(const json& job) { return Str(job, "/status/phase", "Queued") == "Queued"; }
+
+int Position(const json& job) {
+  const std::string p = Str(job, "/status/queuePosition");
+  return p.empty() ? 1 << 30 : std::atoi(p.c_str());
+}
+
+std::string WhyWaiting(const json& job) {
+  const json* admitted = Condition(job, "Admitted");
+  if (admitted == nullptr) return "not yet seen by the operator";
+  return admitted->value("message", admitted->value("reason", ""));
+}
+
+std::string Key(const json& job) {
+  return Str(job, "/metadata/namespace") + "/" + Str(job, "/metadata/name");
+}
+
+}  // namespace
+
+std::string Age(const std::string& rfc3339, WallTime now) {
+  std::tm tm{};
+  std::istringstream in(rfc3339);
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  if (in.fail()) return "<unknown>";
+  const auto then = std::chrono::system_clock::from_time_t(timegm(&tm));
+  long long s = std::chrono::duration_cast<std::chrono::seconds>(now - then).count();
+  if (s < 0) s = 0;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m" + (s % 60 ? std::to_string(s % 60) + "s" : "");
+  if (s < 86400) {
+    return std::to_string(s / 3600) + "h" +
+           (s % 3600 / 60 ? std::to_string(s % 3600 / 60) + "m" : "");
+  }
+  return std::to_string(s / 86400) + "d" +
+         (s % 86400 / 3600 ? std::to_string(s % 86400 / 3600) + "h" : "");
+}
+
+std::string RenderList(const std::vector<json>& jobs, WallTime now, bool all_namespaces) {
+  std::vector<const json*> waiting;
+  std::vector<const json*> others;
+  for (const json& job : jobs) (Waiting(job) ? waiting : others).push_back(&job);
+  std::stable_sort(waiting.begin(), waiting.end(), [](const json* a, const json* b) {
+    if (Position(*a) != Position(*b)) return Position(*a) < Position(*b);
+    return Key(*a) < Key(*b);
+  });
+  std::stable_sort(others.begin(), others.end(),
+                   [](const json* a, const json* b) { return Key(*a) < Key(*b); });
+  if (waiting.empty() && others.empty()) return "No TPUJobs found.\n";
+  std::string out;
+  auto name = [&](const json& job) {
+    return all_namespaces ? Key(job) : Str(job, "/metadata/name");
+  };
+  if (!waiting.empty()) {
+    std::vector<std::vector<std::string>> rows = {
+        {"POSITION", "NAME", "PRIORITY", "ATTEMPT", "REISSUED", "WAITING", "WHY"}};
+    for (const json* job : waiting) {
+      const std::string position = Str(*job, "/status/queuePosition", "-");
+      rows.push_back(
+          {position, name(*job), Str(*job, "/spec/priority", "0"),
+           Str(*job, "/status/attempt", "1"),
+           Str(*job, "/status/reissued", "false") == "true" ? "yes" : "no",
+           Age(Str(*job, "/status/queuedAt", Str(*job, "/metadata/creationTimestamp")), now),
+           WhyWaiting(*job)});
+    }
+    out += "QUEUE (" + std::to_string(waiting.size()) + " waiting, next first)\n" + Table(rows);
+  }
+  if (!others.empty()) {
+    if (!out.empty()) out += "\n";
+    std::vector<std::vector<std::string>> rows = {
+        {"NAME", "PHASE", "ATTEMPT", "RETRIES", "READY", "NODE POOL", "AGE"}};
+    for (const json* job : others) {
+      rows.push_back({name(*job), Str(*job, "/status/phase"), Str(*job, "/status/attempt", "1"),
+                      Str(*job, "/status/jobRetries", "0"), Str(*job, "/status/readyWorkers", "-"),
+                      Str(*job, "/status/nodePool", "-"),
+                      Age(Str(*job, "/metadata/creationTimestamp"), now)});
+    }
+    out += "ADMITTED AND FINISHED\n" + Table(rows);
+  }
+  return out;
+}
+
+std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallTime now) {
+  std::string out;
+  const std::string phase = Str(job, "/status/phase", "Queued");
+  std::vector<std::vector<std::string>> head = {
+      {"Name:", Str(job, "/metadata/name")},
+      {"Namespace:", Str(job, "/metadata/namespace")},
+      {"Phase:", phase},
+      {"Attempt:", Str(job, "/status/attempt", "1")},
+      {"Job retries:", Str(job, "/status/jobRetries", "0") + " of " +
+                           Str(job, "/spec/faultTolerance/maxJobRetries", "0")},
+      {"Priority:", Str(job, "/spec/priorityClassName").empty()
+                        ? Str(job, "/spec/priority", "0")
+                        : Str(job, "/spec/priority", "0") + " (class " +
+                              Str(job, "/spec/priorityClassName") + ")"},
+      {"TPU:", Str(job, "/spec/tpu/accelerator") + " " + Str(job, "/spec/tpu/topology") + ", " +
+                   Str(job, "/spec/tpu/chipsPerWorker") + " chips per worker"},
+      {"Node pool:", Str(job, "/status/nodePool", "-")},
+      {"Age:", Age(Str(job, "/metadata/creationTimestamp"), now)},
+  };
+  out += Table(head);
+  if (phase == "Queued") {
+    out += "\nQueue:\n";
+    out += Table(
+        {{"Position:", Str(job, "/status/queuePosition", "-") + " (1 = next)"},
+         {"Re-issued:",
+          Str(job, "/status/reissued", "false") == "true" ? "yes (re-issued jobs go first)" : "no"},
+         {"Waiting since:", Str(job, "/status/queuedAt", "-")},
+         {"Why it waits:", WhyWaiting(job)}},
+        "  ");
+  }
+
+  out += "\nConditions:\n";
+  std::vector<std::vector<std::string>> conditions = {
+      {"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}};
+  const json::json_pointer conditions_at("/status/conditions");
+  if (job.contains(conditions_at) && job.at(conditions_at).is_array()) {
+    for (const json& c : job.at(conditions_at)) {
+      conditions.push_back({c.value("type", ""), c.value("status", ""), c.value("reason", ""),
+                            Age(c.value("lastTransitionTime", ""), now), c.value("message", "")});
+    }
+  }
+  out += conditions.size() > 1 ? Table(conditions, "  ") : "  <none>\n";
+
+  out += "\nReplicas:\n";
+  std::vector<std::vector<std::string>> replicas = {
+      {"TYPE", "ACTIVE", "READY", "SUCCEEDED", "FAILED", "RESTARTS"}};
+  const json::json_pointer replicas_at("/status/replicaStatuses");
+  if (job.contains(replicas_at) && job.at(replicas_at).is_object()) {
+    for (const auto& [type, r] : job.at(replicas_at).items()) {
+      replicas.push_back(
+          {type, std::to_string(r.value("active", 0)), std::to_string(r.value("ready", 0)),
+           std::to_string(r.value("succeeded", 0)), std::to_string(r.value("failed", 0)),
+           std::to_string(r.value("restarts", 0))});
+    }
+  }
+  out += replicas.size() > 1 ? Table(replicas, "  ") : "  <none>\n";
+
+  out += "\nFaults (oldest first):\n";
+  std::vector<std::vector<std::string>> faults = {
+      {"AGE", "ATTEMPT", "KIND", "NODE", "POD", "ITEM", "EXIT", "ACTION", "MESSAGE"}};
+  const json::json_pointer faults_at("/status/faults");
+  if (job.contains(faults_at) && job.at(faults_at).is_array()) {
+    for (const json& f : job.at(faults_at)) {
+      faults.push_back({Age(f.value("time", ""), now), Str(f, "/attempt", "-"), f.value("kind", ""),
+                        Str(f, "/node", "-"), Str(f, "/pod", "-"), Str(f, "/item", "-"),
+                        Str(f, "/exitCode", "-"), f.value("action", ""), f.value("message", "")});
+    }
+  }
+  out += faults.size() > 1 ? Table(faults, "  ") : "  <none>\n";
+
+  out += "\nCordoned nodes:";
+  const json::json_pointer cordoned_at("/status/cordonedNodes");
+  if (job.contains(cordoned_at) && job.at(cordoned_at).is_array() && !job.at(cordoned_at).empty()) {
+    out += "\n";
+    for (const json& n : job.at(cordoned_at)) out += "  " + n.get<std::string>() + "\n";
+  } else {
+    out += " <none>\n";
+  }
+
+  out += "\nPods:\n";
+  std::vector<std::vector<std::string>> pod_rows = {{"NAME", "ATTEMPT", "NODE", "PHASE", "AGE"}};
+  std::vector<const json*> sorted;
+  for (const json& pod : pods) sorted.push_back(&pod);
+  std::sort(sorted.begin(), sorted.end(), [](const json* a, const json* b) {
+    return Str(*a, "/metadata/name") < Str(*b, "/metadata/name");
+  });
+  for (const json* pod : sorted) {
+    pod_rows.push_back(
+        {Str(*pod, "/metadata/name"), Str(*pod, "/metadata/labels/tpujob.dev~1attempt", "-"),
+         Str(*pod, "/spec/nodeName", "<unscheduled>"),
+         Str(*pod, "/metadata/deletionTimestamp").empty() ? Str(*pod, "/status/phase", "Pending")
+                                                          : "Terminating",
+         Age(Str(*pod, "/metadata/creationTimestamp"), now)});
+  }
+  out += pod_rows.size() > 1 ? Table(pod_rows, "  ") : "  <none>\n";
+  return out;
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app{
+      "kubectl tpujob: TPUJobs as the tpujob-operator sees them: the queue in order, and for one "
+      "job its attempts, faults, cordoned nodes, pods and why it waits.",
+      "kubectl tpujob"};
+  app.require_subcommand(1);
+  app.fallthrough();  // the global flags may follow the subcommand, as in kubectl
+  std::string kubeconfig;
+  std::string context;
+  std::string ns;
+  bool all_namespaces = false;
+  app.add_option("--kubeconfig", kubeconfig,
+                 "Path to the kubeconfig file. Default: $KUBECONFIG, then ~/.kube/config.");
+  app.add_option("--context", context, "kubeconfig context. Default: the current context.");
+  app.add_option("-n,--namespace", ns, "Namespace. Default: the context's namespace.");
+  CLI::App* list = app.add_subcommand(
+      "list", "The queue in order (next first, with why each job waits), then the other jobs.");
+  list->add_flag("-A,--all-namespaces", all_namespaces, "Jobs of every namespace.");
+  std::string name;
+  CLI::App* describe = app.add_subcommand(
+      "describe",
+      "One job: phase, conditions, attempts, faults with nodes and pre-flight items, "
+      "cordoned nodes, pods, and its place in the queue and why it waits.");
+  describe->add_option("NAME", name, "The TPUJob's name.")->required();
+  CLI11_PARSE(app, argc, argv);
+
+  auto config = kube::ResolveConfig(kubeconfig, context);
+  if (!config) {
+    std::fprintf(stderr, "error: %s\n", config.error().ToString().c_str());
+    return 1;
+  }
+  if (ns.empty()) ns = config->default_namespace;
+  auto client = kube::NewClient(*config, {});
+  const WallTime now = std::chrono::system_clock::now();
+  if (list->parsed()) {
+    std::vector<json> jobs;
+    auto listed = kube::ListAll(*client, kube::Resource::TPUJobs(), all_namespaces ? "" : ns, {});
+    if (!listed) {
+      std::fprintf(stderr, "error: %s\n", listed.error().ToString().c_str());
+      return 1;
+    }
+    for (auto& item : listed->items) jobs.push_back(std::move(item));
+    std::fputs(RenderList(jobs, now, all_namespaces).c_str(), stdout);
+    return 0;
+  }
+  auto job = client->Get(kube::Resource::TPUJobs(), ns, name);
+  if (!job) {
+    if (job.error().IsNotFound()) {
+      std::fprintf(stderr, "Error from server (NotFound): tpujobs.tpujob.dev \"%s\" not found\n",
+                   name.c_str());
+    } else {
+      std::fprintf(stderr, "error: %s\n", job.error().ToString().c_str());
+    }
+    return 1;
+  }
+  kube::ListOptions options;
+  options.label_selector = "tpujob.dev/job-name=" + name;
+  std::vector<json> pods;
+  auto listed = kube::ListAll(*client, kube::Resource::Pods(), ns, options);
+  if (listed) {
+    for (auto& item : listed->items) pods.push_back(std::move(item));
+  }
+  std::fputs(RenderDescribe(*job, pods, now).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace tpujob::plugin

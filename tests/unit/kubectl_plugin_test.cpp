@@ -1,0 +1,126 @@
+// `kubectl tpujob`: the list and describe texts from fixed objects and a fixed `now`.
+
+#include "kubectl_plugin.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace tpujob::plugin {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// 2026-01-01T12:00:00Z
+const WallTime kNow = std::chrono::system_clock::from_time_t(1767268800);
+
+json Job(const std::string& name, const std::string& phase, int position, int priority,
+         bool reissued = false) {
+  json job = {
+      {"metadata",
+       {{"name", name}, {"namespace", "ml"}, {"creationTimestamp", "2026-01-01T11:00:00Z"}}},
+      {"spec",
+       {{"priority", priority},
+        {"tpu", {{"accelerator", "tpu-v5p-slice"}, {"topology", "2x2x4"}, {"chipsPerWorker", 4}}}}},
+      {"status", {{"phase", phase}, {"attempt", reissued ? 2 : 1}}}};
+  if (phase == "Queued") {
+    job["status"]["queuePosition"] = position;
+    job["status"]["reissued"] = reissued;
+    job["status"]["queuedAt"] = "2026-01-01T11:55:00Z";
+    job["status"]["conditions"] = {{{"type", "Admitted"},
+                                    {"status", "False"},
+                                    {"reason", "InsufficientCapacity"},
+                                    {"lastTransitionTime", "2026-01-01T11:55:00Z"},
+                                    {"message", "needs 4 hosts in one pool; the best pool has 1"}}};
+  }
+  return job;
+}
+
+TEST(KubectlPluginTest, ListShowsTheQueueInOrderThenTheOthers) {
+  const std::string out =
+      RenderList({Job("low", "Queued", 3, 1), Job("running", "Running", 0, 5),
+                  Job("again", "Queued", 1, 0, true), Job("high", "Queued", 2, 9)},
+                 kNow, false);
+  EXPECT_THAT(out, HasSubstr("QUEUE (3 waiting, next first)"));
+  const size_t again = out.find("again");
+  const size_t high = out.find("high");
+  const size_t low = out.find("low");
+  const size_t running = out.find("running");
+  ASSERT_NE(again, std::string::npos) << out;
+  EXPECT_LT(again, high) << out;
+  EXPECT_LT(high, low) << out;
+  EXPECT_LT(low, running) << out;
+  EXPECT_THAT(out, HasSubstr("needs 4 hosts in one pool; the best pool has 1"));
+  EXPECT_THAT(out, HasSubstr("ADMITTED AND FINISHED"));
+  // The re-issued job says so, and the wait is measured from queuedAt.
+  const std::string again_line =
+      out.substr(out.rfind('\n', again) + 1, out.find('\n', again) - out.rfind('\n', again) - 1);
+  EXPECT_THAT(again_line, HasSubstr("yes")) << again_line;
+  EXPECT_THAT(again_line, HasSubstr("5m")) << again_line;
+  EXPECT_EQ(RenderList({}, kNow, false), "No TPUJobs found.\n");
+  EXPECT_THAT(RenderList({Job("x", "Queued", 1, 0)}, kNow, true), HasSubstr("ml/x"));
+}
+
+TEST(KubectlPluginTest, DescribeShowsQueueFaultsCordonsAndPods) {
+  json job = Job("llm", "Queued", 2, 7, true);
+  job["spec"]["faultTolerance"]["maxJobRetries"] = 3;
+  job["status"]["jobRetries"] = 1;
+  job["status"]["cordonedNodes"] = {"tpu-node-3"};
+  job["status"]["faults"] = {{{"time", "2026-01-01T11:54:00Z"},
+                              {"attempt", 1},
+                              {"kind", "InitContainerFailed"},
+                              {"node", "tpu-node-3"},
+                              {"pod", "llm-worker-1"},
+                              {"item", "disk-size shm"},
+                              {"exitCode", 10},
+                              {"action", "ReissueJob"},
+                              {"message", "/dev/shm is 0.1 GB"}}};
+  const json pod = {{"metadata",
+                     {{"name", "llm-worker-0"},
+                      {"creationTimestamp", "2026-01-01T11:59:00Z"},
+                      {"labels", {{"tpujob.dev/attempt", "2"}}}}},
+                    {"spec", {{"nodeName", "tpu-node-1"}}},
+                    {"status", {{"phase", "Running"}}}};
+  const std::string out = RenderDescribe(job, {pod}, kNow);
+  for (const char* want : {"Name:",
+                           "llm",
+                           "Phase:",
+                           "Queued",
+                           "Job retries:",
+                           "1 of 3",
+                           "Position:",
+                           "2 (1 = next)",
+                           "yes (re-issued jobs go first)",
+                           "Why it waits:",
+                           "needs 4 hosts in one pool; the best pool has 1",
+                           "InitContainerFailed",
+                           "tpu-node-3",
+                           "llm-worker-1",
+                           "disk-size shm",
+                           "ReissueJob",
+                           "/dev/shm is 0.1 GB",
+                           "Cordoned nodes:",
+                           "llm-worker-0",
+                           "tpu-node-1",
+                           "Running",
+                           "6m"}) {
+    EXPECT_THAT(out, HasSubstr(want)) << out;
+  }
+  // A running job has no queue section, and empty parts say so.
+  const std::string running = RenderDescribe(Job("r", "Running", 0, 0), {}, kNow);
+  EXPECT_THAT(running, ::testing::Not(HasSubstr("Why it waits")));
+  EXPECT_THAT(running, HasSubstr("Faults (oldest first):\n  <none>"));
+}
+
+TEST(KubectlPluginTest, AgeReadsLikeKubectl) {
+  EXPECT_EQ(Age("2026-01-01T11:59:30Z", kNow), "30s");
+  EXPECT_EQ(Age("2026-01-01T11:57:00Z", kNow), "3m");
+  EXPECT_EQ(Age("2026-01-01T09:30:00Z", kNow), "2h30m");
+  EXPECT_EQ(Age("2025-12-30T11:00:00Z", kNow), "2d1h");
+  EXPECT_EQ(Age("garbage", kNow), "<unknown>");
+}
+
+}  // namespace
+}  // namespace tpujob::plugin
