@@ -1,5 +1,5 @@
-// README.md's flag reference against the real binary: every flag `tpujob-operator run --help`
-// and `tpujob-operator preflight --help` list has a row in the README section of its command,
+// The flag reference (docs/cli.md) against the real binary: every flag `tpujob-operator run --help`
+// and `tpujob-operator preflight --help` list has a row in the section of its command there,
 // with the default the binary reports; and every row there names a flag that still exists.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -75,14 +75,14 @@ std::map<std::string, std::string> ListedFlags(const std::string& help) {
   return flags;
 }
 
-std::string ReadReadme() {
-  std::ifstream in(std::string(TPUJOB_SOURCE_DIR) + "/README.md");
+std::string ReadReference() {
+  std::ifstream in(std::string(TPUJOB_SOURCE_DIR) + "/docs/cli.md");
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
 }
 
-// The lines of the README section under `heading` (a whole line), up to the next heading.
+// The lines of the section under `heading` (a whole line), up to the next heading.
 std::vector<std::string> Section(const std::string& readme, const std::string& heading) {
   std::vector<std::string> section;
   std::istringstream lines(readme);
@@ -146,41 +146,41 @@ void ExpectDocumented(const std::string& command, const std::string& heading,
   // The parser must see the flags this test knows of, or it would check nothing.
   ASSERT_THAT(Keys(listed), IsSupersetOf(must_list)) << help.text;
 
-  const std::string readme = ReadReadme();
-  ASSERT_FALSE(readme.empty()) << "cannot read " << TPUJOB_SOURCE_DIR << "/README.md";
+  const std::string readme = ReadReference();
+  ASSERT_FALSE(readme.empty()) << "cannot read " << TPUJOB_SOURCE_DIR << "/docs/cli.md";
   const std::vector<std::string> section = Section(readme, heading);
-  ASSERT_FALSE(section.empty()) << "README.md has no section \"" << heading << "\"";
+  ASSERT_FALSE(section.empty()) << "docs/cli.md has no section \"" << heading << "\"";
   const std::map<std::string, std::string> documented = DocumentedFlags(section);
 
   for (const auto& [flag, default_value] : listed) {
     auto row = documented.find(flag);
     if (row == documented.end()) {
       ADD_FAILURE() << flag << " (`tpujob-operator " << command
-                    << " --help`) has no row in README.md under \"" << heading << "\"";
+                    << " --help`) has no row in docs/cli.md under \"" << heading << "\"";
       continue;
     }
     if (!default_value.empty()) {
       EXPECT_NE(row->second.find(default_value), std::string::npos)
-          << "README.md gives " << flag << " the default \"" << row->second
+          << "docs/cli.md gives " << flag << " the default \"" << row->second
           << "\"; the binary says " << default_value;
     }
   }
   for (const auto& [flag, unused] : documented) {
     EXPECT_THAT(Keys(listed), Contains(flag))
-        << "README.md documents " << flag << " under \"" << heading << "\", but `tpujob-operator "
+        << "docs/cli.md documents " << flag << " under \"" << heading << "\", but `tpujob-operator "
         << command << " --help` does not list it";
   }
 }
 
-TEST(DocsFlagsTest, EveryRunFlagIsInTheReadme) {
+TEST(DocsFlagsTest, EveryRunFlagIsInTheReference) {
   ExpectDocumented(
-      "run", "### `tpujob-operator run` flags",
+      "run", "## `tpujob-operator run` flags",
       {"--help", "--kubeconfig", "--health-address", "--metrics-address", "--leader-elect",
        "--leader-elect-lease-duration", "--leader-elect-identity", "--auto-uncordon-after"});
 }
 
-TEST(DocsFlagsTest, EveryPreflightFlagIsInTheReadme) {
-  ExpectDocumented("preflight", "### `tpujob-operator preflight` flags",
+TEST(DocsFlagsTest, EveryPreflightFlagIsInTheReference) {
+  ExpectDocumented("preflight", "## `tpujob-operator preflight` flags",
                    {"--help", "--checks", "--dev-root", "--report-file", "--log-level"});
 }
 
