@@ -130,22 +130,25 @@ std::string_view NonFiniteText(double value) {
   return value > 0 ? "+Inf" : "-Inf";
 }
 
-void AppendLogfmtField(std::string& out, const Field::Value& value) {
+// A field's value in either format: text (strings, durations, non-finite numbers) through
+// `append_text`, which quotes it as the format needs; numbers and booleans as they are.
+template <typename AppendText>
+void AppendFieldValue(std::string& out, const Field::Value& value, AppendText append_text) {
   std::visit(
-      [&out](const auto& v) {
+      [&out, &append_text](const auto& v) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::string_view>) {
-          AppendLogfmtValue(out, v);
+          append_text(out, v);
         } else if constexpr (std::is_same_v<T, bool>) {
           out += v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, double>) {
           if (std::isfinite(v)) {
             fmt::format_to(std::back_inserter(out), "{}", v);
           } else {
-            out += NonFiniteText(v);
+            append_text(out, NonFiniteText(v));
           }
         } else if constexpr (std::is_same_v<T, std::chrono::nanoseconds>) {
-          out += DurationText(v);
+          append_text(out, DurationText(v));
         } else {
           fmt::format_to(std::back_inserter(out), "{}", v);
         }
@@ -153,27 +156,14 @@ void AppendLogfmtField(std::string& out, const Field::Value& value) {
       value);
 }
 
+void AppendLogfmtField(std::string& out, const Field::Value& value) {
+  AppendFieldValue(out, value,
+                   [](std::string& o, std::string_view text) { AppendLogfmtValue(o, text); });
+}
+
 void AppendJsonField(std::string& out, const Field::Value& value) {
-  std::visit(
-      [&out](const auto& v) {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string_view>) {
-          AppendJsonString(out, v);
-        } else if constexpr (std::is_same_v<T, bool>) {
-          out += v ? "true" : "false";
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (std::isfinite(v)) {
-            fmt::format_to(std::back_inserter(out), "{}", v);
-          } else {
-            AppendJsonString(out, NonFiniteText(v));
-          }
-        } else if constexpr (std::is_same_v<T, std::chrono::nanoseconds>) {
-          AppendJsonString(out, DurationText(v));
-        } else {
-          fmt::format_to(std::back_inserter(out), "{}", v);
-        }
-      },
-      value);
+  AppendFieldValue(out, value,
+                   [](std::string& o, std::string_view text) { AppendJsonString(o, text); });
 }
 
 }  // namespace
