@@ -707,8 +707,8 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
   size_t classes = 0;
   for (int run = 0; run < runs; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
-    const policy::Capacity capacity =
-        policy::BuildCapacity(node_ptrs, pod_ptrs, reservations, health);
+    const policy::Capacity capacity = policy::BuildCapacity(
+        node_ptrs, pod_ptrs, reservations, health, std::chrono::system_clock::now());
     const auto t1 = std::chrono::steady_clock::now();
     const auto plan = policy::PlanAdmissions(capacity, queued);
     const auto t2 = std::chrono::steady_clock::now();

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <ctime>
+#include <sstream>
+
 #include "e2e_env.h"
 #include "operator_env.h"
 #include "tpujob_env.h"
@@ -172,10 +176,10 @@ TEST_F(FaultsE2E, PreflightNodeFaultCordonsTheNodeAndReissues) {
             "PreflightFailed");
 }
 
-// The case "pre-flight failed, the job's configuration at fault": the job asks for a /dev/shm
-// larger than any host has (thresholds.shmGB), so the real pre-flight command fails `disk-size
-// shm`, a configuration fault (exit 11). The job is re-issued against its retries, and no node
-// is cordoned: the node is not what is wrong.
+// Pre-flight failed, the job's own template at fault: the job asks for a /dev/shm larger than
+// any host has (thresholds.shmGB) and mounts no volume there, so the real pre-flight command
+// fails `disk-size shm` (exit 11) on Kubernetes' 64 MB default, which is the same on every
+// node. The job is re-issued against its retries, and no node is cordoned.
 TEST_F(FaultsE2E, PreflightConfigFaultReissuesWithoutCordoning) {
   TestNamespace ns("ft-precfg");
   OperatorProcess op({"--namespace", ns.name()});
@@ -235,6 +239,175 @@ TEST_F(FaultsE2E, PreflightConfigFaultReissuesWithoutCordoning) {
   EXPECT_EQ(NodeField(node, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].effect}"), "");
   EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordoned-by}"), "");
   EXPECT_EQ(op.Log().find("msg=\"cordon\""), std::string::npos) << op.Log();
+}
+
+// The source document's opt-in: the annotation alone (fault-tolerance/job-retry-num "2", no
+// spec.faultTolerance.preflight) turns the environment check on. The template mounts no /cache
+// volume, so the real command skips `disk-size cache` and passes; the job runs.
+TEST_F(FaultsE2E, RetryAnnotationAloneAddsPreflightAndAMissingCacheIsSkipped) {
+  TestNamespace ns("ft-annot");
+  OperatorProcess op({"--namespace", ns.name()});
+  ASSERT_EQ(ApplyYaml(ns.name(), Job("an")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "an", "{.status.phase}", "Running")) << op.Log();
+  for (const char* pod : {"an-worker-0", "an-worker-1"}) {
+    EXPECT_EQ(Get(ns.name(), std::string("pod ") + pod,
+                  "{.spec.initContainers[0].name} {.spec.initContainers[0].command[1]}"),
+              "preflight preflight")
+        << pod;
+  }
+  const std::string env = Get(ns.name(), "pod an-worker-1",
+                              "{range .spec.initContainers[0].env[*]}{.name}={.value}{\" \"}{end}");
+  EXPECT_NE(env.find("TPUJOB_PREFLIGHT_CHECKS=dns,disk,accelerator "), std::string::npos) << env;
+  EXPECT_NE(env.find("TPUJOB_PREFLIGHT_CACHE_VOLUME=absent"), std::string::npos) << env;
+
+  const std::string node = NodeOf(ns.name(), "an-worker-1");
+  const std::string dir = ClusterDir();
+  const PreflightRun run = RunPreflightFor(ns.name(), "an-worker-1", node,
+                                           {"--checks", "disk", "--root-path", dir, "--shm-path",
+                                            dir, "--root-min-gb", "0", "--shm-min-gb", "0"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::string cache_line;
+  std::istringstream lines(run.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("item=\"disk-size cache\"") != std::string::npos) cache_line = line;
+  }
+  EXPECT_NE(cache_line.find("verdict=skip"), std::string::npos) << run.output;
+  EXPECT_NE(cache_line.find("no volume at /cache"), std::string::npos) << cache_line;
+  EXPECT_EQ(JobField(ns.name(), "an", "{.status.phase}/{.status.attempt}"), "Running/1");
+
+  // The spec's word wins over the annotation's default (on the nodes the first job frees).
+  ASSERT_EQ(Kubectl("delete tpujob an -n " + ns.name() + " --wait=true").exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return JobPods(ns.name(), "an").empty(); })) << op.Log();
+  ASSERT_EQ(ApplyYaml(ns.name(), Job("no-pf", "  faultTolerance: {preflight: {enabled: false}}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "no-pf", "{.status.phase}", "Running")) << op.Log();
+  EXPECT_EQ(Get(ns.name(), "pod no-pf-worker-0", "{.spec.initContainers}"), "");
+}
+
+// The source document's case 2, "pre-flight failed, hardware fine": the node's environment is
+// broken (its /dev/shm volume is smaller than the job needs), so the real command fails `disk-size
+// shm` with exit 11. The node is isolated all the same, with the item in its cordon message, and
+// the job is re-issued elsewhere.
+TEST_F(FaultsE2E, PreflightEnvironmentFaultCordonsTheNodeAndReissues) {
+  TestNamespace ns("ft-preenv");
+  OperatorProcess op({"--namespace", ns.name()});
+  const std::string job =
+      "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: ev\n  annotations:\n"
+      "    fault-tolerance/job-retry-num: \"2\"\nspec:\n  tpu: {accelerator: " +
+      accelerator_ +
+      ", topology: 2x4, chipsPerWorker: 4}\n  faultTolerance: {preflight: {checks: [disk], "
+      "thresholds: {rootDiskGB: 0, cacheDiskGB: 0, shmGB: 1000000}}}\n  replicaSpecs:\n"
+      "    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+      "          volumes: [{name: shm, emptyDir: {medium: Memory}}]\n          containers:\n"
+      "          - {name: trainer, image: busybox, command: [sh, -c, 'train'], volumeMounts: "
+      "[{name: shm, mountPath: /dev/shm}]}\n";
+  ASSERT_EQ(ApplyYaml(ns.name(), job).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ev", "{.status.phase}", "Running")) << op.Log();
+  const std::string node = NodeOf(ns.name(), "ev-worker-1");
+  ASSERT_FALSE(node.empty());
+
+  const std::string dir = ClusterDir();
+  const PreflightRun run = RunPreflightFor(
+      ns.name(), "ev-worker-1", node, {"--root-path", dir, "--shm-path", dir, "--cache-path", dir});
+  ASSERT_EQ(run.exit_code, 11) << run.output;
+  EXPECT_NE(run.output.find("item=\"disk-size shm\""), std::string::npos) << run.output;
+  ASSERT_EQ(FailInitContainer(ns.name(), "ev-worker-1", 11, run.report).exit_code, 0);
+
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ev", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ev", "{.status.phase}", "Running")) << op.Log();
+  EXPECT_EQ(JobField(ns.name(), "ev",
+                     "{.status.faults[0].kind}/{.status.faults[0].item}/{.status.faults[0].node}"),
+            "PreflightFailed/disk-size shm/" + node);
+  EXPECT_EQ(JobField(ns.name(), "ev", "{.status.jobRetries}"), "1");
+  ASSERT_TRUE(Eventually([&] { return CordonedNodes() == node; })) << op.Log();
+  EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"),
+            "PreflightFailed");
+  const std::string message =
+      NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-message}");
+  EXPECT_NE(message.find("disk-size shm"), std::string::npos) << message;
+  EXPECT_NE(message.find("environment is at fault"), std::string::npos) << message;
+  for (const char* pod : {"ev-worker-0", "ev-worker-1"}) {
+    EXPECT_NE(NodeOf(ns.name(), pod), node) << pod;
+  }
+}
+
+// GKE announces host maintenance with a node label (Unix seconds). Nodes whose maintenance
+// starts within the avoid window (60 minutes by default) are left out of new admissions, and
+// the Admitted message names them; once one is free of it, the job runs on the others.
+TEST_F(FaultsE2E, NodesWithMaintenanceSoonAreNotChosenForANewJob) {
+  TestNamespace ns("ft-soon");
+  OperatorProcess op({"--namespace", ns.name()});
+  const std::string soon = std::to_string(::time(nullptr) + 300);
+  const std::string n0 = prefix_ + "-0", n1 = prefix_ + "-1", n2 = prefix_ + "-2";
+  for (const std::string& n : {n0, n1}) {
+    ASSERT_EQ(Kubectl("label node " + n + " cloud.google.com/scheduled-maintenance-time=" + soon)
+                  .exit_code,
+              0);
+  }
+  ASSERT_EQ(ApplyYaml(ns.name(), Job("sn", "", "")).exit_code, 0);
+  std::string message;
+  ASSERT_TRUE(Eventually([&] {
+    message = JobField(ns.name(), "sn", "{.status.conditions[?(@.type==\"Admitted\")].message}");
+    return message.find("left out") != std::string::npos;
+  })) << message
+      << "\n"
+      << op.Log();
+  EXPECT_NE(
+      message.find("2 nodes left out: maintenance scheduled within 60m (" + n0 + ", " + n1 + ")"),
+      std::string::npos)
+      << message;
+  EXPECT_EQ(JobField(ns.name(), "sn", "{.status.phase}"), "Queued");
+
+  ASSERT_EQ(Kubectl("label node " + n1 + " cloud.google.com/scheduled-maintenance-time-").exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "sn", "{.status.phase}", "Running")) << op.Log();
+  for (const char* pod : {"sn-worker-0", "sn-worker-1"}) {
+    EXPECT_NE(NodeOf(ns.name(), pod), n0) << pod;
+  }
+  EXPECT_EQ(Get(ns.name(), "pod sn-worker-0",
+                "{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                "nodeSelectorTerms[0].matchExpressions[0].key}"),
+            "cloud.google.com/scheduled-maintenance-time");
+}
+
+// A running job whose node's announced maintenance comes within the move window is moved on
+// the operator's schedule, like a maintenance event: SIGTERM with its grace period, re-issue
+// without using a retry, the new attempt away from that node. Nothing about the node changes
+// when the window is reached: the operator's own timer acts.
+TEST_F(FaultsE2E, RunningJobIsMovedBeforeAnnouncedMaintenance) {
+  TestNamespace ns("ft-ahead");
+  OperatorProcess op({"--namespace", ns.name(), "--maintenance-move-window", "60",
+                      "--maintenance-avoid-window", "60"});
+  ASSERT_EQ(
+      ApplyYaml(ns.name(), Job("ah", "  faultTolerance: {maintenanceGracePeriodSeconds: 5}\n"))
+          .exit_code,
+      0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ah", "{.status.phase}", "Running")) << op.Log();
+  const std::string node = NodeOf(ns.name(), "ah-worker-1");
+  ASSERT_FALSE(node.empty());
+  const auto labelled = std::chrono::steady_clock::now();
+  const std::string at = std::to_string(::time(nullptr) + 75);  // 15 s before the window
+  ASSERT_EQ(Kubectl("label node " + node + " cloud.google.com/scheduled-maintenance-time=" + at)
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ah", "{.status.attempt}", "2")) << op.Log();
+  EXPECT_GE(std::chrono::steady_clock::now() - labelled, std::chrono::seconds(10))
+      << "moved before the window";
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ah", "{.status.phase}", "Running")) << op.Log();
+  EXPECT_EQ(JobField(ns.name(), "ah", "{.status.jobRetries}"), "");  // no retry used
+  EXPECT_EQ(JobField(ns.name(), "ah",
+                     "{.status.faults[0].kind}/{.status.faults[0].action}/"
+                     "{.status.faults[0].node}"),
+            "Maintenance/ReissueJob/" + node);
+  EXPECT_NE(JobField(ns.name(), "ah", "{.status.faults[0].message}")
+                .find("scheduled for "
+                      "maintenance"),
+            std::string::npos);
+  for (const char* pod : {"ah-worker-0", "ah-worker-1"}) {
+    EXPECT_NE(NodeOf(ns.name(), pod), node) << pod;
+  }
+  EXPECT_EQ(CordonedNodes(), "");
 }
 
 }  // namespace

@@ -117,6 +117,85 @@ class NodeFaultsE2E : public ::testing::Test {
                     .output);
   }
 
+  // The source document's case "pre-flight failed on every host at once": the same item fails
+  // on all three workers' nodes. That is a configuration problem (the circuit breaker, 3
+  // nodes), not three broken hosts: nothing is cordoned, the job is re-issued. The pods' status
+  // is written here as the kubelet would (KWOK leaves them alone), each pre-flight container
+  // running first and then failing one after another with the real command's report; the
+  // operator must take the verdicts together rather than cordon the first node before the
+  // others have reported. `preflight` is the job's spec.faultTolerance.preflight, `pod_spec`
+  // extra lines of the pod template's spec, `args` what the command runs with here.
+  void ExpectSystemicFailureCordonsNothing(const std::string& ns, const std::string& preflight,
+                                           const std::string& pod_spec, const std::string& item,
+                                           const std::vector<std::string>& args, int exit_code) {
+    CreateTpuNodes(prefix_, 3, accelerator_, "2x6", pool_);
+    OperatorProcess op({"--namespace", ns, "--max-cordoned-fraction", "1", "--cordon-rate", "0",
+                        "--cordon-breaker-nodes", "3"});
+    const std::string job =
+        "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: sy\n  annotations:\n"
+        "    fault-tolerance/job-retry-num: \"2\"\nspec:\n  tpu: {accelerator: " +
+        accelerator_ +
+        ", topology: 2x6, chipsPerWorker: 4}\n  faultTolerance: {preflight: " + preflight +
+        "}\n  replicaSpecs:\n    Worker:\n      replicas: 3\n"
+        "      template:\n        metadata:\n          annotations: {kwok.x-k8s.io/status: "
+        "custom}\n        spec:\n" +
+        pod_spec +
+        "          containers:\n"
+        "          - {name: trainer, image: busybox, command: [sh, -c, 'train']";
+    ASSERT_EQ(ApplyYaml(ns, job + (pod_spec.empty() ? "}\n"
+                                                    : ", volumeMounts: [{name: shm, "
+                                                      "mountPath: /dev/shm}]}\n"))
+                  .exit_code,
+              0);
+    const std::vector<std::string> pods = {"sy-worker-0", "sy-worker-1", "sy-worker-2"};
+    std::vector<std::string> nodes;
+    for (const std::string& pod : pods) {
+      std::string node;
+      ASSERT_TRUE(
+          Eventually([&] { return !(node = NodeOf(ns, pod)).empty(); }, std::chrono::seconds(60)))
+          << pod << "\n"
+          << op.Log();
+      nodes.push_back(node);
+      const std::string image = Get(ns, "pod " + pod, "{.spec.initContainers[0].image}");
+      ASSERT_EQ(
+          PatchPodStatus(
+              ns, pod,
+              {{"status",
+                {{"phase", "Pending"},
+                 {"initContainerStatuses",
+                  nlohmann::json::array({ContainerStatusJson(
+                      "preflight", {{"running", {{"startedAt", NowRfc3339()}}}}, image)})},
+                 {"containerStatuses",
+                  nlohmann::json::array({ContainerStatusJson(
+                      "trainer", {{"waiting", {{"reason", "PodInitializing"}}}}, "busybox")})}}}})
+              .exit_code,
+          0);
+    }
+    for (size_t i = 0; i < pods.size(); ++i) {
+      const PreflightRun run = RunPreflightFor(ns, pods[i], nodes[i], args);
+      ASSERT_EQ(run.exit_code, exit_code) << run.output;
+      ASSERT_EQ(FailInitContainer(ns, pods[i], exit_code, run.report).exit_code, 0);
+    }
+
+    ASSERT_TRUE(JobFieldBecomes(ns, "sy", "{.status.attempt}", "2")) << op.Log();
+    EXPECT_EQ(JobField(ns, "sy", "{.status.faults[0].kind}/{.status.faults[0].item}"),
+              "PreflightFailed/" + item);
+    EXPECT_EQ(JobField(ns, "sy", "{.status.jobRetries}"), "1");
+    std::vector<EventRecord> refused;
+    ASSERT_TRUE(Eventually([&] {
+      refused = EventsWith(JobEvents(ns, "sy"), "NodeNotCordoned");
+      return refused.size() >= 3;
+    })) << DescribeEvents(JobEvents(ns, "sy"));
+    for (const EventRecord& e : refused) {
+      EXPECT_NE(e.message.find("circuit breaker"), std::string::npos) << e.message;
+    }
+    EXPECT_TRUE(EventsWith(JobEvents(ns, "sy"), "NodeCordoned").empty())
+        << DescribeEvents(JobEvents(ns, "sy"));
+    for (const std::string& node : nodes) {
+      EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "") << node;
+    }
+  }
+
   std::string prefix_;
   std::string accelerator_;
   std::string pool_;
@@ -237,74 +316,22 @@ TEST_F(NodeFaultsE2E, RecoveredNodeIsUncordonedAfterTheHealthyPeriod) {
   EXPECT_NE(op.Log().find("msg=\"uncordoned node\""), std::string::npos);
 }
 
-// The source document's case "pre-flight failed on every host at once": the same item fails on
-// all three workers' nodes. That is a configuration problem (the circuit breaker, 3 nodes), not
-// three broken hosts: nothing is cordoned, the job is re-issued. The pods' status is written here
-// as the kubelet would (KWOK leaves them alone), each pre-flight container running first and then
-// failing one after another with the real command's report; the operator must take the verdicts
-// together rather than cordon the first node before the others have reported.
+// A node's hardware (accelerator: exit 10) on every host at once.
 TEST_F(NodeFaultsE2E, SystemicPreflightFailureCordonsNothing) {
   TestNamespace ns("nf-systemic");
-  CreateTpuNodes(prefix_, 3, accelerator_, "2x6", pool_);
-  OperatorProcess op({"--namespace", ns.name(), "--max-cordoned-fraction", "1", "--cordon-rate",
-                      "0", "--cordon-breaker-nodes", "3"});
-  const std::string job =
-      "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: sy\n  annotations:\n"
-      "    fault-tolerance/job-retry-num: \"2\"\nspec:\n  tpu: {accelerator: " +
-      accelerator_ +
-      ", topology: 2x6, chipsPerWorker: 4}\n  faultTolerance: {preflight: {enabled: true, "
-      "checks: [accelerator]}}\n  replicaSpecs:\n    Worker:\n      replicas: 3\n"
-      "      template:\n        metadata:\n          annotations: {kwok.x-k8s.io/status: custom}\n"
-      "        spec:\n          containers:\n"
-      "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n";
-  ASSERT_EQ(ApplyYaml(ns.name(), job).exit_code, 0);
-  const std::vector<std::string> pods = {"sy-worker-0", "sy-worker-1", "sy-worker-2"};
-  std::vector<std::string> nodes;
-  for (const std::string& pod : pods) {
-    std::string node;
-    ASSERT_TRUE(Eventually([&] { return !(node = NodeOf(ns.name(), pod)).empty(); },
-                           std::chrono::seconds(60)))
-        << pod << "\n"
-        << op.Log();
-    nodes.push_back(node);
-    const std::string image = Get(ns.name(), "pod " + pod, "{.spec.initContainers[0].image}");
-    ASSERT_EQ(
-        PatchPodStatus(
-            ns.name(), pod,
-            {{"status",
-              {{"phase", "Pending"},
-               {"initContainerStatuses",
-                nlohmann::json::array({ContainerStatusJson(
-                    "preflight", {{"running", {{"startedAt", NowRfc3339()}}}}, image)})},
-               {"containerStatuses",
-                nlohmann::json::array({ContainerStatusJson(
-                    "trainer", {{"waiting", {{"reason", "PodInitializing"}}}}, "busybox")})}}}})
-            .exit_code,
-        0);
-  }
-  for (size_t i = 0; i < pods.size(); ++i) {
-    const PreflightRun run = RunPreflightFor(ns.name(), pods[i], nodes[i]);
-    ASSERT_EQ(run.exit_code, 10) << run.output;
-    ASSERT_EQ(FailInitContainer(ns.name(), pods[i], 10, run.report).exit_code, 0);
-  }
+  ExpectSystemicFailureCordonsNothing(ns.name(), "{enabled: true, checks: [accelerator]}", "",
+                                      "accelerator", {}, 10);
+}
 
-  ASSERT_TRUE(JobFieldBecomes(ns.name(), "sy", "{.status.attempt}", "2")) << op.Log();
-  EXPECT_EQ(JobField(ns.name(), "sy", "{.status.faults[0].kind}/{.status.faults[0].item}"),
-            "PreflightFailed/accelerator");
-  EXPECT_EQ(JobField(ns.name(), "sy", "{.status.jobRetries}"), "1");
-  std::vector<EventRecord> refused;
-  ASSERT_TRUE(Eventually([&] {
-    refused = EventsWith(JobEvents(ns.name(), "sy"), "NodeNotCordoned");
-    return refused.size() >= 3;
-  })) << DescribeEvents(JobEvents(ns.name(), "sy"));
-  for (const EventRecord& e : refused) {
-    EXPECT_NE(e.message.find("circuit breaker"), std::string::npos) << e.message;
-  }
-  EXPECT_TRUE(EventsWith(JobEvents(ns.name(), "sy"), "NodeCordoned").empty())
-      << DescribeEvents(JobEvents(ns.name(), "sy"));
-  for (const std::string& node : nodes) {
-    EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "") << node;
-  }
+// A node's environment (a /dev/shm volume smaller than the job asks for: exit 11) on every host
+// at once: one such node is cordoned (FaultsE2E), three at once are the job's configuration.
+TEST_F(NodeFaultsE2E, SystemicEnvironmentFailureCordonsNothing) {
+  TestNamespace ns("nf-systemic-env");
+  const std::string dir = ClusterDir();
+  ExpectSystemicFailureCordonsNothing(
+      ns.name(), "{checks: [disk], thresholds: {rootDiskGB: 0, cacheDiskGB: 0, shmGB: 1000000}}",
+      "          volumes: [{name: shm, emptyDir: {medium: Memory}}]\n", "disk-size shm",
+      {"--root-path", dir, "--shm-path", dir, "--cache-path", dir}, 11);
 }
 
 }  // namespace

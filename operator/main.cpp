@@ -47,6 +47,8 @@ struct RunFlags {
   std::string preflight_image = "tpujob-operator:latest";
   std::vector<std::string> hardware_conditions = {"TPUUnhealthy"};
   std::vector<std::string> maintenance_conditions;
+  int maintenance_move_window_seconds = 900;
+  int maintenance_avoid_window_seconds = 3600;
   tpujob::policy::CordonPolicy cordon;
   bool no_cordon = false;
   int auto_uncordon_after_seconds = 0;
@@ -201,6 +203,10 @@ int Run(const RunFlags& flags) {
   options.reconciler.pod_options.preflight_image = flags.preflight_image;
   options.reconciler.node_health.hardware_conditions = flags.hardware_conditions;
   options.reconciler.node_health.maintenance_conditions = flags.maintenance_conditions;
+  options.reconciler.node_health.maintenance_move_window =
+      std::chrono::seconds(flags.maintenance_move_window_seconds);
+  options.reconciler.node_health.maintenance_avoid_window =
+      std::chrono::seconds(flags.maintenance_avoid_window_seconds);
   options.cordon = flags.cordon;
   options.cordon.enabled = !flags.no_cordon;
   options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
@@ -342,6 +348,20 @@ int main(int argc, char** argv) {
                   "A node condition that means maintenance when True (repeatable), in addition "
                   "to the taint cloud.google.com/impending-node-termination and the label "
                   "cloud.google.com/active-node-maintenance=ONGOING.");
+  run->add_option("--maintenance-move-window", flags.maintenance_move_window_seconds,
+                  "Seconds before a node's announced maintenance (label "
+                  "cloud.google.com/scheduled-maintenance-time, Unix seconds) at which a job on "
+                  "it is moved like a maintenance event: SIGTERM, its grace period to "
+                  "checkpoint, re-issue without using a retry. Keep it above the jobs' "
+                  "maintenanceGracePeriodSeconds; 0 = wait for the maintenance itself.")
+      ->check(CLI::Range(0, 7 * 24 * 3600))
+      ->capture_default_str();
+  run->add_option("--maintenance-avoid-window", flags.maintenance_avoid_window_seconds,
+                  "Seconds before a node's announced maintenance during which new admissions "
+                  "leave the node out (the queue's message names it, and the workers get a node "
+                  "affinity that keeps them off it); 0 = off.")
+      ->check(CLI::Range(0, 7 * 24 * 3600))
+      ->capture_default_str();
   run->add_flag("--leader-elect", flags.leader_elect,
                 "Run as one of several replicas: only the replica holding the Lease "
                 "(coordination.k8s.io/v1) reconciles and writes; the others stand by, answering "

@@ -25,11 +25,14 @@ constexpr const char* kDescription =
 
 constexpr const char* kFooter = R"(Exit codes:
   0   every item passed
-  10  the node is at fault: accelerator, disk-size root, disk-size cache or ulimit failed
-      (the operator cordons the node and re-issues the job)
-  11  the job's configuration is at fault: dns or disk-size shm failed, a path to check does
-      not exist, or a setting or argument is invalid (no node is cordoned)
-  When both kinds fail, 10 wins; the report lists every item.
+  10  the node's hardware is at fault: accelerator, disk-size root, disk-size cache or ulimit
+      failed (the operator cordons the node and re-issues the job)
+  11  not the hardware: dns or disk-size shm failed, a path to check does not exist, or a
+      setting or argument is invalid (item config). The operator cordons the node for an
+      item about its environment (dns; shm when the pod mounts a volume there), not for
+      invalid settings, and re-issues the job.
+  When both kinds fail, 10 wins; the report lists every item. A skipped item (disk-size
+  cache without a volume at the cache path) logs verdict=skip and passes.
 A command line CLI11 cannot parse at all (a flag missing its value) ends with CLI11's own exit
 code and no report.
 Every setting can also come from the environment variable named in its help; the flag wins,

@@ -208,16 +208,19 @@ Json PreflightSecurityContext() {
               {"seccompProfile", {{"type", "RuntimeDefault"}}}};
 }
 
-void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOptions& options) {
+void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, ReplicaType type,
+                  const PodBuildOptions& options) {
+  const policy::ReplicaSpec* replica = spec.Replica(type);
+  const bool replica_mounts_cache =
+      replica != nullptr && policy::MountsVolumeAt(*replica, kPreflightCachePath);
   const policy::FaultTolerance& ft = spec.fault_tolerance;
+  const bool worker = type == ReplicaType::kWorker;
   Json env = Json::array();
-  env.push_back(
-      {{"name", "TPUJOB_CHIPS_PER_WORKER"}, {"value", std::to_string(spec.tpu.chips_per_worker)}});
-  if (!ft.preflight_checks.empty()) {
-    std::string checks;
-    for (const std::string& c : ft.preflight_checks) checks += (checks.empty() ? "" : ",") + c;
-    env.push_back({{"name", "TPUJOB_PREFLIGHT_CHECKS"}, {"value", checks}});
-  }
+  env.push_back({{"name", "TPUJOB_CHIPS_PER_WORKER"},
+                 {"value", std::to_string(worker ? spec.tpu.chips_per_worker : 0)}});
+  env.push_back({{"name", "TPUJOB_PREFLIGHT_CHECKS"}, {"value", PreflightChecks(spec, type)}});
+  env.push_back({{"name", "TPUJOB_PREFLIGHT_CACHE_VOLUME"},
+                 {"value", replica_mounts_cache ? "present" : "absent"}});
   if (ft.preflight_thresholds.is_object()) {
     for (const auto& [field, var] : kPreflightThresholdEnv) {
       auto it = ft.preflight_thresholds.find(field);
@@ -232,12 +235,13 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOpt
       {"image", ft.preflight_image.empty() ? options.preflight_image : ft.preflight_image},
       {"command", Json::array({"tpujob-operator", "preflight"})},
       {"env", std::move(env)},
-      {"resources",
-       {{"requests", {{std::string(cache::kTpuResource), chips}}},
-        {"limits", {{std::string(cache::kTpuResource), chips}}}}},
       {"securityContext", PreflightSecurityContext()},
       {"terminationMessagePath", "/dev/termination-log"},
       {"terminationMessagePolicy", "File"}};
+  if (worker) {
+    container["resources"] = {{"requests", {{std::string(cache::kTpuResource), chips}}},
+                              {"limits", {{std::string(cache::kTpuResource), chips}}}};
+  }
   auto containers = pod_spec.find("containers");
   if (containers != pod_spec.end() && containers->is_array() && !containers->empty() &&
       (*containers)[0].is_object()) {
@@ -253,7 +257,61 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, const PodBuildOpt
   pod_spec["initContainers"] = std::move(init);
 }
 
+// Requires a node without announced maintenance, or whose maintenance starts after
+// `not_before` (Unix seconds): every required node-affinity term of the template is split in
+// two, one with `label DoesNotExist` and one with `label Gt not_before` (terms are ORed, the
+// expressions of one term ANDed, so the template's own terms keep their meaning).
+void AvoidScheduledMaintenance(Json& pod_spec, int64_t not_before) {
+  const std::string label(policy::kScheduledMaintenanceLabel);
+  Json& required = ObjectField(ObjectField(ObjectField(pod_spec, "affinity"), "nodeAffinity"),
+                               "requiredDuringSchedulingIgnoredDuringExecution");
+  Json terms = Json::array();
+  if (auto it = required.find("nodeSelectorTerms"); it != required.end() && it->is_array()) {
+    terms = *it;
+  }
+  if (terms.empty()) terms.push_back(Json::object());
+  Json split = Json::array();
+  for (const Json& term : terms) {
+    if (!term.is_object()) continue;
+    for (Json expression :
+         {Json{{"key", label}, {"operator", "DoesNotExist"}},
+          Json{{"key", label}, {"operator", "Gt"}, {"values", {std::to_string(not_before)}}}}) {
+      Json t = term;
+      Json& list = t["matchExpressions"];
+      if (!list.is_array()) list = Json::array();
+      list.push_back(std::move(expression));
+      split.push_back(std::move(t));
+    }
+  }
+  required["nodeSelectorTerms"] = std::move(split);
+}
+
 }  // namespace
+
+std::string PreflightChecks(const policy::JobSpec& spec, ReplicaType type) {
+  const policy::FaultTolerance& ft = spec.fault_tolerance;
+  std::string checks;
+  auto add = [&checks](std::string_view c) {
+    checks += (checks.empty() ? "" : ",") + std::string(c);
+  };
+  if (type == ReplicaType::kMaster) {
+    // The master has no TPU: the job's list without accelerator, and at least dns.
+    for (const std::string& c : ft.preflight_checks) {
+      if (c != "accelerator") add(c);
+    }
+    if (checks.empty()) add("dns");
+    return checks;
+  }
+  if (!ft.preflight_checks.empty()) {
+    for (const std::string& c : ft.preflight_checks) add(c);
+    return checks;
+  }
+  add("dns");
+  add("disk");
+  add("accelerator");
+  if (spec.tpu.high_speed_network) add("ulimit");
+  return checks;
+}
 
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options,
@@ -298,8 +356,9 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
     }
   }
 
-  if (type == ReplicaType::kWorker && spec.fault_tolerance.preflight_enabled) {
-    AddPreflight(pod_spec, spec, options);
+  if (spec.fault_tolerance.preflight_enabled) AddPreflight(pod_spec, spec, type, options);
+  if (type == ReplicaType::kWorker && options.avoid_maintenance_before_unix) {
+    AvoidScheduledMaintenance(pod_spec, *options.avoid_maintenance_before_unix);
   }
 
   const std::vector<Json> env = OperatorEnv(job, spec, type, index, attempt);

@@ -55,7 +55,18 @@ std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec);
 struct PodBuildOptions {
   // The image of the pre-flight init container when the job names none: the operator's own.
   std::string preflight_image = "tpujob-operator:latest";
+  // Workers avoid nodes whose announced maintenance (policy::kScheduledMaintenanceLabel, Unix
+  // seconds) starts before this: a required node affinity (DoesNotExist or Gt). Unset: none.
+  std::optional<int64_t> avoid_maintenance_before_unix;
 };
+
+// The cache path the pre-flight `disk-size cache` item measures (its default).
+inline constexpr std::string_view kPreflightCachePath = "/cache";
+
+// The pre-flight checks for a replica (TPUJOB_PREFLIGHT_CHECKS). Workers: the job's list when
+// it gives one, else dns, disk and accelerator, plus ulimit for a job on a high-speed network
+// (spec.tpu.highSpeedNetwork). The master (no TPU): the job's list without accelerator, or dns.
+std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType type);
 
 // The pod for replica `type` #`index` of `attempt` (1, 2, ...). `spec.Replica(type)` must be
 // set; its template (metadata and spec) is the starting point. On top of it:

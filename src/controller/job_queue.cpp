@@ -100,7 +100,8 @@ int32_t JobQueue::Priority(const policy::JobSpec& spec) {
   return value.value_or(spec.priority);
 }
 
-std::map<std::string, policy::Admission> JobQueue::ComputePlan() {
+std::map<std::string, policy::Admission> JobQueue::ComputePlan(
+    std::optional<Duration>* changes_in) {
   std::vector<policy::GangRequest> queued;
   std::vector<policy::Reservation> reservations;
   // Bound, live workers of each job's current attempt, for the reservations.
@@ -161,14 +162,22 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan() {
   node_ptrs.reserve(nodes.size());
   for (const auto& node : nodes) node_ptrs.push_back(node.get());
   const policy::Capacity capacity =
-      policy::BuildCapacity(node_ptrs, pod_ptrs, reservations, health_);
+      policy::BuildCapacity(node_ptrs, pod_ptrs, reservations, health_, clock_.WallNow());
+  if (changes_in != nullptr) *changes_in = capacity.changes_in;
   return policy::PlanAdmissions(capacity, std::move(queued));
 }
 
 void JobQueue::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
+  // When a node enters its maintenance avoid window: the capacity changes then with no event.
+  bool replan = false;
+  std::chrono::steady_clock::time_point replan_at{};
   while (true) {
-    cv_.wait(lock, [this] { return dirty_ || stop_; });
+    if (replan) {
+      if (!cv_.wait_until(lock, replan_at, [this] { return dirty_ || stop_; })) dirty_ = true;
+    } else {
+      cv_.wait(lock, [this] { return dirty_ || stop_; });
+    }
     if (stop_) return;
     // Coalesce a burst of changes (a gang's pods binding one after another) into one plan.
     lock.unlock();
@@ -178,7 +187,14 @@ void JobQueue::Loop() {
     dirty_ = false;
     lock.unlock();
     const auto begin = clock_.Now();
-    std::map<std::string, policy::Admission> plan = ComputePlan();
+    std::optional<Duration> changes_in;
+    std::map<std::string, policy::Admission> plan = ComputePlan(&changes_in);
+    replan = changes_in.has_value();
+    if (replan) {
+      replan_at =
+          std::chrono::steady_clock::now() +
+          std::max<Duration>(changes_in.value_or(Duration::zero()), std::chrono::seconds(1));
+    }
     recomputations_++;
     const auto took = clock_.Now() - begin;
     lock.lock();

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -68,7 +69,10 @@ class JobQueue {
   AdmissionDecision Admit(const cache::TPUJobInfo& job);
 
   // Computes a plan from the caches now (what the thread does), for tests and benchmarks.
-  std::map<std::string, policy::Admission> ComputePlan();
+  // `changes_in`: when the capacity changes by itself (a node entering its maintenance avoid
+  // window), so the plan is made again then.
+  std::map<std::string, policy::Admission> ComputePlan(
+      std::optional<Duration>* changes_in = nullptr);
 
   // Recomputations so far.
   uint64_t recomputations() const { return recomputations_.load(); }

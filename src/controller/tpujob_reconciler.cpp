@@ -129,8 +129,8 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   input.job = job.get();
   input.spec = &spec;
   input.now = clock_.WallNow();
-  input.node_health = [this](std::string_view node) {
-    return policy::EvaluateNode(nodes_.Get(node).get(), options_.node_health);
+  input.node_health = [this, now = input.now](std::string_view node) {
+    return policy::EvaluateNode(nodes_.Get(node).get(), options_.node_health, now);
   };
   const auto pods = pods_.ByIndex(cache::kPodsByJobIndex, key);
   for (const auto& pod : pods) {
@@ -308,13 +308,22 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
 
   const auto begin = clock_.Now();
   const int32_t attempt = plan.status.attempt;
+  // Workers keep off nodes whose announced maintenance starts within the avoid window, which
+  // the queue left out of the capacity it admitted the attempt on.
+  PodBuildOptions pod_options = options_.pod_options;
+  if (options_.node_health.maintenance_avoid_window > Duration::zero()) {
+    pod_options.avoid_maintenance_before_unix =
+        std::chrono::duration_cast<std::chrono::seconds>(
+            (clock_.WallNow() + options_.node_health.maintenance_avoid_window).time_since_epoch())
+            .count();
+  }
   std::vector<std::optional<kube::Error>> errors(plan.create.size());
   std::vector<bool> made(plan.create.size(), false);
   ParallelFor(plan.create.size(), options_.create_parallelism, [&](size_t i) {
     const auto& want = plan.create[i];
-    auto created = client_.Create(kube::Resource::Pods(), ns,
-                                  BuildPod(job, spec, want.type, want.index, attempt,
-                                           options_.pod_options, plan.status.node_pool));
+    auto created = client_.Create(
+        kube::Resource::Pods(), ns,
+        BuildPod(job, spec, want.type, want.index, attempt, pod_options, plan.status.node_pool));
     if (created) {
       made[i] = true;
     } else if (!created.error().IsAlreadyExists()) {

@@ -218,7 +218,7 @@ UncordonDecision DecideUncordon(const cache::NodeInfo& node, const NodeHealthCon
     d.message = "node " + node.name + " is not cordoned by tpujob-operator";
     return d;
   }
-  const NodeHealth verdict = EvaluateNode(&node, health);
+  const NodeHealth verdict = EvaluateNode(&node, health, now);
   if (verdict.verdict != NodeVerdict::kHealthy) {
     d.message = "node " + node.name + " is not healthy: " + verdict.message;
     return d;

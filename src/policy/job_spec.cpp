@@ -165,6 +165,10 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   }
   if (value == 0) return Error("spec.tpu.chipsPerWorker: is required");
   out.tpu.chips_per_worker = static_cast<int32_t>(value);
+  if (auto e = ReadBool(*tpu, "highSpeedNetwork", "spec.tpu.highSpeedNetwork",
+                        out.tpu.high_speed_network)) {
+    return Error(*e);
+  }
 
   // Replicas.
   const Json* specs = Member(spec, "replicaSpecs");
@@ -207,6 +211,7 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   // Fault tolerance.
   FaultTolerance& ft = out.fault_tolerance;
   std::optional<int32_t> spec_retries;
+  std::optional<bool> spec_preflight;
   if (const Json* f = Member(spec, "faultTolerance"); f != nullptr) {
     if (!f->is_object()) return Error("spec.faultTolerance: must be an object");
     value = -1;
@@ -251,9 +256,12 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
     }
     if (const Json* pre = Member(*f, "preflight"); pre != nullptr) {
       if (!pre->is_object()) return Error("spec.faultTolerance.preflight: must be an object");
-      if (auto e = ReadBool(*pre, "enabled", "spec.faultTolerance.preflight.enabled",
-                            ft.preflight_enabled)) {
-        return Error(*e);
+      if (Member(*pre, "enabled") != nullptr) {
+        bool enabled = false;
+        if (auto e = ReadBool(*pre, "enabled", "spec.faultTolerance.preflight.enabled", enabled)) {
+          return Error(*e);
+        }
+        spec_preflight = enabled;
       }
       if (const Json* checks = Member(*pre, "checks"); checks != nullptr) {
         if (!checks->is_array())
@@ -290,6 +298,7 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
                  std::to_string(*spec_retries) + "); set one of them");
   }
   ft.max_job_retries = spec_retries.value_or(annotation_retries.value_or(0));
+  ft.preflight_enabled = spec_preflight.value_or(annotation_retries.value_or(0) > 0);
 
   if (const Json* cp = Member(spec, "checkpoint"); cp != nullptr) {
     if (!cp->is_object()) return Error("spec.checkpoint: must be an object");
@@ -298,6 +307,29 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
     }
   }
   return out;
+}
+
+bool MountsVolumeAt(const ReplicaSpec& replica, std::string_view path) {
+  auto trim = [](std::string_view p) {
+    while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+    return p;
+  };
+  const Json* spec = replica.template_.is_object() ? Member(replica.template_, "spec") : nullptr;
+  const Json* containers =
+      spec != nullptr && spec->is_object() ? Member(*spec, "containers") : nullptr;
+  if (containers == nullptr || !containers->is_array() || containers->empty() ||
+      !(*containers)[0].is_object()) {
+    return false;
+  }
+  const Json* mounts = Member((*containers)[0], "volumeMounts");
+  if (mounts == nullptr || !mounts->is_array()) return false;
+  for (const Json& m : *mounts) {
+    const Json* at = m.is_object() ? Member(m, "mountPath") : nullptr;
+    if (at != nullptr && at->is_string() && trim(at->get_ref<const std::string&>()) == trim(path)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 ExitClass ClassifyExit(const ExitCodeRules& rules, int32_t code, std::string_view reason) {

@@ -58,6 +58,9 @@ struct FaultTolerance {
   ExitCodeRules exit_codes;
   bool cordon_faulty_nodes = true;
   int64_t maintenance_grace_period_seconds = 300;
+  // On when spec.faultTolerance.preflight.enabled says so, or, when the spec does not say, when
+  // the annotation fault-tolerance/job-retry-num opts the job in (1..3): as in the source
+  // requirements, turning on automatic re-issue turns on the environment check.
   bool preflight_enabled = false;
   std::string preflight_image;  // "" = the operator's own image (its --preflight-image flag)
   std::vector<std::string> preflight_checks;  // "dns", "disk", "ulimit", "accelerator"
@@ -68,6 +71,10 @@ struct TpuSpec {
   std::string accelerator;  // node label cloud.google.com/gke-tpu-accelerator
   std::string topology;     // node label cloud.google.com/gke-tpu-topology, e.g. "2x4"
   int32_t chips_per_worker = 0;
+  // The workers use a high-speed network (RDMA, multi-NIC); its libraries need locked memory
+  // and many open files, so pre-flight checks the ulimits (the source requirements check them
+  // only for such jobs).
+  bool high_speed_network = false;
   // The product of the topology's dimensions: chips in the slice.
   int64_t TopologyChips() const;
 };
@@ -94,6 +101,10 @@ struct JobSpec {
 // Decodes and validates a job. On error the message names the field and what is wrong, e.g.
 // "annotation fault-tolerance/job-retry-num: \"five\" is not a number between 0 and 3".
 std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job);
+
+// Whether the replica's pod template mounts a volume at `path` in its first container (the
+// training program's), trailing slashes ignored.
+bool MountsVolumeAt(const ReplicaSpec& replica, std::string_view path);
 
 // Classifies the exit of one container. `code` 0 is never passed here.
 ExitClass ClassifyExit(const ExitCodeRules& rules, int32_t code, std::string_view reason);

@@ -482,6 +482,7 @@ class Decider {
       if (p->pod->deleting() || p->pod->node_name.empty()) continue;
       if (p->pod->phase == cache::PodPhase::kSucceeded) continue;
       NodeHealth h = in_.node_health(p->pod->node_name.view());
+      if (h.changes_in && !p->pod->terminated()) Requeue(*h.changes_in);  // maintenance ahead
       if (h.verdict == NodeVerdict::kMaintenance && !p->pod->terminated() &&
           maintenance == nullptr) {
         maintenance = p;
@@ -598,9 +599,13 @@ class Decider {
     for (const auto& [p, t] : failed) {
       const std::optional<preflight::Report> report = preflight::ParseReport(t->message);
       std::string items;
+      bool blames_node = false;  // an item that speaks about the node, not the job's settings
+      const ReplicaSpec* replica = spec_->Replica(p->type);
       for (const preflight::ItemResult& result :
            report ? report->items : std::vector<preflight::ItemResult>{}) {
         if (result.passed) continue;
+        blames_node =
+            blames_node || (replica != nullptr && PreflightItemBlamesNode(result, *replica));
         const std::string& item = result.item;
         if (!items.empty()) items += ",";
         items += item;
@@ -608,16 +613,21 @@ class Decider {
           all_items += (all_items.empty() ? "" : ",") + item;
         }
       }
-      const bool node_fault = t->exit_code && *t->exit_code == preflight::kExitNodeFault;
+      // The source requirements' cases 1 and 2: a node whose hardware (exit 10) or environment
+      // (exit 11 with an item about the node) failed is isolated; the circuit breaker and the
+      // cordon cap keep a failure that is everywhere from cordoning everything.
+      const bool hardware = t->exit_code && *t->exit_code == preflight::kExitNodeFault;
+      const bool node_fault =
+          hardware || (t->exit_code && *t->exit_code == preflight::kExitConfigFault && blames_node);
       const std::string node(p->pod->node_name.view());
       if (node_fault && !node.empty()) {
         nodes_at_fault += (nodes_at_fault.empty() ? "" : ", ") + node;
         if (spec_->fault_tolerance.cordon_faulty_nodes) {
           plan_.cordon.push_back(
               {node, "PreflightFailed",
-               Describe(*p) +
-                   ": pre-flight check failed: " + (items.empty() ? "no readable report" : items) +
-                   " on node " + node + " (the node is at fault)",
+               Describe(*p) + ": pre-flight check failed: " +
+                   (items.empty() ? "no readable report" : items) + " on node " + node +
+                   (hardware ? " (the node is at fault)" : " (the node's environment is at fault)"),
                items, p->pod->uid + "/" + (items.empty() ? "preflight" : items)});
         }
       }
@@ -726,6 +736,16 @@ class Decider {
 };
 
 }  // namespace
+
+bool PreflightItemBlamesNode(const preflight::ItemResult& item, const ReplicaSpec& replica) {
+  if (item.passed) return false;
+  if (item.fault == preflight::Fault::kNode) return true;
+  if (item.item == preflight::kItemConfig) return false;  // the job's settings are invalid
+  // Kubernetes gives a container a 64 MB /dev/shm unless the pod mounts a volume there: with
+  // none, a small shm is the template's doing, the same on every node.
+  if (item.item == preflight::kItemDiskShm) return MountsVolumeAt(replica, "/dev/shm");
+  return true;
+}
 
 std::string ReplicaKey(ReplicaType type, int32_t index) {
   return std::string(ToString(type)) + "-" + std::to_string(index);

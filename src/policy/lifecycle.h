@@ -141,6 +141,12 @@ inline constexpr std::string_view kPreflightContainer = "preflight";
 inline constexpr int32_t kPreflightNodeFault = preflight::kExitNodeFault;
 inline constexpr int32_t kPreflightConfigFault = preflight::kExitConfigFault;
 
+// Whether a failed pre-flight item isolates the node it ran on (the source requirements' cases
+// 1 and 2: hardware or environment of the node at fault). Not for `config` (the job's settings
+// are invalid) nor for `disk-size shm` when the replica's template mounts no volume at
+// /dev/shm (Kubernetes' 64 MB default: the template's doing, the same on every node).
+bool PreflightItemBlamesNode(const preflight::ItemResult& item, const ReplicaSpec& replica);
+
 // "Worker-3": the key of workerRestarts and of log lines.
 std::string ReplicaKey(ReplicaType type, int32_t index);
 

@@ -114,6 +114,21 @@ std::string Describe(const GangRequest& job) { return job.accelerator + " " + jo
 
 // Why `job` does not fit. `best_pool` has the most free slots, `best_slots` (nullptr when the
 // class has no node at all), `most_free` the most free chips on one node (single host).
+// "; 2 nodes left out for maintenance scheduled within 1h (a, b)": nodes of the class that
+// announced maintenance soon, which the job could otherwise have used.
+std::string AvoidedMessage(const Capacity& capacity, const Capacity::Class& key) {
+  auto it = capacity.avoided.find(key);
+  if (it == capacity.avoided.end() || it->second.empty()) return "";
+  const std::vector<std::string>& names = it->second;
+  std::string list;
+  for (size_t i = 0; i < names.size() && i < 5; ++i) list += (i == 0 ? "" : ", ") + names[i];
+  if (names.size() > 5) list += ", ...";
+  const int64_t minutes =
+      std::chrono::duration_cast<std::chrono::minutes>(capacity.avoid_window).count();
+  return "; " + std::to_string(names.size()) + (names.size() == 1 ? " node" : " nodes") +
+         " left out: maintenance scheduled within " + std::to_string(minutes) + "m (" + list + ")";
+}
+
 std::string CapacityMessage(const GangRequest& job, const ClassState& state, int64_t best_slots,
                             const std::string* best_pool, int64_t most_free) {
   std::string needs;
@@ -142,8 +157,10 @@ bool QueueBefore(const GangRequest& a, const GangRequest& b) {
 
 Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
                        const std::vector<const cache::PodInfo*>& pods,
-                       const std::vector<Reservation>& reservations,
-                       const NodeHealthConfig& health) {
+                       const std::vector<Reservation>& reservations, const NodeHealthConfig& health,
+                       WallTime now) {
+  Capacity capacity;
+  capacity.avoid_window = health.maintenance_avoid_window;
   // The nodes that offer chips at all, with their allocatable chips, sorted by class, pool and
   // name. Label values are interned, so equal ones mostly compare by address.
   struct Entry {
@@ -157,7 +174,17 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
     const std::string_view accelerator = node->labels.Value(kAcceleratorLabel);
     const std::string_view topology = node->labels.Value(kTopologyLabel);
     if (accelerator.empty() || topology.empty()) continue;
-    if (EvaluateNode(node, health).verdict != NodeVerdict::kHealthy) continue;
+    // Announced maintenance first, so a node that is also inside the move window (and so
+    // "under maintenance") is named in the message as left out for it.
+    std::optional<Duration> changes_in;
+    if (AvoidForMaintenance(*node, health, now, &changes_in)) {
+      capacity.avoided[{std::string(accelerator), std::string(topology)}].push_back(node->name);
+      continue;
+    }
+    if (EvaluateNode(node, health, now).verdict != NodeVerdict::kHealthy) continue;
+    if (changes_in && (!capacity.changes_in || *changes_in < *capacity.changes_in)) {
+      capacity.changes_in = changes_in;
+    }
     entries.push_back({accelerator, topology, node->labels.Value(cache::kNodePoolLabel), node->name,
                        std::max<int64_t>(node->tpu_allocatable, 0)});
   }
@@ -181,7 +208,7 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
     free = std::max<int64_t>(free - pod->TpuRequest(), 0);
   }
 
-  Capacity capacity;
+  for (auto& [unused, names] : capacity.avoided) std::sort(names.begin(), names.end());
   const Entry* last = nullptr;  // the last entry added, and the pool it went to
   std::vector<NodeCapacity>* pool = nullptr;
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -314,7 +341,8 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
     state.head_job = job.job;
     state.head_position = admission.position;
     state.head_message = CapacityMessage(job, state, best_slots,
-                                         best != nullptr ? &best->name() : nullptr, most_free);
+                                         best != nullptr ? &best->name() : nullptr, most_free) +
+                         AvoidedMessage(capacity, key);
     admission.reason = "WaitingForCapacity";
     admission.message = state.head_message;
     out.insert_or_assign(job.job, std::move(admission));

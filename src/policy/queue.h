@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,15 +83,23 @@ struct NodeCapacity {
 struct Capacity {
   using Class = std::pair<std::string, std::string>;  // accelerator, topology
   std::map<Class, std::map<std::string, std::vector<NodeCapacity>>> pools;
+  // Schedulable, healthy nodes of a class left out because their announced maintenance starts
+  // within NodeHealthConfig::maintenance_avoid_window, in name order; named in the messages.
+  std::map<Class, std::vector<std::string>> avoided;
+  Duration avoid_window{};
+  // When the earliest node enters its avoid window: the capacity changes then without any
+  // event, so the caller builds it again.
+  std::optional<Duration> changes_in;
 };
 
 // Builds the capacity from the caches' snapshots. `pods` may include pods of any job and pods
 // not bound yet (those are ignored); terminated pods are ignored; a pod that is being deleted
-// still holds its chips until it is gone. Reservations are then taken out.
+// still holds its chips until it is gone. Reservations are then taken out. Nodes that
+// AvoidForMaintenance at `now` offer nothing (Capacity::avoided).
 Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
                        const std::vector<const cache::PodInfo*>& pods,
-                       const std::vector<Reservation>& reservations,
-                       const NodeHealthConfig& health);
+                       const std::vector<Reservation>& reservations, const NodeHealthConfig& health,
+                       WallTime now);
 
 // The queue's answer for one waiting job.
 struct Admission {

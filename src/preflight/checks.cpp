@@ -232,13 +232,41 @@ ItemResult CheckDiskSize(std::string_view item, const std::string& path, double 
   return result;
 }
 
+namespace {
+
+ItemResult CheckDiskCache(const DiskOptions& options, const FilesystemProbe& probe) {
+  auto skipped = [&](std::string why) {
+    ItemResult item;
+    item.item = kItemDiskCache;
+    item.passed = true;
+    item.skipped = true;
+    item.threshold = fmt::format("> {} GB", options.cache_min_gb);
+    item.message = std::move(why);
+    item.log_fields = {{"path", options.cache_path}};
+    return item;
+  };
+  if (options.cache_volume == DiskOptions::Volume::kAbsent) {
+    return skipped("not checked: the pod mounts no volume at " + options.cache_path);
+  }
+  if (options.cache_volume == DiskOptions::Volume::kAuto) {
+    const auto size = probe(options.cache_path);
+    if (!size && (size.error().error_number == ENOENT || size.error().error_number == ENOTDIR)) {
+      return skipped("not checked: " + options.cache_path + " does not exist (no volume mounted)");
+    }
+  }
+  return CheckDiskSize(kItemDiskCache, options.cache_path, options.cache_min_gb, Fault::kNode,
+                       probe);
+}
+
+}  // namespace
+
 std::vector<ItemResult> CheckDisks(const DiskOptions& options, const FilesystemProbe& probe) {
   return {
       CheckDiskSize(kItemDiskRoot, options.root_path, options.root_min_gb, Fault::kNode, probe),
       // Kubernetes gives a container a 64 MB /dev/shm unless the pod mounts an emptyDir with
       // medium Memory there: that is the job's template, not the host.
       CheckDiskSize(kItemDiskShm, options.shm_path, options.shm_min_gb, Fault::kConfig, probe),
-      CheckDiskSize(kItemDiskCache, options.cache_path, options.cache_min_gb, Fault::kNode, probe),
+      CheckDiskCache(options, probe),
   };
 }
 

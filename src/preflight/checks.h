@@ -49,6 +49,7 @@ struct ItemResult {
   std::string value;           // what was measured, e.g. "120.5 GB"
   std::string threshold;       // what was required, e.g. "> 32 GB"
   std::string message;         // why it failed (or a note when it passed)
+  bool skipped = false;        // passed without being measured; `message` says why
   // Extra key=value pairs for the item's log line, in order (e.g. path=/ value_gb=120).
   std::vector<std::pair<std::string, std::string>> log_fields;
 };
@@ -105,13 +106,19 @@ struct DiskOptions {
   double root_min_gb = 32;
   double shm_min_gb = 1;
   double cache_min_gb = 32;
+  // Whether a volume is mounted at cache_path. The cache item measures the job's cache volume;
+  // a job that mounts none there has nothing to measure, so the item is skipped (it passes with
+  // a note) rather than failing on every node. kAuto: skipped when the path does not exist.
+  // The operator passes kAbsent or kPresent from the pod template's volume mounts.
+  enum class Volume { kAuto, kPresent, kAbsent };
+  Volume cache_volume = Volume::kAuto;
 };
 
 // One item: `item` is kItemDiskRoot/Shm/Cache, `fault` whom a too-small file system blames.
 ItemResult CheckDiskSize(std::string_view item, const std::string& path, double min_gb, Fault fault,
                          const FilesystemProbe& probe);
 
-// The three disk-size items, root, shm and cache, in that order.
+// The three disk-size items, root, shm and cache, in that order (cache skipped as above).
 std::vector<ItemResult> CheckDisks(const DiskOptions& options, const FilesystemProbe& probe);
 
 // --- ulimit ----------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ namespace {
 
 constexpr std::array kSettings = {
     Setting{"--checks", "TPUJOB_PREFLIGHT_CHECKS",
-            "Comma-separated checks to run: dns, disk, ulimit, accelerator. Default: all four."},
+            "Comma-separated checks to run: dns, disk, ulimit, accelerator. Default: dns, disk, "
+            "accelerator (ulimit only when asked for: it matters for high-speed networks)."},
     Setting{"--node-name", "NODE_NAME", "Name of the node, recorded in the report."},
     Setting{"--hostnames", "TPU_WORKER_HOSTNAMES",
             "Comma-separated peer host names the dns check resolves."},
@@ -36,6 +37,9 @@ constexpr std::array kSettings = {
             "File system checked by 'disk-size cache'. Default /cache."},
     Setting{"--cache-min-gb", "TPUJOB_PREFLIGHT_CACHE_MIN_GB",
             "The cache file system must be larger than this many GB. Default 32."},
+    Setting{"--cache-volume", "TPUJOB_PREFLIGHT_CACHE_VOLUME",
+            "Whether a volume is mounted at the cache path: present (check it), absent (skip "
+            "'disk-size cache') or auto (skip it when the path does not exist). Default auto."},
     Setting{"--memlock-min-kb", "TPUJOB_PREFLIGHT_MEMLOCK_MIN_KB",
             "The max-locked-memory soft limit must exceed this many KiB. Default 16000."},
     Setting{"--nofile-min", "TPUJOB_PREFLIGHT_NOFILE_MIN",
@@ -111,6 +115,21 @@ class Loader {
 
   void String(std::string_view flag, std::string& out) {
     if (auto value = source_.Get(flag)) out = value->text;
+  }
+
+  void CacheVolume(DiskOptions::Volume& out) {
+    auto value = source_.Get("--cache-volume");
+    if (!value) return;
+    const std::string_view text = Trim(value->text);
+    if (text == "auto") {
+      out = DiskOptions::Volume::kAuto;
+    } else if (text == "present") {
+      out = DiskOptions::Volume::kPresent;
+    } else if (text == "absent") {
+      out = DiskOptions::Volume::kAbsent;
+    } else {
+      problems_.push_back(Problem(*value, "want auto, present or absent"));
+    }
   }
 
   void Gb(std::string_view flag, double& out) {
@@ -230,6 +249,7 @@ std::expected<Options, ConfigError> LoadOptions(const FlagValues& flags,
   load.Gb("--shm-min-gb", options.disk.shm_min_gb);
   load.String("--cache-path", options.disk.cache_path);
   load.Gb("--cache-min-gb", options.disk.cache_min_gb);
+  load.CacheVolume(options.disk.cache_volume);
 
   load.Integer("--memlock-min-kb", options.ulimit.memlock_min_kb, kMaxThreshold);
   load.Integer("--nofile-min", options.ulimit.nofile_min, kMaxThreshold);

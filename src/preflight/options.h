@@ -28,7 +28,9 @@ std::string_view ToString(Check check);  // "disk", "ulimit", "accelerator", "dn
 struct Options {
   // Each check at most once, in the order they run: the local ones first, dns last because it
   // may wait for peers for up to its timeout.
-  std::vector<Check> checks = {Check::kDisk, Check::kUlimit, Check::kAccelerator, Check::kDns};
+  // ulimit is not a default: the source requirements check the limits only for jobs on a
+  // high-speed network, and the operator adds it for those (spec.tpu.highSpeedNetwork).
+  std::vector<Check> checks = {Check::kDisk, Check::kAccelerator, Check::kDns};
   std::string node_name;  // NODE_NAME, recorded in the report
   DnsOptions dns;
   DiskOptions disk;

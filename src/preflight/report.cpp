@@ -19,6 +19,7 @@ Json ToJson(const Report& report) {
   for (const ItemResult& item : report.items) {
     Json entry = {{"item", item.item}, {"verdict", item.passed ? "pass" : "fail"}};
     if (!item.passed) entry["fault"] = std::string(ToString(item.fault));
+    if (item.skipped) entry["skipped"] = true;
     entry["value"] = item.value;
     entry["threshold"] = item.threshold;
     entry["message"] = item.message;
@@ -96,6 +97,10 @@ std::optional<Report> ParseReportJson(const nlohmann::json& doc) {
     item.item = *name;
     if (*item_verdict == "pass") {
       item.passed = true;
+      if (auto s = entry.find("skipped"); s != entry.end()) {
+        if (!s->is_boolean()) return std::nullopt;
+        item.skipped = s->get<bool>();
+      }
     } else if (*item_verdict == "fail") {
       if (fault == "node") {
         item.fault = Fault::kNode;

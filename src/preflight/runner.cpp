@@ -25,7 +25,7 @@ std::vector<log::Field> ItemFields(const ItemResult& item, const std::string& me
   fields.reserve(item.log_fields.size() + 4);
   fields.emplace_back("item", item.item);
   for (const auto& [key, value] : item.log_fields) fields.emplace_back(key, value);
-  fields.emplace_back("verdict", item.passed ? "pass" : "fail");
+  fields.emplace_back("verdict", item.skipped ? "skip" : item.passed ? "pass" : "fail");
   if (!item.passed) fields.emplace_back("fault", ToString(item.fault));
   if (!message.empty()) fields.emplace_back("message", message);
   return fields;

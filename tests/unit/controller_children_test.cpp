@@ -332,7 +332,8 @@ policy::JobSpec PreflightSpec() {
 TEST(ChildrenPreflightTest, InitContainerComesFirstWithTheJobsSettings) {
   policy::JobSpec spec = PreflightSpec();
   spec.fault_tolerance.preflight_thresholds = Json{{"rootDiskGB", 100}, {"nofile", 4096}};
-  const Json pod_spec = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1"})["spec"];
+  const Json pod_spec =
+      BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1", std::nullopt})["spec"];
   ASSERT_EQ(pod_spec["initContainers"].size(), 2u);
   const Json& preflight = pod_spec["initContainers"][0];
   EXPECT_EQ(preflight["name"], "preflight");
@@ -345,10 +346,72 @@ TEST(ChildrenPreflightTest, InitContainerComesFirstWithTheJobsSettings) {
   EXPECT_EQ(EnvValue(preflight, "TPUJOB_PREFLIGHT_ROOT_MIN_GB"), "100");
   EXPECT_EQ(EnvValue(preflight, "TPUJOB_PREFLIGHT_NOFILE_MIN"), "4096");
   EXPECT_EQ(pod_spec["initContainers"][1]["name"], "fetch");
+  EXPECT_EQ(EnvValue(preflight, "TPUJOB_PREFLIGHT_CHECKS"), "dns,disk,accelerator");
+  EXPECT_EQ(EnvValue(preflight, "TPUJOB_PREFLIGHT_CACHE_VOLUME"), "absent");  // mounts /data only
 
-  // Masters never get one.
+  // The master (no TPU) checks what applies to it: dns, with no TPU request.
   const Json master = BuildPod(Job(), spec, ReplicaType::kMaster, 0, 1)["spec"];
-  EXPECT_FALSE(master.contains("initContainers"));
+  ASSERT_TRUE(master.contains("initContainers"));
+  const Json& master_preflight = master["initContainers"][0];
+  EXPECT_EQ(master_preflight["name"], "preflight");
+  EXPECT_EQ(EnvValue(master_preflight, "TPUJOB_PREFLIGHT_CHECKS"), "dns");
+  EXPECT_EQ(EnvValue(master_preflight, "TPUJOB_CHIPS_PER_WORKER"), "0");
+  EXPECT_FALSE(master_preflight.contains("resources"));
+}
+
+TEST(ChildrenPreflightTest, ChecksFollowTheSpecTheNetworkAndTheCacheVolume) {
+  policy::JobSpec spec = PreflightSpec();
+  EXPECT_EQ(PreflightChecks(spec, ReplicaType::kWorker), "dns,disk,accelerator");
+  spec.tpu.high_speed_network = true;
+  EXPECT_EQ(PreflightChecks(spec, ReplicaType::kWorker), "dns,disk,accelerator,ulimit");
+  EXPECT_EQ(PreflightChecks(spec, ReplicaType::kMaster), "dns");
+  spec.fault_tolerance.preflight_checks = {"accelerator", "ulimit"};
+  EXPECT_EQ(PreflightChecks(spec, ReplicaType::kWorker), "accelerator,ulimit");
+  EXPECT_EQ(PreflightChecks(spec, ReplicaType::kMaster), "ulimit");
+  spec.fault_tolerance.preflight_checks = {"accelerator"};
+  EXPECT_EQ(PreflightChecks(spec, ReplicaType::kMaster), "dns");
+
+  spec.worker.template_["spec"]["containers"][0]["volumeMounts"].push_back(
+      {{"name", "cache"}, {"mountPath", "/cache/"}});
+  const Json pod_spec = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1)["spec"];
+  EXPECT_EQ(EnvValue(pod_spec["initContainers"][0], "TPUJOB_PREFLIGHT_CACHE_VOLUME"), "present");
+}
+
+// Workers keep off nodes whose announced maintenance starts before the given time: each of the
+// template's required node-affinity terms is split into "no announcement" or "later than".
+TEST(ChildrenTest, WorkersAvoidNodesWithMaintenanceBeforeTheGivenTime) {
+  policy::JobSpec spec = Spec();
+  PodBuildOptions options;
+  options.avoid_maintenance_before_unix = 1800000000;
+  Json pod_spec = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, options)["spec"];
+  EXPECT_EQ(pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+            Json::parse(R"({"nodeSelectorTerms": [
+      {"matchExpressions": [{"key": "cloud.google.com/scheduled-maintenance-time",
+                             "operator": "DoesNotExist"}]},
+      {"matchExpressions": [{"key": "cloud.google.com/scheduled-maintenance-time",
+                             "operator": "Gt", "values": ["1800000000"]}]}]})"));
+
+  // The template's own terms keep their meaning: each is ANDed with either alternative.
+  spec.worker.template_["spec"]["affinity"] = Json::parse(R"({"nodeAffinity": {
+      "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}}})");
+  pod_spec = BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, options)["spec"];
+  const Json& terms =
+      pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+              ["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 4u);
+  EXPECT_EQ(terms[0]["matchExpressions"][0]["values"][0], "a");
+  EXPECT_EQ(terms[0]["matchExpressions"][1]["operator"], "DoesNotExist");
+  EXPECT_EQ(terms[1]["matchExpressions"][0]["values"][0], "a");
+  EXPECT_EQ(terms[1]["matchExpressions"][1]["operator"], "Gt");
+  EXPECT_EQ(terms[3]["matchExpressions"][0]["values"][0], "b");
+  EXPECT_EQ(terms[3]["matchExpressions"][1]["values"][0], "1800000000");
+
+  // Without the option, and for the master, nothing is added.
+  EXPECT_FALSE(BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1)["spec"].contains("affinity"));
+  EXPECT_FALSE(
+      BuildPod(Job(), Spec(), ReplicaType::kMaster, 0, 1, options)["spec"].contains("affinity"));
 }
 
 TEST(ChildrenPreflightTest, InitContainerMeetsPodSecurityRestricted) {

@@ -328,6 +328,36 @@ TEST(PolicyJobSpecTest, RetryAnnotationAcceptsZeroToThree) {
   }
 }
 
+// As in the source requirements, opting into re-issue with the annotation turns the
+// environment check on; the spec can still turn it off, and maxJobRetries alone does not.
+TEST(PolicyJobSpecTest, RetryAnnotationTurnsPreflightOnUnlessTheSpecSaysOtherwise) {
+  auto parsed = Parse(SpecJson(2), RetryAnnotation("2"));
+  ASSERT_TRUE(parsed.has_value()) << parsed.error();
+  EXPECT_TRUE(parsed->fault_tolerance.preflight_enabled);
+  EXPECT_FALSE(Parse(SpecJson(2), RetryAnnotation("0"))->fault_tolerance.preflight_enabled);
+
+  Json off = SpecJson(2);
+  off["faultTolerance"] = {{"preflight", {{"enabled", false}}}};
+  EXPECT_FALSE(Parse(off, RetryAnnotation("2"))->fault_tolerance.preflight_enabled);
+  Json checks_only = SpecJson(2);
+  checks_only["faultTolerance"] = {{"preflight", {{"checks", {"dns"}}}}};
+  EXPECT_TRUE(Parse(checks_only, RetryAnnotation("1"))->fault_tolerance.preflight_enabled);
+  EXPECT_FALSE(Parse(checks_only)->fault_tolerance.preflight_enabled);
+
+  Json spec_retries = SpecJson(2);
+  spec_retries["faultTolerance"] = {{"maxJobRetries", 2}};
+  EXPECT_FALSE(Parse(spec_retries)->fault_tolerance.preflight_enabled);
+}
+
+TEST(PolicyJobSpecTest, HighSpeedNetworkIsReadFromTheTpuSpec) {
+  EXPECT_FALSE(Parse(SpecJson(2))->tpu.high_speed_network);
+  Json spec = SpecJson(2);
+  spec["tpu"]["highSpeedNetwork"] = true;
+  EXPECT_TRUE(Parse(spec)->tpu.high_speed_network);
+  spec["tpu"]["highSpeedNetwork"] = "yes";
+  EXPECT_EQ(ErrorOf(spec), "spec.tpu.highSpeedNetwork: must be true or false");
+}
+
 TEST(PolicyJobSpecTest, RetryAnnotationRejectsAnythingElse) {
   for (const char* value : {"4", "-1", "five", "", " 2", "2 ", "+1", "1.0", "0x1", "99999999999"}) {
     SCOPED_TRACE(value);

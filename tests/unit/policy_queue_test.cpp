@@ -84,12 +84,12 @@ GangRequest With(GangRequest g, int32_t priority, int64_t queued_at, bool reissu
 
 Capacity Build(const std::vector<NodeInfo>& nodes, const std::vector<PodInfo>& pods = {},
                const std::vector<Reservation>& reservations = {},
-               const NodeHealthConfig& health = {}) {
+               const NodeHealthConfig& health = {}, WallTime now = At(0)) {
   std::vector<const NodeInfo*> node_ptrs;
   for (const NodeInfo& n : nodes) node_ptrs.push_back(&n);
   std::vector<const PodInfo*> pod_ptrs;
   for (const PodInfo& p : pods) pod_ptrs.push_back(&p);
-  return BuildCapacity(node_ptrs, pod_ptrs, reservations, health);
+  return BuildCapacity(node_ptrs, pod_ptrs, reservations, health, now);
 }
 
 // `count` nodes "<pool>-<i>" of `chips` chips in `pool`.
@@ -176,6 +176,79 @@ TEST(QueueOrderTest, ReissuedJobTakesTheCapacityFirst) {
 }
 
 // --- Capacity ---------------------------------------------------------------------------------
+
+// Announced maintenance (GKE's label, Unix seconds): nodes whose maintenance starts within the
+// avoid window (default 60 minutes) offer nothing to new admissions and are named in the
+// message; one further ahead counts, and the capacity says when it will stop counting.
+TEST(QueueCapacityTest, NodesWithMaintenanceSoonAreLeftOutAndNamed) {
+  const int64_t now_unix = 1704067200;  // At(0)
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 3, 4);
+  nodes[0].labels.Set(kScheduledMaintenanceLabel, std::to_string(now_unix + 5 * 60));
+  nodes[1].labels.Set(kScheduledMaintenanceLabel, std::to_string(now_unix + 90 * 60));
+  nodes[2].labels.Set(kScheduledMaintenanceLabel, "soon");  // not a time: ignored
+
+  const Capacity capacity = Build(nodes);
+  EXPECT_EQ(FreeByNode(capacity),
+            (std::map<std::string, int64_t>{{"pool-a-1", 4}, {"pool-a-2", 4}}));
+  EXPECT_THAT(capacity.avoided.at({kV5e, "2x4"}), ElementsAre("pool-a-0"));
+  ASSERT_TRUE(capacity.changes_in);
+  EXPECT_EQ(*capacity.changes_in, std::chrono::minutes(30));  // pool-a-1: 90 - 60 minutes
+
+  auto plan = PlanAdmissions(capacity, {Gang("ns/three", 3)});
+  EXPECT_FALSE(plan.at("ns/three").admit);
+  EXPECT_EQ(plan.at("ns/three").message,
+            "needs 3 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool; the best "
+            "pool, pool-a, has 2 free; 1 node left out: maintenance scheduled within 60m "
+            "(pool-a-0)");
+  plan = PlanAdmissions(capacity, {Gang("ns/two", 2)});
+  EXPECT_TRUE(plan.at("ns/two").admit);
+
+  // Thirty minutes later pool-a-1 is within the window too.
+  const Capacity later = Build(nodes, {}, {}, {}, At(30 * 60));
+  EXPECT_THAT(later.avoided.at({kV5e, "2x4"}), ElementsAre("pool-a-0", "pool-a-1"));
+  EXPECT_FALSE(later.changes_in);
+
+  // A zero window turns it off; maintenance already under way is the node health's business.
+  NodeHealthConfig off;
+  off.maintenance_avoid_window = Duration::zero();
+  off.maintenance_move_window = Duration::zero();
+  EXPECT_EQ(FreeByNode(Build(nodes, {}, {}, off)).size(), 3u);
+  EXPECT_TRUE(Build(nodes, {}, {}, off).avoided.empty());
+}
+
+// The move window: a node whose maintenance starts within it is under maintenance (its jobs
+// move); before that it is healthy and says when that changes.
+TEST(NodeHealthTest, AnnouncedMaintenanceCountsWithinTheMoveWindow) {
+  const int64_t now_unix = 1704067200;
+  NodeInfo node = TpuNode("n", "pool-a", 4);
+  node.labels.Set(kScheduledMaintenanceLabel, std::to_string(now_unix + 20 * 60));
+  const NodeHealthConfig config;  // move window 15 minutes
+  NodeHealth h = EvaluateNode(&node, config, At(0));
+  EXPECT_EQ(h.verdict, NodeVerdict::kHealthy);
+  ASSERT_TRUE(h.changes_in);
+  EXPECT_EQ(*h.changes_in, std::chrono::minutes(5));
+
+  h = EvaluateNode(&node, config, At(5 * 60));
+  EXPECT_EQ(h.verdict, NodeVerdict::kMaintenance);
+  EXPECT_EQ(h.reason, "Maintenance");
+  EXPECT_EQ(h.message,
+            "node n is scheduled for maintenance at 2024-01-01T00:20:00Z (in 15m0s), within the "
+            "15m0s window (cloud.google.com/scheduled-maintenance-time)");
+
+  NodeHealthConfig off;
+  off.maintenance_move_window = Duration::zero();
+  h = EvaluateNode(&node, off, At(19 * 60));
+  EXPECT_EQ(h.verdict, NodeVerdict::kHealthy);
+  EXPECT_FALSE(h.changes_in);
+
+  // A broken node is broken whatever its maintenance plans.
+  node.ready = cache::ConditionStatus::kFalse;
+  node.conditions[0].status = cache::ConditionStatus::kFalse;
+  h = EvaluateNode(&node, config, At(0));
+  EXPECT_EQ(h.verdict, NodeVerdict::kUnhealthy);
+  EXPECT_FALSE(h.changes_in);
+}
 
 TEST(QueueCapacityTest, OnlySchedulableHealthyLabelledNodesOfferChips) {
   std::vector<NodeInfo> nodes;

@@ -160,6 +160,38 @@ TEST_F(PreflightDiskTest, MissingPathFailsWithAClearMessage) {
   EXPECT_EQ(r.message, missing + " does not exist (volume not mounted?)");
 }
 
+// No volume at the cache path: nothing to measure, so the item is skipped (it passes with a
+// note), whether the operator says so (absent) or the path does not exist (auto). A volume the
+// operator says is there but is missing stays a failure.
+TEST_F(PreflightDiskTest, CacheItemIsSkippedWithoutAVolume) {
+  DiskOptions options;
+  options.root_path = Path("");
+  options.shm_path = Path("");
+  options.cache_path = Path("not-mounted");
+  for (const auto volume : {DiskOptions::Volume::kAuto, DiskOptions::Volume::kAbsent}) {
+    options.cache_volume = volume;
+    const std::vector<ItemResult> items = CheckDisks(options, SystemFilesystemProbe());
+    ASSERT_EQ(items.size(), 3u);
+    EXPECT_EQ(items[2].item, "disk-size cache");
+    EXPECT_TRUE(items[2].passed);
+    EXPECT_TRUE(items[2].skipped);
+    EXPECT_THAT(items[2].message, HasSubstr("not checked"));
+    EXPECT_THAT(items[2].message, HasSubstr(options.cache_path));
+  }
+  options.cache_volume = DiskOptions::Volume::kPresent;
+  const ItemResult present = CheckDisks(options, SystemFilesystemProbe())[2];
+  EXPECT_FALSE(present.passed);
+  EXPECT_FALSE(present.skipped);
+  EXPECT_EQ(present.fault, Fault::kConfig);
+
+  // With the operator saying there is none, an existing path is not measured either.
+  options.cache_path = Path("");
+  options.cache_volume = DiskOptions::Volume::kAbsent;
+  EXPECT_TRUE(CheckDisks(options, SystemFilesystemProbe())[2].skipped);
+  options.cache_volume = DiskOptions::Volume::kAuto;
+  EXPECT_FALSE(CheckDisks(options, SystemFilesystemProbe())[2].skipped);
+}
+
 TEST_F(PreflightDiskTest, UnreadablePathKeepsTheItemsFault) {
   const FilesystemProbe denied = [](const std::string&) {
     return std::expected<FilesystemSize, FilesystemError>(

@@ -120,8 +120,31 @@ class PreflightCommandTest : public testing::TempDirTest {
   std::string report_, volume_, dev_;
 };
 
+// By default the items of the source requirements without ulimit (checked only for a
+// high-speed network, which the operator asks for with --checks); a cache path with no volume
+// is skipped with an item line saying so.
+TEST_F(PreflightCommandTest, DefaultChecksLeaveOutUlimitAndSkipAMissingCache) {
+  const Outcome out = Preflight({"--cache-path", volume_ + "/no-such-volume"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_EQ(ItemLine(out.output, "item=ulimit"), "") << out.output;
+  EXPECT_THAT(ItemLine(out.output, "accelerator"), HasSubstr("verdict=pass"));
+  const std::string cache = ItemLine(out.output, "\"disk-size cache\"");
+  EXPECT_THAT(cache, HasSubstr("verdict=skip")) << out.output;
+  EXPECT_THAT(cache, HasSubstr("does not exist (no volume mounted)")) << cache;
+  const Report report = ReadReport();
+  const ItemResult* item = Find(report, "disk-size cache");
+  ASSERT_NE(item, nullptr);
+  EXPECT_TRUE(item->passed);
+  EXPECT_TRUE(item->skipped);
+
+  const Outcome absent = Preflight({"--cache-volume", "absent"});
+  ASSERT_EQ(absent.exit_code, 0) << absent.output;
+  EXPECT_THAT(ItemLine(absent.output, "\"disk-size cache\""),
+              HasSubstr("message=\"not checked: the pod mounts no volume at " + volume_));
+}
+
 TEST_F(PreflightCommandTest, AllItemsPassExitsZero) {
-  const Outcome out = Preflight();
+  const Outcome out = Preflight({"--checks", "dns,disk,ulimit,accelerator"});
   ASSERT_EQ(out.exit_code, 0) << out.output;
   for (const char* item : {"\"disk-size root\"", "\"disk-size shm\"", "\"disk-size cache\"",
                            "ulimit", "accelerator", "dns"}) {
@@ -240,8 +263,8 @@ TEST_F(PreflightCommandTest, UnwritableReportFileKeepsTheExitCode) {
 TEST_F(PreflightCommandTest, HelpDocumentsTheExitCodes) {
   const Outcome out = Run({TPUJOB_OPERATOR_BINARY, "preflight", "--help"});
   EXPECT_EQ(out.exit_code, 0) << out.output;
-  EXPECT_THAT(out.output, HasSubstr("10  the node is at fault"));
-  EXPECT_THAT(out.output, HasSubstr("11  the job's configuration is at fault"));
+  EXPECT_THAT(out.output, HasSubstr("10  the node's hardware is at fault"));
+  EXPECT_THAT(out.output, HasSubstr("11  not the hardware: dns or disk-size shm failed"));
   EXPECT_THAT(out.output, HasSubstr("TPUJOB_PREFLIGHT_NOFILE_MIN"));
   EXPECT_THAT(out.output, Not(HasSubstr("msg=\"preflight\"")));  // nothing ran
 }
@@ -274,7 +297,7 @@ TEST_F(PreflightCommandTest, LogFormatJsonWritesOneObjectPerLine) {
     ASSERT_TRUE(parsed.has_value()) << parsed.error() << "\n" << line;
     if ((*parsed)["msg"] == "preflight") items.push_back(*parsed);
   }
-  ASSERT_THAT(items, SizeIs(6)) << out.output;
+  ASSERT_THAT(items, SizeIs(5)) << out.output;  // no ulimit by default
   bool accelerator = false;
   for (const auto& item : items) {
     EXPECT_EQ(item["level"], "info");

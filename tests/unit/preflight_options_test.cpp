@@ -35,10 +35,24 @@ Options LoadOk(const FlagValues& flags, const EnvironmentLookup& env) {
   return options.value_or(Options{});
 }
 
+TEST(PreflightOptionsTest, CacheVolumeIsAutoPresentOrAbsent) {
+  EXPECT_EQ(LoadOk({}, Env({{"TPUJOB_PREFLIGHT_CACHE_VOLUME", "absent"}})).disk.cache_volume,
+            DiskOptions::Volume::kAbsent);
+  EXPECT_EQ(
+      LoadOk({{"--cache-volume", "present"}}, Env({{"TPUJOB_PREFLIGHT_CACHE_VOLUME", "absent"}}))
+          .disk.cache_volume,
+      DiskOptions::Volume::kPresent);
+  const auto bad = LoadOptions({}, Env({{"TPUJOB_PREFLIGHT_CACHE_VOLUME", "maybe"}}));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().problems,
+              ElementsAre("TPUJOB_PREFLIGHT_CACHE_VOLUME=\"maybe\": want auto, present or absent"));
+}
+
 TEST(PreflightOptionsTest, DefaultsFollowTheDesign) {
   const Options o = LoadOk({}, Env({}));
-  EXPECT_THAT(o.checks,
-              ElementsAre(Check::kDisk, Check::kUlimit, Check::kAccelerator, Check::kDns));
+  // ulimit only when asked for (the source requirements check it for high-speed networks).
+  EXPECT_THAT(o.checks, ElementsAre(Check::kDisk, Check::kAccelerator, Check::kDns));
+  EXPECT_EQ(o.disk.cache_volume, DiskOptions::Volume::kAuto);
   EXPECT_EQ(o.dns.timeout, seconds(120));
   EXPECT_EQ(o.dns.poll_interval, seconds(1));
   EXPECT_THAT(o.dns.hostnames, IsEmpty());
@@ -114,7 +128,7 @@ TEST(PreflightOptionsTest, EmptyValuesKeepTheDefault) {
                                                       {"TPUJOB_PREFLIGHT_CHECKS", ""},
                                                       {"TPUJOB_PREFLIGHT_DEV_ROOT", ""}}));
   EXPECT_EQ(o.disk.root_min_gb, 32);
-  EXPECT_THAT(o.checks, SizeIs(4));
+  EXPECT_THAT(o.checks, SizeIs(3));
   EXPECT_EQ(o.accelerator.dev_root, "/dev");
 }
 
@@ -216,6 +230,7 @@ class PreflightRunnerTest : public testing::TempDirTest {
   Options HealthyOptions() {
     Options options;
     options.node_name = "node-a";
+    options.checks = {Check::kDisk, Check::kUlimit, Check::kAccelerator, Check::kDns};
     options.dns.hostnames = {"w-0", "w-1"};
     options.accelerator = {.dev_root = MakeFakeDev(), .chips = 4};
     return options;

@@ -90,6 +90,22 @@ TEST(PreflightReportTest, RoundTrip) {
   ExpectSameItems(parsed->items, items);
 }
 
+TEST(PreflightReportTest, SkippedItemsRoundTripAsPassedAndSkipped) {
+  ItemResult skipped = Passed("disk-size cache", "", "> 32 GB");
+  skipped.skipped = true;
+  skipped.message = "not checked: the pod mounts no volume at /cache";
+  const std::string text = SerializeReport(MakeReport("n", {skipped}));
+  EXPECT_NE(text.find(R"("verdict":"pass","skipped":true)"), std::string::npos) << text;
+  const std::optional<Report> parsed = ParseReport(text);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->verdict, Verdict::kPass);
+  ASSERT_EQ(parsed->items.size(), 1u);
+  EXPECT_TRUE(parsed->items[0].passed);
+  EXPECT_TRUE(parsed->items[0].skipped);
+  EXPECT_FALSE(ParseReport(R"({"version":1,"node":"n","verdict":"pass","items":[)"
+                           R"({"item":"x","verdict":"pass","skipped":"yes"}]})"));
+}
+
 TEST(PreflightReportTest, ThousandFailingHostnamesStillFitTheTerminationMessage) {
   std::vector<std::string> names;
   for (int i = 0; i < 1000; ++i) {
