@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -69,6 +70,15 @@ inline CommandResult Kubectl(const std::string& args, bool with_stderr = true) {
                     with_stderr);
 }
 
+// helm against the test cluster, with its cache and configuration under the cluster directory.
+inline CommandResult Helm(const std::string& args, bool with_stderr = true) {
+  const std::string home = ClusterDir() + "/helm";
+  return RunCommand("HELM_CACHE_HOME=" + home + "/cache HELM_CONFIG_HOME=" + home +
+                        "/config HELM_DATA_HOME=" + home + "/data " + ToolsBin() +
+                        "/helm --kubeconfig " + KubeconfigPath() + " " + args,
+                    with_stderr);
+}
+
 inline kube::Config AdminConfig() {
   auto config = kube::LoadKubeconfig(KubeconfigPath());
   EXPECT_TRUE(config.has_value()) << (config ? "" : config.error().ToString());
@@ -109,5 +119,43 @@ class TestNamespace {
  private:
   std::string name_;
 };
+
+// A token of the ServiceAccount from the TokenRequest API, as a pod would get it; "" on
+// failure.
+inline std::string ServiceAccountToken(const std::string& ns, const std::string& account) {
+  const std::string token =
+      Trim(Kubectl("create token " + account + " -n " + ns + " --duration=1h", false).output);
+  if (token.empty() || token.find_first_of(" \n") != std::string::npos) {
+    ADD_FAILURE() << "no token for " << ns << "/" << account << ": " << token;
+    return "";
+  }
+  return token;
+}
+
+// A kubeconfig for the ServiceAccount: a token from the TokenRequest API, the cluster's CA and
+// server, as the operator would get them in a pod. Returns its path; "" on failure.
+inline std::string ServiceAccountKubeconfig(const std::string& ns, const std::string& account) {
+  const std::string token = ServiceAccountToken(ns, account);
+  const std::string server =
+      Trim(Kubectl("config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}'", false)
+               .output);
+  const std::string ca =
+      Trim(Kubectl("config view --raw --minify -o "
+                   "jsonpath='{.clusters[0].cluster.certificate-authority-data}'",
+                   false)
+               .output);
+  if (token.empty() || server.empty() || ca.empty()) {
+    ADD_FAILURE() << "cannot build a kubeconfig: token=" << token << " server=" << server;
+    return "";
+  }
+  const std::string path = ClusterDir() + "/sa-" + ns + ".kubeconfig";
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n"
+                      << "    server: " << server << "\n    certificate-authority-data: " << ca
+                      << "\nusers:\n- name: " << account << "\n  user:\n    token: " << token
+                      << "\ncontexts:\n- name: " << account
+                      << "\n  context: {cluster: e2e, user: " << account << ", namespace: " << ns
+                      << "}\ncurrent-context: " << account << "\n";
+  return path;
+}
 
 }  // namespace tpujob::e2e

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "base/signal_waiter.h"
 #include "controller/leader_election.h"
 #include "controller/manager.h"
 #include "controller/metrics.h"
@@ -23,6 +24,7 @@
 #include "kubectl_plugin.h"
 #include "metrics/auth.h"
 #include "metrics/tls.h"
+#include "node_agent.h"
 #include "preflight_command.h"
 #include "version.h"
 
@@ -59,29 +61,6 @@ struct RunFlags {
   std::string leader_elect_namespace;  // "" = the service account's namespace, else "default"
   std::string leader_elect_id = "tpujob-operator";
   std::string leader_elect_identity;  // "" = $POD_NAME or the host name, plus a random suffix
-};
-
-// Blocks SIGTERM/SIGINT in every thread and waits for them on a dedicated one, so shutdown runs
-// as ordinary code instead of inside a signal handler.
-class SignalWaiter {
- public:
-  SignalWaiter() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-  }
-  template <typename F>
-  std::thread OnSignal(F on_signal) {
-    return std::thread([this, on_signal] {
-      int signal = 0;
-      sigwait(&set_, &signal);
-      on_signal(signal);
-    });
-  }
-
- private:
-  sigset_t set_{};
 };
 
 // The certificate /metrics is served with: the one mounted in `dir`, else a self-signed one
@@ -139,7 +118,7 @@ int Run(const RunFlags& flags) {
                  valid.error().message.c_str());
     return 2;
   }
-  SignalWaiter signals;  // before any thread starts, so all of them inherit the mask
+  tpujob::SignalWaiter signals;  // before any thread starts, so all of them inherit the mask
 
   auto config = tpujob::kube::ResolveConfig(flags.kubeconfig, flags.context);
   if (!config) {
@@ -395,6 +374,7 @@ int main(int argc, char** argv) {
                   "name, plus \"_\" and a random suffix.");
 
   tpujob::AddPreflightCommand(app);
+  tpujob::AddNodeAgentCommand(app);
   CLI::App* version = app.add_subcommand("version", "Print the version and exit.");
 
   CLI11_PARSE(app, argc, argv);

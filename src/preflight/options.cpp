@@ -93,6 +93,8 @@ std::string_view Trim(std::string_view s) {
   return s.substr(first, last - first + 1);
 }
 
+}  // namespace
+
 std::vector<std::string> SplitList(std::string_view text) {
   std::vector<std::string> out;
   while (true) {
@@ -104,6 +106,8 @@ std::vector<std::string> SplitList(std::string_view text) {
   }
   return out;
 }
+
+namespace {
 
 std::string Problem(const Source::Value& value, std::string_view what) {
   return fmt::format("{}=\"{}\": {}", value.origin, value.text, what);

@@ -25,6 +25,9 @@ namespace tpujob::preflight {
 enum class Check { kDisk, kUlimit, kAccelerator, kDns };
 std::string_view ToString(Check check);  // "disk", "ulimit", "accelerator", "dns"
 
+// "a, b,,c " -> {"a", "b", "c"}: entries trimmed of blanks, empty ones dropped.
+std::vector<std::string> SplitList(std::string_view text);
+
 struct Options {
   // Each check at most once, in the order they run: the local ones first, dns last because it
   // may wait for peers for up to its timeout.

@@ -1,6 +1,7 @@
-// The flag reference (docs/cli.md) against the real binary: every flag `tpujob-operator run --help`
-// and `tpujob-operator preflight --help` list has a row in the section of its command there,
-// with the default the binary reports; and every row there names a flag that still exists.
+// The flag reference (docs/cli.md) against the real binary: every flag that
+// `tpujob-operator run --help`, `preflight --help` and `node-agent --help` list has a row in the
+// section of its command there, with the default the binary reports; and every row there names a
+// flag that still exists.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -182,6 +183,12 @@ TEST(DocsFlagsTest, EveryRunFlagIsInTheReference) {
 TEST(DocsFlagsTest, EveryPreflightFlagIsInTheReference) {
   ExpectDocumented("preflight", "## `tpujob-operator preflight` flags",
                    {"--help", "--checks", "--dev-root", "--report-file", "--log-level"});
+}
+
+TEST(DocsFlagsTest, EveryNodeAgentFlagIsInTheReference) {
+  ExpectDocumented("node-agent", "## `tpujob-operator node-agent` flags",
+                   {"--help", "--node-name", "--interval", "--checks", "--dev-root",
+                    "--condition-type", "--fail-after", "--pass-after", "--once"});
 }
 
 TEST(DocsFlagsTest, HelpParsingFindsFlagsAndDefaults) {
