@@ -755,7 +755,19 @@ Json FullStatus() {
        "item": "", "exitCode": 1, "reason": "Error",
        "message": "Traceback (most recent call last)", "action": "FailJob"}
     ],
-    "cordonedNodes": ["node-7", "node-9"]
+    "cordonedNodes": ["node-7", "node-9"],
+    "goodput": {
+      "state": "Productive", "stateSince": "2026-01-02T03:02:00.250Z",
+      "accountedUntil": "2026-01-02T03:04:09.125Z", "chips": 8,
+      "productiveSeconds": 120.5, "productiveChipSeconds": 964,
+      "lostSeconds": {"queued": 60, "requeued": 1.5, "preflight": 2, "starting": 3.25,
+                      "restarting": 4, "reissue": 5, "maintenance": 6, "preemption": 7,
+                      "suspended": 8, "uncheckpointed": 9.125},
+      "lostChipSeconds": {"queued": 480, "requeued": 12, "preflight": 16, "starting": 26,
+                          "restarting": 32, "reissue": 40, "maintenance": 48, "preemption": 56,
+                          "suspended": 64, "uncheckpointed": 73},
+      "ratio": "0.533"
+    }
 })json");
 }
 
@@ -790,14 +802,15 @@ TEST_F(CrdE2E, StatusSchemaKeepsEveryFieldTheOperatorWrites) {
   EXPECT_EQ(got.value("reissued", false), true);
   EXPECT_EQ(got.at("faults").at(0).value("item", ""), "disk-size shm");
   EXPECT_EQ(got.at("cordonedNodes"), Json::parse(R"(["node-7", "node-9"])"));
+  EXPECT_EQ(got.at("goodput").at("lostSeconds").value("uncheckpointed", -1.0), 9.125);
   EXPECT_FALSE(got.contains("bogus")) << "status keeps unknown fields";
   EXPECT_EQ(got, status) << "written:\n" << status.dump(2) << "\nread back:\n" << got.dump(2);
 
   // The wide printer columns show why the job failed.
   const CommandResult wide = Kubectl("get tj full -o wide -n " + ns.name());
   ASSERT_EQ(wide.exit_code, 0) << wide.output;
-  for (const char* text :
-       {"REASON", "MESSAGE", "Failed", "PermanentError", "Worker-1 exited 1 (permanent)", "1/2"}) {
+  for (const char* text : {"REASON", "MESSAGE", "Failed", "PermanentError",
+                           "Worker-1 exited 1 (permanent)", "1/2", "GOODPUT", "0.533"}) {
     EXPECT_TRUE(Contains(wide.output, text)) << text << "\n" << wide.output;
   }
   const CommandResult narrow = Kubectl("get tj full -n " + ns.name());

@@ -1,5 +1,7 @@
 #include "kubectl_plugin.h"
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -7,8 +9,11 @@
 #include <iomanip>
 #include <sstream>
 
+#include "cache/objects.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "policy/goodput.h"
+#include "policy/job_status.h"
 
 namespace tpujob::plugin {
 namespace {
@@ -138,6 +143,44 @@ std::string RenderList(const std::vector<json>& jobs, WallTime now, bool all_nam
   return out;
 }
 
+namespace {
+
+// The goodput breakdown as of `now` (status.goodput plus the time since its last write).
+std::string RenderGoodput(const json& job, WallTime now) {
+  std::string out = "\nGoodput:";
+  const auto status = policy::JobStatus::FromJson(job.value("status", json::object()));
+  if (!status.goodput) return out + " <not counted yet>\n";
+  const policy::Goodput g = policy::LiveGoodput(*status.goodput, now);
+  const int64_t total = g.TotalMs();
+  auto seconds = [](int64_t ms) { return fmt::format("{:.1f}", static_cast<double>(ms) / 1000); };
+  auto share = [&](int64_t ms) {
+    return total > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(ms) / total)
+                     : std::string("-");
+  };
+  const std::optional<double> ratio = policy::GoodputRatio(g);
+  out += " " + (ratio ? fmt::format("{:.3f}", *ratio) : std::string("-")) + " of " +
+         seconds(total) + " s (" + std::to_string(g.chips) + " chips)";
+  if (!g.state.empty()) {
+    out +=
+        ", now " + g.state +
+        (g.state_since ? " for " + Age(cache::FormatRfc3339(*g.state_since), now) : std::string());
+  }
+  out += "\n";
+  std::vector<std::vector<std::string>> rows = {{"STATE", "SECONDS", "CHIP-SECONDS", "SHARE"}};
+  rows.push_back({std::string(policy::kGoodputProductive), seconds(g.productive_ms),
+                  seconds(g.productive_chip_ms), share(g.productive_ms)});
+  for (std::string_view cause : policy::kGoodputCauses) {
+    auto it = g.lost_ms.find(cause);
+    if (it == g.lost_ms.end() || it->second <= 0) continue;
+    auto chip = g.lost_chip_ms.find(cause);
+    rows.push_back({std::string(cause), seconds(it->second),
+                    seconds(chip == g.lost_chip_ms.end() ? 0 : chip->second), share(it->second)});
+  }
+  return out + Table(rows, "  ");
+}
+
+}  // namespace
+
 std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallTime now) {
   std::string out;
   const std::string phase = Str(job, "/status/phase", "Queued");
@@ -194,6 +237,8 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
     }
   }
   out += replicas.size() > 1 ? Table(replicas, "  ") : "  <none>\n";
+
+  out += RenderGoodput(job, now);
 
   out += "\nFaults (oldest first):\n";
   std::vector<std::vector<std::string>> faults = {

@@ -3,6 +3,8 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "cache/store.h"
 #include "controller/metrics.h"
 #include "metrics/http_server.h"
+#include "policy/goodput.h"
 
 namespace tpujob::controller {
 namespace {
@@ -147,9 +150,22 @@ void Manager::Collect() {
   std::map<policy::Phase, int> phases;
   int waiting = 0;
   std::optional<WallTime> oldest;
+  std::set<std::vector<std::string>> goodput_series;
+  const WallTime now = clock_.WallNow();
   for (const auto& job : jobs_->store().List()) {
     const policy::JobStatus status = policy::JobStatus::FromJson(job->status);
     ++phases[status.phase];
+    if (status.goodput && !policy::IsTerminal(status.phase)) {
+      const policy::Goodput live = policy::LiveGoodput(*status.goodput, now);
+      if (auto ratio = policy::GoodputRatio(live)) {
+        std::vector<std::string> labels = {std::string(job->ns.view()), job->name};
+        int64_t lost_chip_ms = 0;
+        for (const auto& [cause, ms] : live.lost_chip_ms) lost_chip_ms += ms;
+        m.job_goodput.With(labels).Set(*ratio);
+        m.job_lost_chip_seconds.With(labels).Set(static_cast<double>(lost_chip_ms) / 1000.0);
+        goodput_series.insert(std::move(labels));
+      }
+    }
     if (status.phase != policy::Phase::kQueued) continue;
     ++waiting;
     if (status.queued_at && (!oldest || *status.queued_at < *oldest)) oldest = status.queued_at;
@@ -159,6 +175,9 @@ void Manager::Collect() {
         policy::Phase::kRestarting, policy::Phase::kSucceeded, policy::Phase::kFailed}) {
     m.jobs.With({policy::ToString(phase)}).Set(phases[phase]);
   }
+  // Finished and deleted jobs' series go.
+  m.job_goodput.RemoveExcept(goodput_series);
+  m.job_lost_chip_seconds.RemoveExcept(goodput_series);
   m.queue_length.With({}).Set(waiting);
   m.queue_oldest_wait.With({}).Set(
       oldest ? std::max(0.0, std::chrono::duration<double>(clock_.WallNow() - *oldest).count())

@@ -1,6 +1,7 @@
 #include "controller/metrics.h"
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 
 #include "version.h"
@@ -100,11 +101,38 @@ OperatorMetrics* Declare() {
                            "election); else 0."),
       .cache_objects =
           r.AddGauge("tpujob_cache_objects", "Objects in the operator's caches.", {"resource"}),
+      .productive_chip_seconds = r.AddCounter(
+          "tpujob_productive_chip_seconds_total",
+          "TPU chip-seconds TPUJobs spent Running with every worker ready (status.goodput), by "
+          "the jobs' namespace; counted when the status is written.",
+          {"job_namespace"}),
+      .lost_chip_seconds = r.AddCounter(
+          "tpujob_lost_chip_seconds_total",
+          "TPU chip-seconds TPUJobs held or waited for without training (status.goodput), by "
+          "namespace and cause; counted when the status is written.",
+          {"job_namespace", "cause"}),
+      .job_goodput = r.AddGauge(
+          "tpujob_job_goodput_ratio",
+          "Productive share of an unfinished TPUJob's accounted time so far (status.goodput "
+          "with the time since its last write added).",
+          {"job_namespace", "tpujob"}),
+      .job_lost_chip_seconds = r.AddGauge(
+          "tpujob_job_lost_chip_seconds",
+          "TPU chip-seconds an unfinished TPUJob has lost so far, all causes (status.goodput with "
+          "the time since its last write added).",
+          {"job_namespace", "tpujob"}),
   };
 }
 
 bool Contains(const std::vector<policy::FaultRecord>& faults, const policy::FaultRecord& f) {
   return std::find(faults.begin(), faults.end(), f) != faults.end();
+}
+
+// "Queued" -> "queued": the cause label, as status.goodput.lostSeconds spells it.
+std::string LowerFirst(std::string_view cause) {
+  std::string out(cause);
+  if (!out.empty()) out[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(out[0])));
+  return out;
 }
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
@@ -136,6 +164,29 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
   if (after.phase == policy::Phase::kRunning && before.phase != policy::Phase::kRunning &&
       !after.faults.empty() && after.faults.back().action != "FailJob") {
     m.fault_recovery.With({}).Observe(std::max(0.0, Seconds(now - after.faults.back().time)));
+  }
+}
+
+void RecordGoodput(std::string_view ns, const policy::JobStatus& before,
+                   const policy::JobStatus& after) {
+  if (!after.goodput) return;
+  OperatorMetrics& m = Metrics();
+  const policy::Goodput none;
+  const policy::Goodput& was = before.goodput ? *before.goodput : none;
+  const policy::Goodput& now = *after.goodput;
+  // Checkpoint-aware loss moves time out of productive: a counter only adds, so the move shows
+  // as less productive time added in this write (never negative).
+  if (now.productive_chip_ms > was.productive_chip_ms) {
+    m.productive_chip_seconds.With({ns}).Inc(
+        static_cast<double>(now.productive_chip_ms - was.productive_chip_ms) / 1000.0);
+  }
+  for (const auto& [cause, ms] : now.lost_chip_ms) {
+    auto it = was.lost_chip_ms.find(cause);
+    const int64_t before_ms = it == was.lost_chip_ms.end() ? 0 : it->second;
+    if (ms > before_ms) {
+      m.lost_chip_seconds.With({ns, LowerFirst(cause)})
+          .Inc(static_cast<double>(ms - before_ms) / 1000.0);
+    }
   }
 }
 

@@ -45,6 +45,10 @@ struct OperatorMetrics {
   metrics::HistogramFamily& api_request_duration;      // {verb, resource}
   metrics::GaugeFamily& leader;                        // -
   metrics::GaugeFamily& cache_objects;                 // {resource}
+  metrics::CounterFamily& productive_chip_seconds;     // {job_namespace}
+  metrics::CounterFamily& lost_chip_seconds;           // {job_namespace, cause}
+  metrics::GaugeFamily& job_goodput;                   // {job_namespace, tpujob}
+  metrics::GaugeFamily& job_lost_chip_seconds;         // {job_namespace, tpujob}
 };
 
 // The metrics in metrics::DefaultRegistry(), declared on first use (with build_info and the
@@ -56,6 +60,11 @@ OperatorMetrics& Metrics();
 // job is Running again. `now` is the time of the write.
 void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus& after,
                         WallTime now);
+
+// Adds what a successful status write folded into status.goodput (see policy/goodput.h) to
+// the chip-second counters of the job's namespace.
+void RecordGoodput(std::string_view ns, const policy::JobStatus& before,
+                   const policy::JobStatus& after);
 
 // A work queue's state at scrape time, into the tpujob_workqueue_* metrics labelled `name`:
 // depth, adds and retries (copied cumulative counts), unfinished work and the longest-running

@@ -281,6 +281,7 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
       answer->value("/metadata/resourceVersion"_json_pointer, std::string());
   const policy::JobStatus before = policy::JobStatus::FromJson(current);
   RecordStatusChange(before, plan.status, clock_.WallNow());
+  RecordGoodput(job.ns.view(), before, plan.status);
   const auto old_phase = before.phase;
   if (old_phase != plan.status.phase) {
     log::Info("phase changed",

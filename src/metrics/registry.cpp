@@ -107,6 +107,23 @@ T& Family<T>::With(const std::vector<std::string>& values) {
   return *child;
 }
 
+template <typename T>
+void Family<T>::RemoveExcept(const std::set<std::vector<std::string>>& keep) {
+  std::lock_guard<std::mutex> guard(mu_);
+  for (auto it = children_.begin(); it != children_.end();) {
+    if (keep.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    if constexpr (std::is_same_v<T, Counter>) {
+      impl_.Remove(&it->second->impl_);
+    } else {
+      impl_.Remove(it->second);
+    }
+    it = children_.erase(it);
+  }
+}
+
 template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -82,6 +83,9 @@ class Family {
   // of values is a programming error: it is logged and the values are padded or cut.
   T& With(std::initializer_list<std::string_view> values);
   T& With(const std::vector<std::string>& values);
+  // Removes every child whose label values are not in `keep`: for per-object series (one per
+  // job) whose objects go away.
+  void RemoveExcept(const std::set<std::vector<std::string>>& keep);
 
  private:
   friend class Registry;

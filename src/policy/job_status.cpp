@@ -1,7 +1,10 @@
 #include "policy/job_status.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 
 #include "cache/objects.h"
 
@@ -35,6 +38,102 @@ void PutTime(Json& out, const char* key, const std::optional<WallTime>& t) {
 
 void PutString(Json& out, const char* key, const std::string& value) {
   if (!value.empty()) out[key] = value;
+}
+
+// Goodput times keep milliseconds: its intervals are short compared to a second.
+std::optional<WallTime> ReadMillis(const Json& object, std::string_view key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return std::nullopt;
+  auto parsed = cache::ParseRfc3339(it->get_ref<const std::string&>());
+  if (!parsed) return std::nullopt;
+  return std::chrono::floor<std::chrono::milliseconds>(*parsed);
+}
+
+void PutMillis(Json& out, const char* key, const std::optional<WallTime>& t) {
+  if (!t) return;
+  std::string text = cache::FormatRfc3339(*t);  // "...:SSZ"
+  const auto ms = std::chrono::floor<std::chrono::milliseconds>(*t) -
+                  std::chrono::floor<std::chrono::seconds>(*t);
+  char fraction[8];
+  std::snprintf(fraction, sizeof(fraction), ".%03dZ", static_cast<int>(ms.count()));
+  text.pop_back();
+  out[key] = text + fraction;
+}
+
+// Seconds with three decimals <-> milliseconds.
+int64_t ReadSecondsAsMillis(const Json& object, std::string_view key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return 0;
+  return std::llround(it->get<double>() * 1000.0);
+}
+Json MillisAsSeconds(int64_t ms) {
+  if (ms % 1000 == 0) return Json(ms / 1000);
+  return Json(static_cast<double>(ms) / 1000.0);
+}
+
+// "Queued" -> "queued": the keys of goodput.lostSeconds.
+std::string CauseKey(std::string_view cause) {
+  std::string key(cause);
+  if (!key.empty()) key[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(key[0])));
+  return key;
+}
+std::string CauseFromKey(std::string_view key) {
+  std::string cause(key);
+  if (!cause.empty()) {
+    cause[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(cause[0])));
+  }
+  return cause;
+}
+
+Goodput ReadGoodput(const Json& j) {
+  Goodput g;
+  g.state = ReadString(j, "state");
+  g.state_since = ReadMillis(j, "stateSince");
+  g.accounted_until = ReadMillis(j, "accountedUntil");
+  g.chips = ReadInt<int64_t>(j, "chips");
+  g.productive_ms = ReadSecondsAsMillis(j, "productiveSeconds");
+  g.productive_chip_ms = ReadSecondsAsMillis(j, "productiveChipSeconds");
+  for (const auto& [field, target] :
+       {std::pair<const char*, std::map<std::string, int64_t, std::less<>>*>{"lostSeconds",
+                                                                             &g.lost_ms},
+        {"lostChipSeconds", &g.lost_chip_ms}}) {
+    auto it = j.find(field);
+    if (it == j.end() || !it->is_object()) continue;
+    for (const auto& [key, value] : it->items()) {
+      if (!value.is_number()) continue;
+      const int64_t ms = std::llround(value.get<double>() * 1000.0);
+      if (ms > 0) (*target)[CauseFromKey(key)] = ms;
+    }
+  }
+  return g;
+}
+
+Json WriteGoodput(const Goodput& g) {
+  Json out = Json::object();
+  PutString(out, "state", g.state);
+  PutMillis(out, "stateSince", g.state_since);
+  PutMillis(out, "accountedUntil", g.accounted_until);
+  out["chips"] = g.chips;
+  out["productiveSeconds"] = MillisAsSeconds(g.productive_ms);
+  out["productiveChipSeconds"] = MillisAsSeconds(g.productive_chip_ms);
+  for (const auto& [field, source] :
+       {std::pair<const char*, const std::map<std::string, int64_t, std::less<>>*>{"lostSeconds",
+                                                                                   &g.lost_ms},
+        {"lostChipSeconds", &g.lost_chip_ms}}) {
+    Json map = Json::object();
+    for (const auto& [cause, ms] : *source) {
+      if (ms > 0) map[CauseKey(cause)] = MillisAsSeconds(ms);
+    }
+    out[field] = std::move(map);
+  }
+  const int64_t total = g.TotalMs();
+  if (total > 0) {
+    char ratio[16];
+    std::snprintf(ratio, sizeof(ratio), "%.3f",
+                  static_cast<double>(g.productive_ms) / static_cast<double>(total));
+    out["ratio"] = ratio;
+  }
+  return out;
 }
 
 ReplicaCounts ReadCounts(const Json& j) {
@@ -147,6 +246,7 @@ JobStatus JobStatus::FromJson(const Json& j) {
       if (n.is_string()) s.cordoned_nodes.push_back(n.get<std::string>());
     }
   }
+  if (auto it = j.find("goodput"); it != j.end() && it->is_object()) s.goodput = ReadGoodput(*it);
   return s;
 }
 
@@ -216,7 +316,14 @@ Json JobStatus::ToJson() const {
     out["faults"] = std::move(list);
   }
   if (!cordoned_nodes.empty()) out["cordonedNodes"] = cordoned_nodes;
+  if (goodput) out["goodput"] = WriteGoodput(*goodput);
   return out;
+}
+
+int64_t Goodput::TotalMs() const {
+  int64_t total = productive_ms;
+  for (const auto& [cause, ms] : lost_ms) total += ms;
+  return total;
 }
 
 const Condition* JobStatus::FindCondition(std::string_view type) const {

@@ -81,6 +81,21 @@ struct FaultRecord {
 
 inline constexpr size_t kMaxFaults = 32;
 
+// status.goodput (see policy/goodput.h): milliseconds by state, stored as seconds with three
+// decimals. `state` is where time accrues from `accounted_until` on ("" once the job finished).
+struct Goodput {
+  std::string state;
+  std::optional<WallTime> state_since;      // millisecond precision
+  std::optional<WallTime> accounted_until;  // millisecond precision
+  int64_t chips = 0;                        // chips of the current attempt
+  int64_t productive_ms = 0;
+  int64_t productive_chip_ms = 0;
+  std::map<std::string, int64_t, std::less<>> lost_ms;  // by cause; only causes with time
+  std::map<std::string, int64_t, std::less<>> lost_chip_ms;
+  int64_t TotalMs() const;
+  friend bool operator==(const Goodput&, const Goodput&) = default;
+};
+
 struct JobStatus {
   Phase phase = Phase::kNone;
   std::vector<Condition> conditions;
@@ -102,6 +117,7 @@ struct JobStatus {
   bool reissued = false;
   std::vector<FaultRecord> faults;  // oldest first, at most kMaxFaults
   std::vector<std::string> cordoned_nodes;
+  std::optional<Goodput> goodput;
 
   static JobStatus FromJson(const Json& status);
   Json ToJson() const;

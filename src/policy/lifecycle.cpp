@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "policy/goodput.h"
 #include "preflight/report.h"
 
 namespace tpujob::policy {
@@ -790,6 +791,29 @@ PodState ObservePod(const cache::PodInfo& pod, Termination* termination) {
   return pod.ready ? PodState::kReady : PodState::kPending;
 }
 
-Plan Decide(const LifecycleInput& input) { return Decider(input).Run(); }
+Plan Decide(const LifecycleInput& input) {
+  Plan plan = Decider(input).Run();
+  const cache::TPUJobInfo& job = *input.job;
+  if (job.deleting()) return plan;
+  GoodputInput goodput;
+  goodput.now = input.now;
+  if (input.spec->has_value()) {
+    const JobSpec& spec = **input.spec;
+    goodput.chips = static_cast<int64_t>(spec.worker.replicas) * spec.tpu.chips_per_worker;
+  }
+  for (const ObservedPod& p : input.pods) {
+    if (p.attempt != plan.status.attempt || p.pod->deleting()) continue;
+    const cache::ContainerInfo* init = p.pod->FindInitContainer(kPreflightContainer);
+    if (init != nullptr && init->state == cache::ContainerState::kRunning) {
+      goodput.preflight_running = true;
+    }
+  }
+  if (auto checkpoint = job.annotations.Get(kLastCheckpointAnnotation)) {
+    goodput.last_checkpoint = cache::ParseRfc3339(*checkpoint);
+  }
+  goodput.created = job.creation_timestamp;
+  AccountGoodput(JobStatus::FromJson(job.status), plan.status, goodput);
+  return plan;
+}
 
 }  // namespace tpujob::policy

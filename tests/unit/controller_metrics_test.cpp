@@ -166,5 +166,38 @@ TEST(ControllerMetricsTest, EveryFamilyIsListedBeforeItHasData) {
   }
 }
 
+TEST(ControllerMetricsTest, GoodputCountsWhatEachWriteFoldedIn) {
+  OperatorMetrics& m = Metrics();
+  const double productive = Count(m.productive_chip_seconds, {"goodput-ns"});
+  const double queued = Count(m.lost_chip_seconds, {"goodput-ns", "queued"});
+  const double uncheckpointed = Count(m.lost_chip_seconds, {"goodput-ns", "uncheckpointed"});
+
+  JobStatus first;
+  first.goodput = policy::Goodput{};
+  first.goodput->lost_chip_ms["Queued"] = 40'000;
+  RecordGoodput("goodput-ns", JobStatus{}, first);
+  EXPECT_DOUBLE_EQ(Count(m.lost_chip_seconds, {"goodput-ns", "queued"}) - queued, 40);
+
+  JobStatus second = first;
+  second.goodput->productive_chip_ms = 100'500;
+  RecordGoodput("goodput-ns", first, second);
+  RecordGoodput("goodput-ns", second, second);  // a write that folded nothing adds nothing
+  EXPECT_DOUBLE_EQ(Count(m.productive_chip_seconds, {"goodput-ns"}) - productive, 100.5);
+  EXPECT_DOUBLE_EQ(Count(m.lost_chip_seconds, {"goodput-ns", "queued"}) - queued, 40);
+
+  // Work lost since the last checkpoint moves out of productive: the counter does not go back.
+  JobStatus third = second;
+  third.goodput->productive_chip_ms = 90'000;
+  third.goodput->lost_chip_ms["Uncheckpointed"] = 10'500;
+  RecordGoodput("goodput-ns", second, third);
+  EXPECT_DOUBLE_EQ(Count(m.productive_chip_seconds, {"goodput-ns"}) - productive, 100.5);
+  EXPECT_DOUBLE_EQ(Count(m.lost_chip_seconds, {"goodput-ns", "uncheckpointed"}) - uncheckpointed,
+                   10.5);
+
+  // No account, nothing counted.
+  RecordGoodput("goodput-ns", JobStatus{}, JobStatus{});
+  EXPECT_DOUBLE_EQ(Count(m.productive_chip_seconds, {"goodput-ns"}) - productive, 100.5);
+}
+
 }  // namespace
 }  // namespace tpujob::controller

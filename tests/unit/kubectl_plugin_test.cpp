@@ -114,6 +114,28 @@ TEST(KubectlPluginTest, DescribeShowsQueueFaultsCordonsAndPods) {
   EXPECT_THAT(running, HasSubstr("Faults (oldest first):\n  <none>"));
 }
 
+TEST(KubectlPluginTest, DescribeShowsTheGoodputBreakdownUpToNow) {
+  json job = Job("llm", "Running", 0, 0);
+  job["status"]["goodput"] = {{"state", "Productive"},
+                              {"stateSince", "2026-01-01T11:58:00.000Z"},
+                              {"accountedUntil", "2026-01-01T11:59:00.000Z"},
+                              {"chips", 16},
+                              {"productiveSeconds", 60},
+                              {"productiveChipSeconds", 960},
+                              {"lostSeconds", {{"queued", 30}, {"reissue", 30.5}}},
+                              {"lostChipSeconds", {{"queued", 480}, {"reissue", 488}}}};
+  const std::string out = RenderDescribe(job, {}, kNow);
+  // 60 s more productive since accountedUntil: 120 of 180.5 s.
+  for (const char* want : {"Goodput: 0.665 of 180.5 s (16 chips), now Productive for 2m", "STATE",
+                           "CHIP-SECONDS", "  Productive   120.0     1920.0         66.5%\n",
+                           "  Queued       30.0      480.0          16.6%\n",
+                           "  Reissue      30.5      488.0          16.9%\n"}) {
+    EXPECT_THAT(out, HasSubstr(want)) << out;
+  }
+  EXPECT_THAT(RenderDescribe(Job("q", "Queued", 1, 0), {}, kNow),
+              HasSubstr("Goodput: <not counted yet>"));
+}
+
 TEST(KubectlPluginTest, AgeReadsLikeKubectl) {
   EXPECT_EQ(Age("2026-01-01T11:59:30Z", kNow), "30s");
   EXPECT_EQ(Age("2026-01-01T11:57:00Z", kNow), "3m");

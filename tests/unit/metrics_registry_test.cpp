@@ -51,6 +51,26 @@ TEST(MetricsRegistryTest, GaugeRendersItsValue) {
   EXPECT_THAT(r.Render(), HasSubstr("\nqueue_length 2.5\n"));
 }
 
+TEST(MetricsRegistryTest, RemoveExceptDropsTheSeriesNotKept) {
+  Registry r;
+  auto& gauges = r.AddGauge("job_ratio", "G.", {"job"});
+  auto& counters = r.AddCounter("job_things_total", "C.", {"job"});
+  for (const char* job : {"a", "b", "c"}) {
+    gauges.With({job}).Set(1);
+    counters.With({job}).Inc();
+  }
+  gauges.RemoveExcept({{"b"}});
+  counters.RemoveExcept({{"a"}, {"c"}});
+  const std::string text = r.Render();
+  EXPECT_THAT(text, HasSubstr("job_ratio{job=\"b\"} 1"));
+  EXPECT_THAT(text, Not(HasSubstr("job_ratio{job=\"a\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("job_ratio{job=\"c\"}")));
+  EXPECT_THAT(text, HasSubstr("job_things_total{job=\"c\"} 1"));
+  EXPECT_THAT(text, Not(HasSubstr("job_things_total{job=\"b\"}")));
+  // A removed series starts again from zero when it is used again.
+  EXPECT_EQ(gauges.With({"a"}).Value(), 0);
+}
+
 TEST(MetricsRegistryTest, WithReturnsTheSameChildForTheSameValues) {
   Registry r;
   auto& counters = r.AddCounter("same_child_total", "C.", {"a"});

@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <expected>
+#include <functional>
 #include <list>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -136,6 +138,25 @@ inline void SetEvicted(cache::PodInfo& pod) {
     c.ready = false;
   }
 }
+
+// Node health by name; nodes not listed are healthy.
+class Nodes {
+ public:
+  void Set(const std::string& node, NodeVerdict verdict, std::string reason,
+           bool unreachable = false) {
+    health_[node] =
+        NodeHealth{verdict, reason, "node " + node + ": " + reason, unreachable, std::nullopt};
+  }
+  std::function<NodeHealth(std::string_view)> Fn() const {
+    return [health = health_](std::string_view node) {
+      auto it = health.find(std::string(node));
+      return it == health.end() ? NodeHealth{} : it->second;
+    };
+  }
+
+ private:
+  std::map<std::string, NodeHealth> health_;
+};
 
 inline const EventToRecord* FindEvent(const Plan& plan, std::string_view reason) {
   for (const EventToRecord& e : plan.events) {

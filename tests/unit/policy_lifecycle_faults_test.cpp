@@ -14,25 +14,6 @@ namespace {
 using namespace fixtures;
 constexpr ReplicaType kWorker = ReplicaType::kWorker;
 
-// Node health by name; nodes not listed are healthy.
-class Nodes {
- public:
-  void Set(const std::string& node, NodeVerdict verdict, std::string reason,
-           bool unreachable = false) {
-    health_[node] =
-        NodeHealth{verdict, reason, "node " + node + ": " + reason, unreachable, std::nullopt};
-  }
-  std::function<NodeHealth(std::string_view)> Fn() const {
-    return [health = health_](std::string_view node) {
-      auto it = health.find(std::string(node));
-      return it == health.end() ? NodeHealth{} : it->second;
-    };
-  }
-
- private:
-  std::map<std::string, NodeHealth> health_;
-};
-
 // Decides with node health (and the cordoned nodes the cache shows), applies the plan.
 Plan StepWith(PodSim& sim, const Nodes& nodes, std::vector<std::string> cordoned = {}) {
   LifecycleInput in = sim.Input();
