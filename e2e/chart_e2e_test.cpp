@@ -596,6 +596,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"create", "events", "default"},  // Events about Nodes
         {"list", "tpujobs.tpujob.dev", "*"},
         {"watch", "tpujobs.tpujob.dev", "*"},
+        {"delete", "tpujobs.tpujob.dev", o},  // ttlSecondsAfterFinished
         {"patch", "tpujobs.tpujob.dev", o, "status"},
         {"update", "tpujobs.tpujob.dev", o, "finalizers"},  // blockOwnerDeletion
         {"list", "nodes", ""},
@@ -635,7 +636,6 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"create", "tpujobs.tpujob.dev", o},
         {"update", "tpujobs.tpujob.dev", o},
         {"patch", "tpujobs.tpujob.dev", o},
-        {"delete", "tpujobs.tpujob.dev", o},
         {"update", "tpujobs.tpujob.dev", o, "status"},
         {"list", "priorityclasses.scheduling.k8s.io", ""},
         {"create", "priorityclasses.scheduling.k8s.io", ""},
@@ -680,6 +680,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
       {"patch", "events", "default"},
       {"list", "tpujobs.tpujob.dev", w},
       {"watch", "tpujobs.tpujob.dev", w},
+      {"delete", "tpujobs.tpujob.dev", w},  // ttlSecondsAfterFinished
       {"patch", "tpujobs.tpujob.dev", w, "status"},
       {"update", "tpujobs.tpujob.dev", w, "finalizers"},
       {"list", "nodes", ""},
@@ -704,7 +705,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
       {"get", "secrets", w},
       {"get", "configmaps", w},
       {"create", "pods", w, "exec"},
-      {"delete", "tpujobs.tpujob.dev", w},
+      {"delete", "tpujobs.tpujob.dev", o},
       {"delete", "nodes", ""},
       {"create", "leases.coordination.k8s.io", w},
       {"*", "*", "*"},

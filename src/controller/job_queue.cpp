@@ -134,6 +134,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     if (!waiting && !admitted) continue;
     const auto spec = policy::ParseJobSpec(*job);
     if (!spec) continue;
+    if (spec->suspend && waiting) continue;  // out of the queue until resumed
     const std::string key = job->Key();
     if (waiting) {
       policy::GangRequest r;

@@ -172,7 +172,8 @@ void Manager::Collect() {
   }
   for (policy::Phase phase :
        {policy::Phase::kQueued, policy::Phase::kStarting, policy::Phase::kRunning,
-        policy::Phase::kRestarting, policy::Phase::kSucceeded, policy::Phase::kFailed}) {
+        policy::Phase::kRestarting, policy::Phase::kSuspended, policy::Phase::kSucceeded,
+        policy::Phase::kFailed}) {
     m.jobs.With({policy::ToString(phase)}).Set(phases[phase]);
   }
   // Finished and deleted jobs' series go.

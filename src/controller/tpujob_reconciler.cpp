@@ -166,6 +166,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     recorder_.Record(RefOf(*job), event.warning ? EventType::kWarning : EventType::kNormal,
                      event.reason, event.message);
   }
+  if (plan.delete_job) return DeleteFinishedJob(*job);
 
   // Faulty nodes, within the operator's cordon limits; the job's Event says what was done.
   // Cordons and deletions are independent of each other (the next attempt's pods are created
@@ -232,6 +233,27 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
   if (!result) return std::unexpected(result.error());
   return ReconcileResult{plan.requeue_after};
+}
+
+kube::Result<ReconcileResult> TPUJobReconciler::DeleteFinishedJob(const cache::TPUJobInfo& job) {
+  const std::string key = job.Key();
+  const policy::JobStatus status = policy::JobStatus::FromJson(job.status);
+  log::Info("deleting finished TPUJob: its ttlSecondsAfterFinished has passed",
+            {{"tpujob", key},
+             {"phase", policy::ToString(status.phase)},
+             {"completionTime",
+              status.completion_time ? cache::FormatRfc3339(*status.completion_time) : ""}});
+  kube::DeleteOptions options;
+  options.precondition_uid = job.uid;  // never a newer job of the same name
+  options.propagation_policy = "Background";
+  auto answer =
+      client_.Delete(kube::Resource::TPUJobs(), std::string(job.ns.view()), job.name, options);
+  if (!answer && !answer.error().IsNotFound() && !answer.error().IsConflict()) {
+    log::Warn("cannot delete finished TPUJob",
+              {{"tpujob", key}, {"error", answer.error().ToString()}});
+    return std::unexpected(answer.error());
+  }
+  return ReconcileResult{};
 }
 
 void TPUJobReconciler::CountPreflightReports(

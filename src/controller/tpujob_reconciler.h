@@ -81,6 +81,8 @@ class TPUJobReconciler {
   // True when the caches reflect what this reconciler last wrote for `key` (or it waited long
   // enough); otherwise the remaining wait.
   std::optional<Duration> Pending(const std::string& key, const cache::TPUJobInfo& job);
+  // spec.ttlSecondsAfterFinished has passed: deletes the job (its pods go with it).
+  kube::Result<ReconcileResult> DeleteFinishedJob(const cache::TPUJobInfo& job);
   kube::Status WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
                            Expectations& expect);
   // Counts each terminated pre-flight init container's report once per pod (metrics).

@@ -42,6 +42,8 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running) {
       return preflight_running ? goodput_cause::kPreflight : goodput_cause::kStarting;
     case Phase::kRunning:
       return kGoodputProductive;
+    case Phase::kSuspended:
+      return goodput_cause::kSuspended;
     case Phase::kRestarting:
       break;
   }

@@ -144,6 +144,19 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
     return Error(*e);
   }
   if (value > 0) out.queue_timeout_seconds = value;
+  if (auto e = ReadBool(spec, "suspend", "spec.suspend", out.suspend)) return Error(*e);
+  value = -1;
+  if (auto e = ReadInt(spec, "ttlSecondsAfterFinished", "spec.ttlSecondsAfterFinished", 0,
+                       std::numeric_limits<int64_t>::max(), value)) {
+    return Error(*e);
+  }
+  if (value >= 0) out.ttl_seconds_after_finished = value;
+  value = 0;
+  if (auto e = ReadInt(spec, "activeDeadlineSeconds", "spec.activeDeadlineSeconds", 1,
+                       std::numeric_limits<int64_t>::max(), value)) {
+    return Error(*e);
+  }
+  if (value > 0) out.active_deadline_seconds = value;
 
   // TPU slice.
   const Json* tpu = Member(spec, "tpu");

@@ -83,6 +83,13 @@ struct JobSpec {
   int32_t priority = 0;
   std::string priority_class_name;
   std::optional<int64_t> queue_timeout_seconds;  // absent: default (1800 for re-issued jobs)
+  // Stop the job (pods deleted with the maintenance grace period) and keep it out of the queue
+  // until cleared; not a failure, no retry used.
+  bool suspend = false;
+  // Delete the job (and, through the garbage collector, its pods) this long after it finished.
+  std::optional<int64_t> ttl_seconds_after_finished;
+  // Fail the job (DeadlineExceeded) once this long has passed since status.startTime.
+  std::optional<int64_t> active_deadline_seconds;
   TpuSpec tpu;
   std::optional<ReplicaSpec> master;
   ReplicaSpec worker;

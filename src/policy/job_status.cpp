@@ -161,6 +161,8 @@ std::string_view ToString(Phase phase) {
       return "Running";
     case Phase::kRestarting:
       return "Restarting";
+    case Phase::kSuspended:
+      return "Suspended";
     case Phase::kSucceeded:
       return "Succeeded";
     case Phase::kFailed:
@@ -171,7 +173,7 @@ std::string_view ToString(Phase phase) {
 
 Phase ParsePhase(std::string_view text) {
   for (Phase p : {Phase::kQueued, Phase::kStarting, Phase::kRunning, Phase::kRestarting,
-                  Phase::kSucceeded, Phase::kFailed}) {
+                  Phase::kSuspended, Phase::kSucceeded, Phase::kFailed}) {
     if (ToString(p) == text) return p;
   }
   return Phase::kNone;

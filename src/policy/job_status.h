@@ -21,7 +21,16 @@ namespace tpujob::policy {
 
 using Json = nlohmann::json;
 
-enum class Phase { kNone, kQueued, kStarting, kRunning, kRestarting, kSucceeded, kFailed };
+enum class Phase {
+  kNone,
+  kQueued,
+  kStarting,
+  kRunning,
+  kRestarting,
+  kSuspended,
+  kSucceeded,
+  kFailed
+};
 std::string_view ToString(Phase phase);  // "" for kNone
 Phase ParsePhase(std::string_view text);
 inline bool IsTerminal(Phase phase) {
@@ -35,6 +44,7 @@ inline constexpr std::string_view kAdmitted = "Admitted";
 inline constexpr std::string_view kReady = "Ready";
 inline constexpr std::string_view kSucceeded = "Succeeded";
 inline constexpr std::string_view kFailed = "Failed";
+inline constexpr std::string_view kSuspended = "Suspended";
 }  // namespace condition
 
 struct Condition {

@@ -83,6 +83,20 @@ class Decider {
 
     if (IsTerminal(s.phase)) {
       StopActivePods("the job has finished");
+      ExpireAfterFinish();
+      return std::move(plan_);
+    }
+    if (spec.suspend) {
+      Suspend();
+      return std::move(plan_);
+    }
+    if (s.phase == Phase::kSuspended) {
+      Resume();
+      UpdateCounts();
+      return std::move(plan_);
+    }
+    if (DeadlineExceeded()) {
+      UpdateCounts();
       return std::move(plan_);
     }
 
@@ -191,6 +205,84 @@ class Decider {
                (waiting != nullptr && !waiting->message.empty() ? ": " + waiting->message : ""));
     s.queue_position.reset();
     return true;
+  }
+
+  // spec.suspend: every pod goes (running ones with the maintenance grace period, so the
+  // program can checkpoint), the capacity is released and the job stays out of the queue. The
+  // attempt, retries and history are kept.
+  void Suspend() {
+    JobStatus& s = plan_.status;
+    const int64_t grace = spec_->fault_tolerance.maintenance_grace_period_seconds;
+    if (s.phase != Phase::kSuspended) {
+      const bool had_pods = std::any_of(in_.pods.begin(), in_.pods.end(), [](const ObservedPod& p) {
+        return !p.pod->deleting() && !p.pod->terminated();
+      });
+      const std::string why =
+          had_pods ? "spec.suspend is true: pods stopped with a grace period of " +
+                         std::to_string(grace) + "s, capacity released"
+                   : "spec.suspend is true: the job is not admitted until it is cleared";
+      s.phase = Phase::kSuspended;
+      s.attempt = std::max(1, s.attempt);
+      s.reissued = false;
+      s.admitted_at.reset();
+      s.running_at.reset();
+      s.queue_position.reset();
+      s.node_pool.clear();
+      s.SetCondition(condition::kSuspended, true, "JobSuspended", why, now_, gen_);
+      s.SetCondition(condition::kAdmitted, false, "Suspended", "the job is suspended", now_, gen_);
+      s.SetCondition(condition::kReady, false, "Suspended", "the job is suspended", now_, gen_);
+      Event(false, "Suspended", why);
+    }
+    for (const ObservedPod& p : in_.pods) {
+      if (!p.pod->deleting()) Delete(*p.pod, grace, "the job is suspended");
+    }
+    UpdateCounts();
+  }
+
+  // spec.suspend cleared: the job queues again (its pods, if still going, go first). Like a
+  // batch/v1 Job, startTime is reset, so activeDeadlineSeconds counts from the next admission.
+  void Resume() {
+    JobStatus& s = plan_.status;
+    s.phase = Phase::kQueued;
+    s.queued_at = now_;
+    s.start_time.reset();
+    s.SetCondition(condition::kSuspended, false, "JobResumed",
+                   "spec.suspend was cleared: the job queues again", now_, gen_);
+    s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason, in_.not_admitted_message,
+                   now_, gen_);
+    Event(false, "Resumed", "attempt " + std::to_string(s.attempt) + " queued again");
+  }
+
+  // spec.activeDeadlineSeconds, counted from status.startTime (the first admission). startTime
+  // has whole seconds, so the count starts at the end of its second: never early.
+  bool DeadlineExceeded() {
+    JobStatus& s = plan_.status;
+    const std::optional<int64_t> limit = spec_->active_deadline_seconds;
+    if (!limit || !s.start_time) return false;
+    const WallTime deadline = *s.start_time + std::chrono::seconds(1 + *limit);
+    if (now_ < deadline) {
+      Requeue(std::chrono::duration_cast<Duration>(deadline - now_));
+      return false;
+    }
+    Finish(false, "DeadlineExceeded",
+           "the job was active longer than its activeDeadlineSeconds of " + std::to_string(*limit) +
+               "s (first admitted at " + cache::FormatRfc3339(*s.start_time) + ")");
+    s.queue_position.reset();
+    return true;
+  }
+
+  // spec.ttlSecondsAfterFinished, counted from status.completionTime (whole seconds: from the
+  // end of its second, never early).
+  void ExpireAfterFinish() {
+    const JobStatus& s = plan_.status;
+    const std::optional<int64_t> ttl = spec_->ttl_seconds_after_finished;
+    if (!ttl || !s.completion_time) return;
+    const WallTime at = *s.completion_time + std::chrono::seconds(1 + *ttl);
+    if (now_ >= at) {
+      plan_.delete_job = true;
+    } else {
+      Requeue(std::chrono::duration_cast<Duration>(at - now_));
+    }
   }
 
   void Requeue(Duration after) {

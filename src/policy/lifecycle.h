@@ -121,6 +121,9 @@ struct Plan {
   // Decide again after this long even if nothing changes (a pre-flight verdict still awaited,
   // a lost node's pod whose grace period runs out).
   std::optional<Duration> requeue_after;
+  // The job finished longer than spec.ttlSecondsAfterFinished ago: delete it (its pods go with
+  // it through the garbage collector).
+  bool delete_job = false;
 };
 
 Plan Decide(const LifecycleInput& input);

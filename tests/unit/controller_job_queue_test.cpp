@@ -133,6 +133,23 @@ TEST_F(JobQueueTest, JustCreatedJobsWaitFromCreationInPriorityOrder) {
   EXPECT_EQ(plan.at("team/low").position, 2);
 }
 
+TEST_F(JobQueueTest, ASuspendedJobIsOutOfTheQueue) {
+  AddNodes(2);
+  Json suspended = JobJson("first", 10, "");  // created suspended: not yet decided
+  suspended["spec"]["suspend"] = true;
+  AddJob(suspended);
+  Json paused = JobJson("paused", 20, "Suspended");
+  paused["spec"]["suspend"] = true;
+  AddJob(paused);
+  AddJob(JobJson("next", 0, "Queued"));
+  const auto plan = queue_.ComputePlan();
+  EXPECT_FALSE(plan.contains("team/first"));
+  EXPECT_FALSE(plan.contains("team/paused"));
+  ASSERT_TRUE(plan.contains("team/next"));
+  EXPECT_TRUE(plan.at("team/next").admit);  // not held behind the higher-priority suspended jobs
+  EXPECT_EQ(plan.at("team/next").position, 1);
+}
+
 TEST_F(JobQueueTest, OldAttemptsPodsDoNotCountAsTheCurrentAttempts) {
   AddNodes(4);
   auto restarted = AddJob(JobJson("again", 0, "Starting", /*admitted=*/true, /*attempt=*/2));

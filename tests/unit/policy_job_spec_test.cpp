@@ -41,6 +41,9 @@ TEST(PolicyJobSpecTest, MinimalSpecTakesEveryDefault) {
   EXPECT_EQ(spec.priority, 0);
   EXPECT_EQ(spec.priority_class_name, "");
   EXPECT_EQ(spec.queue_timeout_seconds, std::nullopt);
+  EXPECT_FALSE(spec.suspend);
+  EXPECT_EQ(spec.ttl_seconds_after_finished, std::nullopt);
+  EXPECT_EQ(spec.active_deadline_seconds, std::nullopt);
   EXPECT_EQ(spec.tpu.accelerator, "tpu-v5-lite-podslice");
   EXPECT_EQ(spec.tpu.topology, "2x4");
   EXPECT_EQ(spec.tpu.chips_per_worker, 4);
@@ -91,6 +94,9 @@ TEST(PolicyJobSpecTest, EveryFieldIsRead) {
   spec["priority"] = -7;
   spec["priorityClassName"] = "research";
   spec["queueTimeoutSeconds"] = 600;
+  spec["suspend"] = true;
+  spec["ttlSecondsAfterFinished"] = 0;
+  spec["activeDeadlineSeconds"] = 3600;
   spec["successPolicy"] = "AllWorkers";
   spec["checkpoint"] = {{"path", "gs://bucket/run1"}};
   spec["faultTolerance"] = {
@@ -106,6 +112,9 @@ TEST(PolicyJobSpecTest, EveryFieldIsRead) {
   EXPECT_EQ(parsed->priority, -7);
   EXPECT_EQ(parsed->priority_class_name, "research");
   EXPECT_EQ(parsed->queue_timeout_seconds, 600);
+  EXPECT_TRUE(parsed->suspend);
+  EXPECT_EQ(parsed->ttl_seconds_after_finished, 0);  // 0 is a value: delete at once
+  EXPECT_EQ(parsed->active_deadline_seconds, 3600);
   EXPECT_EQ(parsed->success_policy, SuccessPolicy::kAllWorkers);
   EXPECT_EQ(parsed->checkpoint_path, "gs://bucket/run1");
   EXPECT_EQ(parsed->tpu.topology, "2x8");
@@ -243,6 +252,12 @@ INSTANTIATE_TEST_SUITE_P(
                     "spec.successPolicy: \"AnyWorker\" is not Master or AllWorkers"},
         BadSpecCase{"QueueTimeoutZero", With(SpecJson(2), P("/queueTimeoutSeconds"), 0),
                     "spec.queueTimeoutSeconds: 0 is outside [1, 9223372036854775807]"},
+        BadSpecCase{"SuspendString", With(SpecJson(2), P("/suspend"), "yes"),
+                    "spec.suspend: must be true or false"},
+        BadSpecCase{"TtlNegative", With(SpecJson(2), P("/ttlSecondsAfterFinished"), -1),
+                    "spec.ttlSecondsAfterFinished: -1 is outside [0, 9223372036854775807]"},
+        BadSpecCase{"DeadlineZero", With(SpecJson(2), P("/activeDeadlineSeconds"), 0),
+                    "spec.activeDeadlineSeconds: 0 is outside [1, 9223372036854775807]"},
         BadSpecCase{"PriorityString", With(SpecJson(2), P("/priority"), "high"),
                     "spec.priority: must be an integer"},
         BadSpecCase{"FaultToleranceNotObject", With(SpecJson(2), P("/faultTolerance"), 3),

@@ -2,7 +2,8 @@
 The operator's permissions, derived from the requests it makes (src/controller):
   - informers (manager.cpp) list and watch Pods, Nodes and TPUJobs;
   - the TPUJob reconciler creates and deletes the workers' Pods, creates the headless Service,
-    and patches TPUJob status (tpujobs/status); the Pods and the Service carry an owner reference
+    patches TPUJob status (tpujobs/status) and deletes finished TPUJobs whose
+    ttlSecondsAfterFinished has passed; the Pods and the Service carry an owner reference
     with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin
     allows only to those who may update tpujobs/finalizers (a permission check only: a
     CustomResource has no finalizers subresource to call);
@@ -28,7 +29,7 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
   verbs: ["create", "patch"]
 - apiGroups: ["tpujob.dev"]
   resources: ["tpujobs"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "delete"]
 - apiGroups: ["tpujob.dev"]
   resources: ["tpujobs/status"]
   verbs: ["patch"]

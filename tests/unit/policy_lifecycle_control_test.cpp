@@ -1,0 +1,205 @@
+// Job control in Decide(): spec.suspend, spec.activeDeadlineSeconds and
+// spec.ttlSecondsAfterFinished.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "policy/goodput.h"
+#include "policy/lifecycle.h"
+#include "policy_fixtures.h"
+
+namespace tpujob::policy {
+namespace {
+
+using namespace fixtures;
+using std::chrono::seconds;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+void RunJob(PodSim& sim) {
+  ASSERT_EQ(sim.Step().status.phase, Phase::kQueued);
+  ASSERT_EQ(sim.Step().status.phase, Phase::kStarting);
+  sim.AllReady();
+  ASSERT_EQ(sim.Step().status.phase, Phase::kRunning);
+}
+
+void SetSuspend(PodSim& sim, bool suspend) {
+  sim.job().spec["suspend"] = suspend;
+  sim.job().generation++;
+  sim.Reparse();
+}
+
+const Condition* Cond(const Plan& plan, std::string_view type) {
+  return plan.status.FindCondition(type);
+}
+
+TEST(PolicyJobControlTest, SuspendStopsTheJobAndResumeRunsTheSameAttemptAgain) {
+  PodSim sim(SpecJson(2), cache::LabelMap{{"fault-tolerance/job-retry-num", "2"}});
+  sim.check_fixed_point = true;
+  RunJob(sim);
+  const JobStatus running = sim.Status();
+
+  SetSuspend(sim, true);
+  Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kSuspended);
+  ASSERT_THAT(plan.remove, SizeIs(2));
+  for (const PodToDelete& d : plan.remove) {
+    EXPECT_EQ(d.grace_period_seconds, 300) << d.name;  // maintenanceGracePeriodSeconds
+  }
+  ASSERT_NE(Cond(plan, condition::kSuspended), nullptr);
+  EXPECT_EQ(Cond(plan, condition::kSuspended)->status, "True");
+  EXPECT_EQ(Cond(plan, condition::kSuspended)->reason, "JobSuspended");
+  EXPECT_EQ(Cond(plan, condition::kAdmitted)->reason, "Suspended");
+  EXPECT_EQ(Cond(plan, condition::kAdmitted)->status, "False");
+  ASSERT_NE(FindEvent(plan, "Suspended"), nullptr);
+  EXPECT_FALSE(FindEvent(plan, "Suspended")->warning);
+  EXPECT_EQ(plan.status.attempt, running.attempt);
+  EXPECT_EQ(plan.status.job_retries, running.job_retries);
+  EXPECT_FALSE(plan.status.admitted_at.has_value());
+  EXPECT_EQ(plan.status.goodput->state, goodput_cause::kSuspended);
+
+  // The pods are gone; nothing is created while suspended, whatever the queue says.
+  sim.FinishDeletions();
+  plan = sim.Step(/*admit=*/true);
+  EXPECT_EQ(plan.status.phase, Phase::kSuspended);
+  EXPECT_THAT(plan.create, IsEmpty());
+  EXPECT_THAT(plan.events, IsEmpty());
+
+  SetSuspend(sim, false);
+  plan = sim.Step(/*admit=*/false);
+  EXPECT_EQ(plan.status.phase, Phase::kQueued);
+  EXPECT_EQ(Cond(plan, condition::kSuspended)->status, "False");
+  EXPECT_EQ(Cond(plan, condition::kSuspended)->reason, "JobResumed");
+  EXPECT_FALSE(plan.status.start_time.has_value());  // the deadline counts anew
+  EXPECT_FALSE(plan.status.reissued);
+  ASSERT_NE(FindEvent(plan, "Resumed"), nullptr);
+
+  plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kStarting);
+  EXPECT_THAT(plan.create, SizeIs(2));
+  EXPECT_EQ(plan.status.attempt, running.attempt);
+  EXPECT_EQ(plan.status.job_retries, running.job_retries);
+  EXPECT_TRUE(plan.status.start_time.has_value());
+  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+}
+
+TEST(PolicyJobControlTest, ResumingBeforeThePodsAreGoneWaitsForThem) {
+  PodSim sim(SpecJson(2));
+  RunJob(sim);
+  SetSuspend(sim, true);
+  ASSERT_EQ(sim.Step().status.phase, Phase::kSuspended);
+  SetSuspend(sim, false);  // at once: the pods are still terminating
+  ASSERT_EQ(sim.Step().status.phase, Phase::kQueued);
+  Plan plan = sim.Step(/*admit=*/true);
+  EXPECT_THAT(plan.create, IsEmpty());
+  sim.FinishDeletions();
+  plan = sim.Step(/*admit=*/true);
+  EXPECT_EQ(plan.status.phase, Phase::kStarting);
+  EXPECT_THAT(plan.create, SizeIs(2));
+  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+}
+
+TEST(PolicyJobControlTest, AJobCreatedSuspendedWaitsWithoutBeingAdmitted) {
+  Json spec = SpecJson(2);
+  spec["suspend"] = true;
+  PodSim sim(spec);
+  sim.check_fixed_point = true;
+  Plan plan = sim.Step(/*admit=*/true);
+  EXPECT_EQ(plan.status.phase, Phase::kSuspended);
+  EXPECT_EQ(plan.status.attempt, 1);
+  EXPECT_THAT(plan.create, IsEmpty());
+  EXPECT_THAT(Cond(plan, condition::kSuspended)->message,
+              ::testing::HasSubstr("not admitted until it is cleared"));
+  plan = sim.Step(/*admit=*/true);
+  EXPECT_THAT(plan.create, IsEmpty());
+  EXPECT_FALSE(plan.status.start_time.has_value());
+}
+
+TEST(PolicyJobControlTest, SuspendingAFinishedJobChangesNothing) {
+  PodSim sim(SpecJson(1));
+  RunJob(sim);
+  SetExited(sim.Worker(0), 0);
+  ASSERT_EQ(sim.Step().status.phase, Phase::kSucceeded);
+  SetSuspend(sim, true);
+  EXPECT_EQ(sim.Step().status.phase, Phase::kSucceeded);
+}
+
+TEST(PolicyJobControlTest, ActiveDeadlineFailsTheJobOnceItsSecondsHavePassed) {
+  Json spec = SpecJson(2);
+  spec["activeDeadlineSeconds"] = 10;
+  PodSim sim(spec);
+  RunJob(sim);  // admitted at t=1
+  const WallTime start = *sim.Status().start_time;
+  // startTime has whole seconds: the deadline is start + 1 + 10, never earlier.
+  while (sim.now() < start + seconds(11)) {
+    const Plan plan = sim.Step();
+    ASSERT_EQ(plan.status.phase, Phase::kRunning) << "at start + " << (sim.now() - start).count();
+    ASSERT_TRUE(plan.requeue_after.has_value());
+    EXPECT_LE(*plan.requeue_after, seconds(11));
+  }
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kFailed);
+  EXPECT_EQ(Cond(plan, condition::kFailed)->reason, "DeadlineExceeded");
+  EXPECT_THAT(Cond(plan, condition::kFailed)->message,
+              ::testing::HasSubstr("activeDeadlineSeconds of 10s"));
+  EXPECT_THAT(plan.remove, SizeIs(2));
+  ASSERT_NE(FindEvent(plan, "Failed"), nullptr);
+}
+
+TEST(PolicyJobControlTest, ActiveDeadlineCountsTheQueueAfterAReissue) {
+  Json spec = SpecJson(2);
+  spec["activeDeadlineSeconds"] = 5;
+  PodSim sim(spec, cache::LabelMap{{"fault-tolerance/job-retry-num", "1"}});
+  RunJob(sim);
+  Nodes sick;
+  sick.Set("node-0", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  LifecycleInput in = sim.Input();
+  in.node_health = sick.Fn();
+  Plan plan = Decide(in);
+  sim.Apply(plan);
+  ASSERT_EQ(plan.status.phase, Phase::kRestarting);  // re-issued
+  sim.FinishDeletions();
+  plan = sim.Step(/*admit=*/false);
+  ASSERT_EQ(plan.status.phase, Phase::kQueued);
+  sim.Advance(seconds(10));
+  plan = sim.Step(/*admit=*/false);
+  EXPECT_EQ(plan.status.phase, Phase::kFailed);
+  EXPECT_EQ(Cond(plan, condition::kFailed)->reason, "DeadlineExceeded");
+}
+
+TEST(PolicyJobControlTest, TtlDeletesAFinishedJobNeverEarly) {
+  Json spec = SpecJson(1);
+  spec["ttlSecondsAfterFinished"] = 5;
+  PodSim sim(spec);
+  RunJob(sim);
+  SetExited(sim.Worker(0), 0);
+  Plan plan = sim.Step();
+  ASSERT_EQ(plan.status.phase, Phase::kSucceeded);
+  EXPECT_FALSE(plan.delete_job);
+  const WallTime done = *plan.status.completion_time;
+  while (sim.now() < done + seconds(6)) {
+    plan = sim.Step();
+    EXPECT_FALSE(plan.delete_job) << "at completion + " << (sim.now() - done).count();
+    ASSERT_TRUE(plan.requeue_after.has_value());
+  }
+  plan = sim.Step();
+  EXPECT_TRUE(plan.delete_job);
+  // Decided again later (an operator that was down then): still deleted.
+  sim.Advance(seconds(3600));
+  EXPECT_TRUE(sim.Decide().delete_job);
+}
+
+TEST(PolicyJobControlTest, WithoutTtlAFinishedJobIsKept) {
+  PodSim sim(SpecJson(1));
+  RunJob(sim);
+  SetExited(sim.Worker(0), 0);
+  ASSERT_EQ(sim.Step().status.phase, Phase::kSucceeded);
+  sim.Advance(seconds(86400));
+  const Plan plan = sim.Decide();
+  EXPECT_FALSE(plan.delete_job);
+  EXPECT_FALSE(plan.requeue_after.has_value());
+}
+
+}  // namespace
+}  // namespace tpujob::policy
