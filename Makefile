@@ -47,6 +47,7 @@ bench: build tools
 	@bash scripts/bench.sh $(BUILD_DIR)
 
 format:
+	@TPUJOB_DEPS=format bash scripts/install-deps.sh
 	@find src operator tests e2e -name '*.h' -o -name '*.cpp' | grep -v '/tools/' | xargs clang-format -i
 
 crd:

@@ -5,6 +5,7 @@
 # TPUJOB_DEPS selects what to install:
 #   all    (default, what `make` uses) everything to build the operator and run every test
 #   build  only what compiling the operator binary needs (the Dockerfile's build stage)
+#   format clang-format, for `make format`
 set -euo pipefail
 
 build_packages=(
@@ -25,8 +26,9 @@ test_packages=(
 case "${TPUJOB_DEPS:-all}" in
   all) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
   build) packages=("${build_packages[@]}") ;;
+  format) packages=(clang-format) ;;
   *)
-    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all or build" >&2
+    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all, build or format" >&2
     exit 2
     ;;
 esac
