@@ -79,6 +79,15 @@ TEST_F(JobControlE2E, SuspendReleasesTheCapacityAndResumeRunsTheSameAttempt) {
                          std::chrono::milliseconds(200)))
       << "pods left: " << testing::PrintToString(JobPods(n, "first"));
   ASSERT_TRUE(JobFieldBecomes(n, "second", "{.status.phase}", "Running")) << op->Log();
+  // A suspended job has no live goodput gauge (its low goodput is its owner's choice); the
+  // running one has.
+  const std::string metrics =
+      RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op->metrics_port()) + "/metrics",
+                 false)
+          .output;
+  const std::string gauge = "tpujob_job_goodput_ratio{job_namespace=\"" + n + "\",tpujob=";
+  EXPECT_EQ(metrics.find(gauge + "\"first\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(gauge + "\"second\"}"), std::string::npos) << metrics;
 
   // An operator killed and started again while the job is suspended changes nothing.
   op->Kill();

@@ -155,7 +155,9 @@ void Manager::Collect() {
   for (const auto& job : jobs_->store().List()) {
     const policy::JobStatus status = policy::JobStatus::FromJson(job->status);
     ++phases[status.phase];
-    if (status.goodput && !policy::IsTerminal(status.phase)) {
+    // Suspended jobs are left out: their low goodput is their owner's choice, not a problem.
+    if (status.goodput && !policy::IsTerminal(status.phase) &&
+        status.phase != policy::Phase::kSuspended) {
       const policy::Goodput live = policy::LiveGoodput(*status.goodput, now);
       if (auto ratio = policy::GoodputRatio(live)) {
         std::vector<std::string> labels = {std::string(job->ns.view()), job->name};

@@ -113,13 +113,13 @@ OperatorMetrics* Declare() {
           {"job_namespace", "cause"}),
       .job_goodput = r.AddGauge(
           "tpujob_job_goodput_ratio",
-          "Productive share of an unfinished TPUJob's accounted time so far (status.goodput "
-          "with the time since its last write added).",
+          "Productive share of an unfinished, not suspended TPUJob's accounted time so far "
+          "(status.goodput with the time since its last write added).",
           {"job_namespace", "tpujob"}),
       .job_lost_chip_seconds = r.AddGauge(
           "tpujob_job_lost_chip_seconds",
-          "TPU chip-seconds an unfinished TPUJob has lost so far, all causes (status.goodput with "
-          "the time since its last write added).",
+          "TPU chip-seconds an unfinished, not suspended TPUJob has lost so far, all causes "
+          "(status.goodput with the time since its last write added).",
           {"job_namespace", "tpujob"}),
   };
 }
