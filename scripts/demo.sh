@@ -141,6 +141,10 @@ echo "the job's Events, in the order they were written:"
 kubectl get events --field-selector involvedObject.name=$job --no-headers \
   -o custom-columns=RV:.metadata.resourceVersion,TYPE:.type,REASON:.reason,MESSAGE:.message |
   sort -n | cut -d' ' -f2- | sed 's/^ *//' | cut -c1-160
+echo
+echo "where the job's time went (status.goodput; kubectl tpujob describe shows the same):"
+kubectl get tpujob "$job" -o wide
+kubectl get tpujob "$job" -o jsonpath='productive {.status.goodput.productiveSeconds} s, lost {.status.goodput.lostSeconds} (seconds by cause){"\n"}'
 
 say "Stopping the operator with SIGTERM"
 kill -TERM "$op_pid"
