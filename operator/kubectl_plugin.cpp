@@ -200,6 +200,19 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
       {"Node pool:", Str(job, "/status/nodePool", "-")},
       {"Age:", Age(Str(job, "/metadata/creationTimestamp"), now)},
   };
+  // Job control, shown only when set.
+  if (Str(job, "/spec/suspend", "false") == "true") {
+    head.push_back({"Suspended:", "yes (spec.suspend; clear it to queue the job again)"});
+  }
+  if (const std::string deadline = Str(job, "/spec/activeDeadlineSeconds"); !deadline.empty()) {
+    const std::string start = Str(job, "/status/startTime");
+    head.push_back({"Deadline:", deadline + "s from the first admission" +
+                                     (start.empty() ? " (not admitted yet)"
+                                                    : " (admitted " + Age(start, now) + " ago)")});
+  }
+  if (const std::string ttl = Str(job, "/spec/ttlSecondsAfterFinished"); !ttl.empty()) {
+    head.push_back({"Delete after:", ttl + "s once finished (ttlSecondsAfterFinished)"});
+  }
   out += Table(head);
   if (phase == "Queued") {
     out += "\nQueue:\n";
@@ -302,8 +315,9 @@ int Run(int argc, char** argv) {
   std::string name;
   CLI::App* describe = app.add_subcommand(
       "describe",
-      "One job: phase, conditions, attempts, faults with nodes and pre-flight items, "
-      "cordoned nodes, pods, and its place in the queue and why it waits.");
+      "One job: phase, conditions, attempts, goodput by cause, faults with nodes and pre-flight "
+      "items, cordoned nodes, pods, suspend/deadline/TTL, and its place in the queue and why it "
+      "waits.");
   describe->add_option("NAME", name, "The TPUJob's name.")->required();
   CLI11_PARSE(app, argc, argv);
 

@@ -136,6 +136,24 @@ TEST(KubectlPluginTest, DescribeShowsTheGoodputBreakdownUpToNow) {
               HasSubstr("Goodput: <not counted yet>"));
 }
 
+TEST(KubectlPluginTest, DescribeShowsJobControlOnlyWhenSet) {
+  json job = Job("llm", "Suspended", 0, 0);
+  job["spec"]["suspend"] = true;
+  job["spec"]["activeDeadlineSeconds"] = 3600;
+  job["spec"]["ttlSecondsAfterFinished"] = 600;
+  job["status"]["startTime"] = "2026-01-01T11:50:00Z";
+  const std::string out = RenderDescribe(job, {}, kNow);
+  for (const char* want : {"Suspended:      yes (spec.suspend; clear it to queue the job again)",
+                           "Deadline:       3600s from the first admission (admitted 10m ago)",
+                           "Delete after:   600s once finished (ttlSecondsAfterFinished)"}) {
+    EXPECT_THAT(out, HasSubstr(want)) << out;
+  }
+  const std::string plain = RenderDescribe(Job("r", "Running", 0, 0), {}, kNow);
+  for (const char* absent : {"Suspended:", "Deadline:", "Delete after:"}) {
+    EXPECT_THAT(plain, ::testing::Not(HasSubstr(absent))) << plain;
+  }
+}
+
 TEST(KubectlPluginTest, AgeReadsLikeKubectl) {
   EXPECT_EQ(Age("2026-01-01T11:59:30Z", kNow), "30s");
   EXPECT_EQ(Age("2026-01-01T11:57:00Z", kNow), "3m");
