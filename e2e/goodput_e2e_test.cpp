@@ -24,12 +24,6 @@
 namespace tpujob::e2e {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // Wall-clock seconds since the epoch, as the phase watch stamps its lines.
 double WallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -38,15 +32,6 @@ double WallNow() {
 void SleepUntilWall(double t) {
   const double left = t - WallNow();
   if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
-}
-
-// Waits until the job's phase is `phase`, polling quickly; returns when it was seen.
-Clock::time_point AwaitPhase(const std::string& ns, const std::string& job,
-                             const std::string& phase) {
-  EXPECT_TRUE(Eventually([&] { return JobField(ns, job, "{.status.phase}") == phase; },
-                         std::chrono::seconds(60), std::chrono::milliseconds(20)))
-      << job << " never reached " << phase << "; phase " << JobField(ns, job, "{.status.phase}");
-  return Clock::now();
 }
 
 // The job's phase changes as a `kubectl get --watch` sees them, each stamped with the wall time
@@ -274,11 +259,12 @@ TEST_F(GoodputE2E, ARunningJobHasALiveGaugeAndCheckpointsMoveLostWork) {
   const std::string n = ns.name();
   CreateTpuNodes(prefix_, 2, accelerator_, "2x4", "pool-" + prefix_);
   OperatorProcess op({"--namespace", n});
+  PhaseWatch watch(n, "ck");
   ASSERT_EQ(ApplyYaml(n, JobYaml("ck", 2, "2x4", "", false, "fault-tolerance/job-retry-num: \"1\"",
                                  accelerator_))
                 .exit_code,
             0);
-  const auto running = AwaitPhase(n, "ck", "Running");
+  const double running = watch.Await("Running");
   const std::string gauge = "tpujob_job_goodput_ratio{job_namespace=\"" + n + "\",tpujob=\"ck\"}";
   // The gauge adds the time since the last write: it rises while the job runs, with no write.
   auto read_gauge = [&] {
@@ -292,7 +278,7 @@ TEST_F(GoodputE2E, ARunningJobHasALiveGaugeAndCheckpointsMoveLostWork) {
   const double early = read_gauge();
   ASSERT_GE(early, 0) << "no " << gauge;
   const std::string version = JobField(n, "ck", "{.metadata.resourceVersion}");
-  std::this_thread::sleep_until(running + std::chrono::seconds(4));
+  SleepUntilWall(running + 4);
   EXPECT_GT(read_gauge(), early);
   EXPECT_EQ(JobField(n, "ck", "{.metadata.resourceVersion}"), version)
       << "the clock alone caused a write";
@@ -302,23 +288,16 @@ TEST_F(GoodputE2E, ARunningJobHasALiveGaugeAndCheckpointsMoveLostWork) {
   ASSERT_FALSE(checkpoint.empty());
   const std::optional<WallTime> since = cache::ParseRfc3339(checkpoint);
   ASSERT_TRUE(since.has_value()) << checkpoint;
-  const WallTime at =
-      std::chrono::floor<std::chrono::milliseconds>(*since + std::chrono::seconds(1));
-  std::string plus_one = cache::FormatRfc3339(at);
-  plus_one.pop_back();  // "Z"
-  plus_one += "." +
-              std::to_string(1000 + (at - std::chrono::floor<std::chrono::seconds>(at)) /
-                                        std::chrono::milliseconds(1))
-                  .substr(1) +
-              "Z";
-  const std::string annotate = "annotate tpujob ck -n " + n + " tpujob.dev/last-checkpoint-time=";
-  ASSERT_EQ(Kubectl(annotate + plus_one).exit_code, 0);
-  const auto fault = Clock::now();
+  ASSERT_EQ(Kubectl("annotate tpujob ck -n " + n + " tpujob.dev/last-checkpoint-time=" +
+                    cache::FormatRfc3339Millis(*since + std::chrono::seconds(1)))
+                .exit_code,
+            0);
   ASSERT_EQ(TerminatePod(n, "ck-worker-1", 143).exit_code, 0);
+  const double fault = WallNow();
   ASSERT_TRUE(JobFieldBecomes(n, "ck", "{.status.faults[0].action}", "RestartWorker")) << op.Log();
   const nlohmann::json g = JobJson(n, "ck")["status"]["goodput"];
   SCOPED_TRACE(g.dump(2));
-  const double run = SecondsBetween(running, fault);
+  const double run = fault - running;
   EXPECT_NEAR(Number(g["lostSeconds"], "uncheckpointed"), run - 1.0, 0.5);
   EXPECT_NEAR(Number(g, "productiveSeconds"), 1.0, 0.5);
 }

@@ -50,9 +50,26 @@ class JobControlE2E : public ::testing::Test {
                    "}}'");
   }
 
+  // Job "short" with ttlSecondsAfterFinished 5, run until worker 0 exits 0 and it Succeeded.
+  void FinishShortLivedJob(const std::string& ns, OperatorProcess& op) {
+    ASSERT_EQ(ApplyYaml(ns, Job("short", "  ttlSecondsAfterFinished: 5\n")).exit_code, 0);
+    ASSERT_TRUE(JobFieldBecomes(ns, "short", "{.status.phase}", "Running")) << op.Log();
+    ASSERT_EQ(TerminatePod(ns, "short-worker-0", 0).exit_code, 0);
+    ASSERT_TRUE(JobFieldBecomes(ns, "short", "{.status.phase}", "Succeeded")) << op.Log();
+  }
+
   std::string prefix_;
   std::string accelerator_;
 };
+
+// Whether every pod of `job` is gone within 30 s; the failure lists those left.
+::testing::AssertionResult PodsGone(const std::string& ns, const std::string& job) {
+  if (Eventually([&] { return JobPods(ns, job).empty(); }, std::chrono::seconds(30),
+                 std::chrono::milliseconds(200))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "pods left: " << testing::PrintToString(JobPods(ns, job));
+}
 
 TEST_F(JobControlE2E, SuspendReleasesTheCapacityAndResumeRunsTheSameAttempt) {
   TestNamespace ns("jc-suspend");
@@ -75,9 +92,7 @@ TEST_F(JobControlE2E, SuspendReleasesTheCapacityAndResumeRunsTheSameAttempt) {
   EXPECT_EQ(JobField(n, "first", "{.status.conditions[?(@.type==\"Suspended\")].reason}"),
             "JobSuspended");
   // The pods go, and their capacity goes to the job waiting behind.
-  ASSERT_TRUE(Eventually([&] { return JobPods(n, "first").empty(); }, std::chrono::seconds(30),
-                         std::chrono::milliseconds(200)))
-      << "pods left: " << testing::PrintToString(JobPods(n, "first"));
+  ASSERT_TRUE(PodsGone(n, "first"));
   ASSERT_TRUE(JobFieldBecomes(n, "second", "{.status.phase}", "Running")) << op->Log();
   // A suspended job has no live goodput gauge (its low goodput is its owner's choice); the
   // running one has.
@@ -134,10 +149,8 @@ TEST_F(JobControlE2E, TtlDeletesAFinishedJobAndItsPods) {
   TestNamespace ns("jc-ttl");
   const std::string n = ns.name();
   OperatorProcess op({"--namespace", n});
-  ASSERT_EQ(ApplyYaml(n, Job("short", "  ttlSecondsAfterFinished: 5\n")).exit_code, 0);
-  ASSERT_TRUE(JobFieldBecomes(n, "short", "{.status.phase}", "Running")) << op.Log();
-  ASSERT_EQ(TerminatePod(n, "short-worker-0", 0).exit_code, 0);
-  ASSERT_TRUE(JobFieldBecomes(n, "short", "{.status.phase}", "Succeeded")) << op.Log();
+  FinishShortLivedJob(n, op);
+  if (HasFatalFailure()) return;
   const auto finished = Clock::now();
   ASSERT_TRUE(Eventually([&] { return !JobExists(n, "short"); }, std::chrono::seconds(15),
                          std::chrono::milliseconds(100)))
@@ -148,19 +161,15 @@ TEST_F(JobControlE2E, TtlDeletesAFinishedJobAndItsPods) {
   // the job goes between 5 and 7 s after it finished, never before.
   EXPECT_GE(after, 4.0);
   EXPECT_LE(after, 7.0);
-  EXPECT_TRUE(Eventually([&] { return JobPods(n, "short").empty(); }, std::chrono::seconds(30),
-                         std::chrono::milliseconds(200)))
-      << "the garbage collector left pods: " << testing::PrintToString(JobPods(n, "short"));
+  EXPECT_TRUE(PodsGone(n, "short")) << "the garbage collector left them";
 }
 
 TEST_F(JobControlE2E, TtlDeletesAJobThatExpiredWhileNoOperatorRan) {
   TestNamespace ns("jc-ttl-down");
   const std::string n = ns.name();
   auto op = std::make_unique<OperatorProcess>(std::vector<std::string>{"--namespace", n});
-  ASSERT_EQ(ApplyYaml(n, Job("short", "  ttlSecondsAfterFinished: 5\n")).exit_code, 0);
-  ASSERT_TRUE(JobFieldBecomes(n, "short", "{.status.phase}", "Running")) << op->Log();
-  ASSERT_EQ(TerminatePod(n, "short-worker-0", 0).exit_code, 0);
-  ASSERT_TRUE(JobFieldBecomes(n, "short", "{.status.phase}", "Succeeded")) << op->Log();
+  FinishShortLivedJob(n, *op);
+  if (HasFatalFailure()) return;
   const auto finished = Clock::now();
   op->Kill();
   std::this_thread::sleep_until(finished + std::chrono::seconds(8));
@@ -171,8 +180,7 @@ TEST_F(JobControlE2E, TtlDeletesAJobThatExpiredWhileNoOperatorRan) {
                          std::chrono::milliseconds(100)))
       << op->Log();
   std::cout << "deleted " << SecondsSince(started) << " s after the operator started\n";
-  EXPECT_TRUE(Eventually([&] { return JobPods(n, "short").empty(); }, std::chrono::seconds(30),
-                         std::chrono::milliseconds(200)));
+  EXPECT_TRUE(PodsGone(n, "short"));
 }
 
 TEST_F(JobControlE2E, ActiveDeadlineFailsTheJobAfterItsSeconds) {
@@ -190,9 +198,7 @@ TEST_F(JobControlE2E, ActiveDeadlineFailsTheJobAfterItsSeconds) {
   EXPECT_LE(after, 12.0);  // within 10-11 s of the admission, plus the time to see it
   EXPECT_EQ(JobField(n, "bounded", "{.status.conditions[?(@.type==\"Failed\")].reason}"),
             "DeadlineExceeded");
-  EXPECT_TRUE(Eventually([&] { return JobPods(n, "bounded").empty(); }, std::chrono::seconds(30),
-                         std::chrono::milliseconds(200)))
-      << "pods left: " << testing::PrintToString(JobPods(n, "bounded"));
+  EXPECT_TRUE(PodsGone(n, "bounded"));
 }
 
 }  // namespace

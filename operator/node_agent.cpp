@@ -394,18 +394,14 @@ NodeAgent::Round NodeAgent::RunRound() {
                                     {"reason", update.reason},
                                     {"failures", state_.failures},
                                     {"message", result.message}});
-  } else if (last_passed_ != true) {
-    log::Info("node check passed", {{"node", node},
-                                    {"condition", type},
-                                    {"status", status},
-                                    {"passes", state_.passes},
-                                    {"message", result.message}});
   } else {
-    log::Debug("node check passed", {{"node", node},
-                                     {"condition", type},
-                                     {"status", status},
-                                     {"passes", state_.passes},
-                                     {"message", result.message}});
+    // The first pass after a failure (or the start) at info, the steady passes at debug.
+    log::Log(last_passed_ != true ? log::Level::kInfo : log::Level::kDebug, "node check passed",
+             {{"node", node},
+              {"condition", type},
+              {"status", status},
+              {"passes", state_.passes},
+              {"message", result.message}});
   }
   last_passed_ = result.passed;
 

@@ -810,6 +810,16 @@ std::string FormatRfc3339(WallTime time) {
   return std::string(buffer.data());
 }
 
+std::string FormatRfc3339Millis(WallTime time) {
+  std::string text = FormatRfc3339(time);  // "...:SSZ"
+  const auto ms = std::chrono::floor<std::chrono::milliseconds>(time) -
+                  std::chrono::floor<std::chrono::seconds>(time);
+  std::array<char, 8> fraction{};
+  std::snprintf(fraction.data(), fraction.size(), ".%03dZ", static_cast<int>(ms.count()));
+  text.pop_back();
+  return text + fraction.data();
+}
+
 std::optional<int64_t> ParseQuantity(std::string_view text) {
   if (text.empty()) return std::nullopt;
   size_t pos = 0;

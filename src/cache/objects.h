@@ -238,6 +238,8 @@ std::string ObjectKey(std::string_view ns, std::string_view name);
 std::optional<WallTime> ParseRfc3339(std::string_view text);
 // Formats as "2024-05-01T10:00:00Z" (UTC, whole seconds), the form metav1.Time uses.
 std::string FormatRfc3339(WallTime time);
+// Formats as "2024-05-01T10:00:00.250Z" (UTC, milliseconds).
+std::string FormatRfc3339Millis(WallTime time);
 
 // Parses a resource quantity ("4", "8k", "2Ki", "1e3", "500m") to an integer, rounding a
 // fractional value up as Quantity.Value() does. std::nullopt if malformed or out of range.

@@ -161,10 +161,8 @@ void Manager::Collect() {
       const policy::Goodput live = policy::LiveGoodput(*status.goodput, now);
       if (auto ratio = policy::GoodputRatio(live)) {
         std::vector<std::string> labels = {std::string(job->ns.view()), job->name};
-        int64_t lost_chip_ms = 0;
-        for (const auto& [cause, ms] : live.lost_chip_ms) lost_chip_ms += ms;
         m.job_goodput.With(labels).Set(*ratio);
-        m.job_lost_chip_seconds.With(labels).Set(static_cast<double>(lost_chip_ms) / 1000.0);
+        m.job_lost_chip_seconds.With(labels).Set(static_cast<double>(live.LostChipMs()) / 1000.0);
         goodput_series.insert(std::move(labels));
       }
     }
@@ -183,8 +181,7 @@ void Manager::Collect() {
   m.job_lost_chip_seconds.RemoveExcept(goodput_series);
   m.queue_length.With({}).Set(waiting);
   m.queue_oldest_wait.With({}).Set(
-      oldest ? std::max(0.0, std::chrono::duration<double>(clock_.WallNow() - *oldest).count())
-             : 0.0);
+      oldest ? std::max(0.0, std::chrono::duration<double>(now - *oldest).count()) : 0.0);
   m.cache_objects.With({"pods"}).Set(static_cast<double>(pods_->store().Size()));
   m.cache_objects.With({"nodes"}).Set(static_cast<double>(nodes_->store().Size()));
   m.cache_objects.With({"tpujobs"}).Set(static_cast<double>(jobs_->store().Size()));

@@ -1,7 +1,6 @@
 #include "controller/metrics.h"
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
 #include "version.h"
@@ -128,13 +127,6 @@ bool Contains(const std::vector<policy::FaultRecord>& faults, const policy::Faul
   return std::find(faults.begin(), faults.end(), f) != faults.end();
 }
 
-// "Queued" -> "queued": the cause label, as status.goodput.lostSeconds spells it.
-std::string LowerFirst(std::string_view cause) {
-  std::string out(cause);
-  if (!out.empty()) out[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(out[0])));
-  return out;
-}
-
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -184,7 +176,7 @@ void RecordGoodput(std::string_view ns, const policy::JobStatus& before,
     auto it = was.lost_chip_ms.find(cause);
     const int64_t before_ms = it == was.lost_chip_ms.end() ? 0 : it->second;
     if (ms > before_ms) {
-      m.lost_chip_seconds.With({ns, LowerFirst(cause)})
+      m.lost_chip_seconds.With({ns, policy::GoodputCauseKey(cause)})
           .Inc(static_cast<double>(ms - before_ms) / 1000.0);
     }
   }

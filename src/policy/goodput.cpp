@@ -61,9 +61,9 @@ void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInpu
   const std::optional<Goodput>& old = before.goodput;
   after.goodput = old;
   if (!old && state.empty()) return;  // not started: nothing to account yet
-  JobStatus others = after;
-  others.goodput = before.goodput;
-  if (old && old->state == state && others == before) return;  // no write to fold into
+  // With its goodput still the old one, `after` equals `before` exactly when nothing else
+  // changed: then there is no write to fold into.
+  if (old && old->state == state && after == before) return;
 
   const WallTime now = Millis(input.now);
   Goodput g = old.value_or(Goodput{});

@@ -50,33 +50,22 @@ std::optional<WallTime> ReadMillis(const Json& object, std::string_view key) {
 }
 
 void PutMillis(Json& out, const char* key, const std::optional<WallTime>& t) {
-  if (!t) return;
-  std::string text = cache::FormatRfc3339(*t);  // "...:SSZ"
-  const auto ms = std::chrono::floor<std::chrono::milliseconds>(*t) -
-                  std::chrono::floor<std::chrono::seconds>(*t);
-  char fraction[8];
-  std::snprintf(fraction, sizeof(fraction), ".%03dZ", static_cast<int>(ms.count()));
-  text.pop_back();
-  out[key] = text + fraction;
+  if (t) out[key] = cache::FormatRfc3339Millis(*t);
 }
 
-// Seconds with three decimals <-> milliseconds.
+// Seconds with three decimals <-> milliseconds; 0 for anything but a number.
+int64_t SecondsAsMillis(const Json& seconds) {
+  return seconds.is_number() ? std::llround(seconds.get<double>() * 1000.0) : 0;
+}
 int64_t ReadSecondsAsMillis(const Json& object, std::string_view key) {
   auto it = object.find(key);
-  if (it == object.end() || !it->is_number()) return 0;
-  return std::llround(it->get<double>() * 1000.0);
+  return it == object.end() ? 0 : SecondsAsMillis(*it);
 }
 Json MillisAsSeconds(int64_t ms) {
   if (ms % 1000 == 0) return Json(ms / 1000);
   return Json(static_cast<double>(ms) / 1000.0);
 }
 
-// "Queued" -> "queued": the keys of goodput.lostSeconds.
-std::string CauseKey(std::string_view cause) {
-  std::string key(cause);
-  if (!key.empty()) key[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(key[0])));
-  return key;
-}
 std::string CauseFromKey(std::string_view key) {
   std::string cause(key);
   if (!cause.empty()) {
@@ -100,9 +89,7 @@ Goodput ReadGoodput(const Json& j) {
     auto it = j.find(field);
     if (it == j.end() || !it->is_object()) continue;
     for (const auto& [key, value] : it->items()) {
-      if (!value.is_number()) continue;
-      const int64_t ms = std::llround(value.get<double>() * 1000.0);
-      if (ms > 0) (*target)[CauseFromKey(key)] = ms;
+      if (const int64_t ms = SecondsAsMillis(value); ms > 0) (*target)[CauseFromKey(key)] = ms;
     }
   }
   return g;
@@ -122,7 +109,7 @@ Json WriteGoodput(const Goodput& g) {
         {"lostChipSeconds", &g.lost_chip_ms}}) {
     Json map = Json::object();
     for (const auto& [cause, ms] : *source) {
-      if (ms > 0) map[CauseKey(cause)] = MillisAsSeconds(ms);
+      if (ms > 0) map[GoodputCauseKey(cause)] = MillisAsSeconds(ms);
     }
     out[field] = std::move(map);
   }
@@ -326,6 +313,18 @@ int64_t Goodput::TotalMs() const {
   int64_t total = productive_ms;
   for (const auto& [cause, ms] : lost_ms) total += ms;
   return total;
+}
+
+int64_t Goodput::LostChipMs() const {
+  int64_t total = 0;
+  for (const auto& [cause, ms] : lost_chip_ms) total += ms;
+  return total;
+}
+
+std::string GoodputCauseKey(std::string_view cause) {
+  std::string key(cause);
+  if (!key.empty()) key[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(key[0])));
+  return key;
 }
 
 const Condition* JobStatus::FindCondition(std::string_view type) const {

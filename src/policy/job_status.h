@@ -103,8 +103,13 @@ struct Goodput {
   std::map<std::string, int64_t, std::less<>> lost_ms;  // by cause; only causes with time
   std::map<std::string, int64_t, std::less<>> lost_chip_ms;
   int64_t TotalMs() const;
+  int64_t LostChipMs() const;  // all causes
   friend bool operator==(const Goodput&, const Goodput&) = default;
 };
+
+// "Queued" -> "queued": how a cause is spelled as a key of status.goodput.lostSeconds and as
+// the `cause` label of the lost chip-seconds metric.
+std::string GoodputCauseKey(std::string_view cause);
 
 struct JobStatus {
   Phase phase = Phase::kNone;

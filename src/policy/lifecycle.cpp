@@ -44,9 +44,10 @@ std::string DescribeExit(const Termination& t) {
 
 class Decider {
  public:
-  explicit Decider(const LifecycleInput& in)
+  // `written` is the job's status as last written (in.job->status, parsed).
+  Decider(const LifecycleInput& in, JobStatus written)
       : in_(in), job_(*in.job), gen_(job_.generation), now_(in.now) {
-    plan_.status = JobStatus::FromJson(job_.status);
+    plan_.status = std::move(written);
   }
 
   Plan Run() {
@@ -884,8 +885,9 @@ PodState ObservePod(const cache::PodInfo& pod, Termination* termination) {
 }
 
 Plan Decide(const LifecycleInput& input) {
-  Plan plan = Decider(input).Run();
   const cache::TPUJobInfo& job = *input.job;
+  const JobStatus written = JobStatus::FromJson(job.status);
+  Plan plan = Decider(input, written).Run();
   if (job.deleting()) return plan;
   GoodputInput goodput;
   goodput.now = input.now;
@@ -904,7 +906,7 @@ Plan Decide(const LifecycleInput& input) {
     goodput.last_checkpoint = cache::ParseRfc3339(*checkpoint);
   }
   goodput.created = job.creation_timestamp;
-  AccountGoodput(JobStatus::FromJson(job.status), plan.status, goodput);
+  AccountGoodput(written, plan.status, goodput);
   return plan;
 }
 
