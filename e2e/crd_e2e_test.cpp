@@ -582,6 +582,8 @@ TEST_F(CrdE2E, KubectlExplainDocumentsTheFields) {
       {"tpujob.spec.successPolicy", "with no Master replica, worker 0"},
       {"tpujob.spec.queueTimeoutSeconds", "1800"},
       {"tpujob.status.workerRestarts", "Worker-3"},
+      {"tpujob.spec.preemptible", "queues again by its priority"},
+      {"tpujob.status.preemptedBy", "the job (namespace/name) that last preempted this one"},
   };
   for (const auto& [field, expected] : fields) {
     SCOPED_TRACE(field);

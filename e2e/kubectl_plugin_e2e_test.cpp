@@ -44,8 +44,11 @@ TEST(KubectlPluginE2E, ListsTheQueueInOrderAndDescribesFaultsAndWhyAJobWaits) {
   const auto found = KubectlWithPlugin("plugin list");
   EXPECT_NE(found.output.find(BuildDir() + "/kubectl-tpujob"), std::string::npos) << found.output;
 
-  ASSERT_EQ(ApplyYaml(ns.name(), JobYaml("run", 1, "2x2", "", false, "", accelerator)).exit_code,
-            0);
+  // Of a higher priority than the two queued below, which therefore wait rather than preempt it.
+  ASSERT_EQ(
+      ApplyYaml(ns.name(), JobYaml("run", 1, "2x2", "  priority: 20\n", false, "", accelerator))
+          .exit_code,
+      0);
   ASSERT_TRUE(
       JobFieldBecomes(ns.name(), "run", "{.status.phase}", "Running", std::chrono::seconds(60)))
       << op.Log();

@@ -95,11 +95,13 @@ TEST_F(QueueE2E, GangsAreAdmittedInPriorityOrderAsCapacityFrees) {
   EXPECT_EQ(JobField(ns.name(), "j1", "{.status.nodePool}"), "pool-" + prefix_);
 }
 
-// A re-issued job goes before a new one of higher priority.
+// A re-issued job goes before a new one of higher priority. (With preemption on, the new job
+// would take the re-issued one's place as soon as it ran again: PreemptionE2E.)
 TEST_F(QueueE2E, ReissuedJobGoesBeforeAHigherPriorityNewJob) {
   TestNamespace ns("qu-reissue");
   CreateTpuNodes(prefix_, 3, accelerator_, "2x4", "pool-" + prefix_);
-  OperatorProcess op({"--namespace", ns.name(), "--max-cordoned-fraction", "1"});
+  OperatorProcess op(
+      {"--namespace", ns.name(), "--max-cordoned-fraction", "1", "--enable-preemption=false"});
   ASSERT_EQ(ApplyYaml(ns.name(), Job("low", 0)).exit_code, 0);
   ASSERT_TRUE(JobFieldBecomes(ns.name(), "low", "{.status.phase}", "Running")) << op.Log();
   ASSERT_EQ(ApplyYaml(ns.name(), Job("high", 100)).exit_code, 0);

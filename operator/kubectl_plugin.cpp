@@ -210,6 +210,15 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
                                      (start.empty() ? " (not admitted yet)"
                                                     : " (admitted " + Age(start, now) + " ago)")});
   }
+  if (Str(job, "/spec/preemptible", "true") == "false") {
+    head.push_back({"Preemptible:", "no (spec.preemptible)"});
+  }
+  if (const std::string times = Str(job, "/status/preemptions"); !times.empty()) {
+    const std::string at = Str(job, "/status/preemptedAt");
+    head.push_back({"Preempted:", times + (times == "1" ? " time" : " times") + ", last by " +
+                                      Str(job, "/status/preemptedBy", "?") +
+                                      (at.empty() ? "" : " " + Age(at, now) + " ago")});
+  }
   if (const std::string ttl = Str(job, "/spec/ttlSecondsAfterFinished"); !ttl.empty()) {
     head.push_back({"Delete after:", ttl + "s once finished (ttlSecondsAfterFinished)"});
   }

@@ -53,6 +53,7 @@ struct RunFlags {
   int maintenance_avoid_window_seconds = 3600;
   tpujob::policy::CordonPolicy cordon;
   bool no_cordon = false;
+  bool enable_preemption = true;
   int auto_uncordon_after_seconds = 0;
   bool leader_elect = false;
   int leader_elect_lease_duration_seconds = 15;
@@ -188,6 +189,7 @@ int Run(const RunFlags& flags) {
       std::chrono::seconds(flags.maintenance_avoid_window_seconds);
   options.cordon = flags.cordon;
   options.cordon.enabled = !flags.no_cordon;
+  options.preemption = flags.enable_preemption;
   options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
   options.nodes.node_health = options.reconciler.node_health;
   if (flags.leader_elect) options.leader_election = election;
@@ -341,6 +343,12 @@ int main(int argc, char** argv) {
                   "affinity that keeps them off it); 0 = off.")
       ->check(CLI::Range(0, 7 * 24 * 3600))
       ->capture_default_str();
+  run->add_option("--enable-preemption", flags.enable_preemption,
+                  "When the first waiting job of a slice shape cannot be admitted, stop running "
+                  "jobs of lower priority (spec.preemptible not false) to make room: SIGTERM, "
+                  "their maintenance grace period, then they queue again without using a retry. "
+                  "false: jobs only wait.")
+      ->default_str("true");
   run->add_flag("--leader-elect", flags.leader_elect,
                 "Run as one of several replicas: only the replica holding the Lease "
                 "(coordination.k8s.io/v1) reconciles and writes; the others stand by, answering "

@@ -22,6 +22,13 @@
 //   - free: policy::BuildCapacity over every node and the operator's pods. Pods of other
 //     workloads are not cached; on nodes shared with them the scheduler has the last word, and a
 //     gang that then cannot be scheduled releases its admission (policy/lifecycle.h).
+//
+// Preemption (policy/preemption.h). When the head of a class waits for capacity, the plan also
+// considers the capacity once the pods already going are gone and the jobs running in Starting or
+// Running phase with every worker bound and none going; the victims it picks are handed to
+// `enqueue` and told by Preemption() (the reconciler then stops them), and the head's answer has
+// reason "Preempting". A victim stops being one once its status shows it preempted, and its pods
+// going count as free for the head from then on, so one head takes one set of victims.
 #pragma once
 
 #include <atomic>
@@ -40,6 +47,7 @@
 #include "kube/client.h"
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
+#include "policy/lifecycle.h"
 #include "policy/node_health.h"
 #include "policy/queue.h"
 
@@ -68,17 +76,29 @@ class JobQueue {
   // The answer for a waiting job (the plan already holds its spec and status). Thread-safe.
   AdmissionDecision Admit(const cache::TPUJobInfo& job);
 
+  // Whether the admitted job is to be preempted (the latest plan's answer). Thread-safe.
+  std::optional<policy::PreemptOrder> Preemption(const cache::TPUJobInfo& job);
+
+  // Gang preemption (policy/preemption.h); on unless turned off before Start().
+  void set_preemption(bool on) { preemption_ = on; }
+
   // Computes a plan from the caches now (what the thread does), for tests and benchmarks.
   // `changes_in`: when the capacity changes by itself (a node entering its maintenance avoid
-  // window), so the plan is made again then.
+  // window), so the plan is made again then. `preemptions`: the admitted jobs to preempt, with
+  // the job each is preempted for; a job it preempts for shows reason "Preempting".
   std::map<std::string, policy::Admission> ComputePlan(
-      std::optional<Duration>* changes_in = nullptr);
+      std::optional<Duration>* changes_in = nullptr,
+      std::map<std::string, policy::PreemptOrder>* preemptions = nullptr);
 
   // Recomputations so far.
   uint64_t recomputations() const { return recomputations_.load(); }
 
  private:
-  int32_t Priority(const policy::JobSpec& spec);
+  struct PriorityInfo {
+    int32_t value = 0;
+    bool may_preempt = true;  // the PriorityClass's preemptionPolicy is not Never
+  };
+  PriorityInfo Priority(const policy::JobSpec& spec);
   void Loop();
 
   kube::Client& client_;
@@ -93,16 +113,19 @@ class JobQueue {
   bool dirty_ = true;
   bool stop_ = false;
   std::map<std::string, policy::Admission> plan_;
+  std::map<std::string, policy::PreemptOrder> preempt_;  // victim -> order
   std::function<void(const std::string&)> enqueue_;
   std::thread thread_;
 
   std::mutex priority_mu_;
   struct CachedPriority {
     std::optional<int32_t> value;
+    bool may_preempt = true;
     TimePoint read_at;
   };
   std::map<std::string, CachedPriority> priority_classes_;  // guarded by priority_mu_
 
+  std::atomic<bool> preemption_{true};
   std::atomic<uint64_t> recomputations_{0};
 };
 

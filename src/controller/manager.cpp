@@ -75,6 +75,12 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
                                          const policy::JobStatus&) {
     return job_queue_->Admit(job);
   };
+  job_queue_->set_preemption(options_.preemption);
+  if (options_.preemption) {
+    options_.reconciler.preemption = [this](const cache::TPUJobInfo& job) {
+      return job_queue_->Preemption(job);
+    };
+  }
   reconciler_ =
       std::make_unique<TPUJobReconciler>(client_, jobs_->store(), pods_->store(), nodes_->store(),
                                          *recorder_, *cordoner_, options_.reconciler, clock_);

@@ -53,6 +53,8 @@ struct ManagerOptions {
   std::shared_ptr<metrics::RequestAuthorizer> metrics_authorizer;
   std::chrono::seconds cache_sync_timeout{120};
   TPUJobReconcilerOptions reconciler;
+  // Gang preemption by priority (policy/preemption.h); --enable-preemption.
+  bool preemption = true;
   EventRecorderOptions events;
   policy::CordonPolicy cordon;
   NodeReconcilerOptions nodes;

@@ -30,6 +30,11 @@ OperatorMetrics* Declare() {
       .job_failures =
           r.AddCounter("tpujob_job_failures_total",
                        "Jobs the operator failed after a fault, by fault kind.", {"reason"}),
+      .job_preemptions = r.AddCounter(
+          "tpujob_job_preemptions_total",
+          "Running jobs the queue preempted for a waiting job of higher priority, by the "
+          "preempted job's namespace.",
+          {"job_namespace"}),
       .node_cordons = r.AddCounter("tpujob_node_cordons_total",
                                    "Nodes the operator cordoned, by reason.", {"reason"}),
       .cordons_refused = r.AddCounter(
@@ -153,9 +158,18 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
     m.queue_wait.With({}).Observe(std::max(0.0, Seconds(*after.admitted_at - *after.queued_at)));
   }
   // Running again after a fault of this run: the time since the newest fault was detected.
+  // A preemption is not a fault: how long the job waits depends on the job it made room for.
   if (after.phase == policy::Phase::kRunning && before.phase != policy::Phase::kRunning &&
-      !after.faults.empty() && after.faults.back().action != "FailJob") {
+      !after.faults.empty() && after.faults.back().action != "FailJob" &&
+      after.faults.back().action != "PreemptJob") {
     m.fault_recovery.With({}).Observe(std::max(0.0, Seconds(now - after.faults.back().time)));
+  }
+}
+
+void RecordPreemptions(std::string_view ns, const policy::JobStatus& before,
+                       const policy::JobStatus& after) {
+  if (after.preemptions > before.preemptions) {
+    Metrics().job_preemptions.With({ns}).Inc(after.preemptions - before.preemptions);
   }
 }
 

@@ -21,6 +21,7 @@ struct OperatorMetrics {
   metrics::CounterFamily& job_restarts;                // {reason}
   metrics::CounterFamily& job_reissues;                // {reason}
   metrics::CounterFamily& job_failures;                // {reason}
+  metrics::CounterFamily& job_preemptions;             // {job_namespace}
   metrics::CounterFamily& node_cordons;                // {reason}
   metrics::CounterFamily& cordons_refused;             // {reason}: cap | rate | breaker
   metrics::GaugeFamily& cordoned_nodes;                // -
@@ -60,6 +61,11 @@ OperatorMetrics& Metrics();
 // job is Running again. `now` is the time of the write.
 void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus& after,
                         WallTime now);
+
+// Counts the preemptions a successful status write recorded (status.preemptions went up) for a
+// job of namespace `ns`.
+void RecordPreemptions(std::string_view ns, const policy::JobStatus& before,
+                       const policy::JobStatus& after);
 
 // Adds what a successful status write folded into status.goodput (see policy/goodput.h) to
 // the chip-second counters of the job's namespace.

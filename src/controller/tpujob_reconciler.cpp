@@ -144,9 +144,12 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   for (const auto& node : nodes_.ByIndex(kNodesByCordonJobIndex, key)) {
     input.cordoned_nodes.push_back(node->name);
   }
-  if (spec && options_.admission) {
+  if (spec && (options_.admission || options_.preemption)) {
     const auto current = policy::JobStatus::FromJson(job->status);
-    if (current.phase == policy::Phase::kQueued) {
+    if (options_.preemption && current.ConditionTrue(policy::condition::kAdmitted)) {
+      input.preempt = options_.preemption(*job);
+    }
+    if (options_.admission && current.phase == policy::Phase::kQueued) {
       AdmissionDecision admission = options_.admission(*job, *spec, current);
       input.admit = admission.admit;
       input.not_admitted_reason = admission.reason;
@@ -304,6 +307,7 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
   const policy::JobStatus before = policy::JobStatus::FromJson(current);
   RecordStatusChange(before, plan.status, clock_.WallNow());
   RecordGoodput(job.ns.view(), before, plan.status);
+  RecordPreemptions(job.ns.view(), before, plan.status);
   const auto old_phase = before.phase;
   if (old_phase != plan.status.phase) {
     log::Info("phase changed",

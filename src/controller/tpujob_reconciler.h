@@ -51,11 +51,15 @@ struct AdmissionDecision {
 using AdmissionFunc = std::function<AdmissionDecision(
     const cache::TPUJobInfo&, const policy::JobSpec&, const policy::JobStatus&)>;
 
+// Whether the queue preempts an admitted job (JobQueue::Preemption). Without one nothing is.
+using PreemptionFunc = std::function<std::optional<policy::PreemptOrder>(const cache::TPUJobInfo&)>;
+
 struct TPUJobReconcilerOptions {
   int create_parallelism = 16;  // concurrent pod creations for one job
   Duration expectation_timeout = std::chrono::seconds(30);
   PodBuildOptions pod_options;
-  AdmissionFunc admission;  // empty: admit at once
+  AdmissionFunc admission;    // empty: admit at once
+  PreemptionFunc preemption;  // empty: never preempt
   policy::NodeHealthConfig node_health;
 };
 

@@ -37,6 +37,7 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running) {
     case Phase::kFailed:
       return "";
     case Phase::kQueued:
+      if (status.ConditionTrue(condition::kPreempted)) return goodput_cause::kPreemption;
       return status.reissued ? goodput_cause::kRequeued : goodput_cause::kQueued;
     case Phase::kStarting:
       return preflight_running ? goodput_cause::kPreflight : goodput_cause::kStarting;
@@ -49,6 +50,11 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running) {
   }
   // Restarting: a worker restarting in place (same attempt, still admitted), or the previous
   // attempt's pods going before a re-issued attempt queues; the last fault says why.
+  // A preempted attempt's pods going (not admitted; an in-place restart keeps its admission).
+  if (!status.reissued && status.ConditionTrue(condition::kPreempted) &&
+      !status.ConditionTrue(condition::kAdmitted)) {
+    return goodput_cause::kPreemption;
+  }
   if (!status.reissued) return goodput_cause::kRestarting;
   if (!status.faults.empty() && status.faults.back().kind == "Maintenance") {
     return goodput_cause::kMaintenance;

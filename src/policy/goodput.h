@@ -37,7 +37,7 @@ inline constexpr std::string_view kStarting = "Starting";        // admitted, no
 inline constexpr std::string_view kRestarting = "Restarting";    // a worker restarting in place
 inline constexpr std::string_view kReissue = "Reissue";          // old pods going after a fault
 inline constexpr std::string_view kMaintenance = "Maintenance";  // old pods going: a disruption
-inline constexpr std::string_view kPreemption = "Preemption";    // reserved: gang preemption
+inline constexpr std::string_view kPreemption = "Preemption";    // preempted: going, queued
 inline constexpr std::string_view kSuspended = "Suspended";      // spec.suspend
 // Work done since the last checkpoint and lost to a disruption (moved out of productive).
 inline constexpr std::string_view kUncheckpointed = "Uncheckpointed";

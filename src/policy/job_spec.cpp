@@ -145,6 +145,9 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   }
   if (value > 0) out.queue_timeout_seconds = value;
   if (auto e = ReadBool(spec, "suspend", "spec.suspend", out.suspend)) return Error(*e);
+  if (auto e = ReadBool(spec, "preemptible", "spec.preemptible", out.preemptible)) {
+    return Error(*e);
+  }
   value = -1;
   if (auto e = ReadInt(spec, "ttlSecondsAfterFinished", "spec.ttlSecondsAfterFinished", 0,
                        std::numeric_limits<int64_t>::max(), value)) {

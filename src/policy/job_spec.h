@@ -86,6 +86,8 @@ struct JobSpec {
   // Stop the job (pods deleted with the maintenance grace period) and keep it out of the queue
   // until cleared; not a failure, no retry used.
   bool suspend = false;
+  // Whether a waiting job of higher priority may preempt this one (policy/preemption.h).
+  bool preemptible = true;
   // Delete the job (and, through the garbage collector, its pods) this long after it finished.
   std::optional<int64_t> ttl_seconds_after_finished;
   // Fail the job (DeadlineExceeded) once this long has passed since status.startTime.

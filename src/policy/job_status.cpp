@@ -210,6 +210,9 @@ JobStatus JobStatus::FromJson(const Json& j) {
     s.queue_position = it->get<int32_t>();
   }
   if (auto it = j.find("reissued"); it != j.end() && it->is_boolean()) s.reissued = it->get<bool>();
+  s.preemptions = ReadInt<int32_t>(j, "preemptions");
+  s.preempted_by = ReadString(j, "preemptedBy");
+  s.preempted_at = ReadTime(j, "preemptedAt");
   if (auto it = j.find("faults"); it != j.end() && it->is_array()) {
     for (const Json& f : *it) {
       if (!f.is_object()) continue;
@@ -286,6 +289,9 @@ Json JobStatus::ToJson() const {
   if (queue_position) out["queuePosition"] = *queue_position;
   if (!node_pool.empty()) out["nodePool"] = node_pool;
   if (reissued) out["reissued"] = true;
+  if (preemptions != 0) out["preemptions"] = preemptions;
+  PutString(out, "preemptedBy", preempted_by);
+  PutTime(out, "preemptedAt", preempted_at);
   if (!faults.empty()) {
     Json list = Json::array();
     for (const FaultRecord& f : faults) {

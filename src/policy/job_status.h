@@ -45,6 +45,8 @@ inline constexpr std::string_view kReady = "Ready";
 inline constexpr std::string_view kSucceeded = "Succeeded";
 inline constexpr std::string_view kFailed = "Failed";
 inline constexpr std::string_view kSuspended = "Suspended";
+// True from a preemption until the job is admitted again.
+inline constexpr std::string_view kPreempted = "Preempted";
 }  // namespace condition
 
 struct Condition {
@@ -85,7 +87,7 @@ struct FaultRecord {
   std::optional<int32_t> exit_code;
   std::string reason;
   std::string message;
-  std::string action;  // "RestartWorker", "ReissueJob", "FailJob"
+  std::string action;  // "RestartWorker", "ReissueJob", "FailJob", "PreemptJob"
   friend bool operator==(const FaultRecord&, const FaultRecord&) = default;
 };
 
@@ -130,6 +132,10 @@ struct JobStatus {
   // admission; "" otherwise.
   std::string node_pool;
   bool reissued = false;
+  // Times the job was preempted, and by which job (namespace/name) and when, the last time.
+  int32_t preemptions = 0;
+  std::string preempted_by;
+  std::optional<WallTime> preempted_at;
   std::vector<FaultRecord> faults;  // oldest first, at most kMaxFaults
   std::vector<std::string> cordoned_nodes;
   std::optional<Goodput> goodput;

@@ -138,16 +138,22 @@ class Decider {
         return std::move(plan_);
       }
       if (s.phase != Phase::kQueued) {
-        // Restarting after a re-issue: the old attempt is gone; queue the new one.
+        // Restarting after a re-issue or a preemption: the old attempt is gone; queue the new
+        // one (a re-issued attempt first, a preempted one by its priority).
         s.phase = Phase::kQueued;
         s.queued_at = now_;
         s.node_pool.clear();
-        s.SetCondition(
-            condition::kAdmitted, false, "Reissued",
-            "attempt " + std::to_string(s.attempt) + " waits for capacity with first priority",
-            now_, gen_);
-        Event(false, "Queued",
-              "attempt " + std::to_string(s.attempt) + " queued with first priority");
+        const std::string attempt = "attempt " + std::to_string(s.attempt);
+        if (s.ConditionTrue(condition::kPreempted)) {
+          s.SetCondition(condition::kAdmitted, false, "Preempted",
+                         attempt + " waits for capacity in priority order after a preemption", now_,
+                         gen_);
+          Event(false, "Queued", attempt + " queued again after a preemption");
+        } else {
+          s.SetCondition(condition::kAdmitted, false, "Reissued",
+                         attempt + " waits for capacity with first priority", now_, gen_);
+          Event(false, "Queued", attempt + " queued with first priority");
+        }
         UpdateCounts();
         return std::move(plan_);
       }
@@ -156,6 +162,12 @@ class Decider {
         return std::move(plan_);
       }
       if (!in_.admit) {
+        const Condition* was = s.FindCondition(condition::kAdmitted);
+        if (in_.not_admitted_reason == "Preempting" &&
+            (was == nullptr || was->reason != "Preempting" ||
+             was->message != in_.not_admitted_message)) {
+          Event(false, "Preempting", in_.not_admitted_message);
+        }
         s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason,
                        in_.not_admitted_message, now_, gen_);
         s.queue_position = in_.queue_position;
@@ -170,11 +182,20 @@ class Decider {
       const int total = spec.Replicas(ReplicaType::kMaster) + spec.worker.replicas;
       s.SetCondition(condition::kAdmitted, true, "Admitted",
                      "attempt " + std::to_string(s.attempt) + " admitted", now_, gen_);
+      if (s.ConditionTrue(condition::kPreempted)) {
+        s.SetCondition(condition::kPreempted, false, "Readmitted",
+                       "attempt " + std::to_string(s.attempt) + " admitted after a preemption",
+                       now_, gen_);
+      }
       Event(false, "Admitted",
             "attempt " + std::to_string(s.attempt) + " admitted: creating " +
                 std::to_string(total) + " pods");
     }
 
+    if (in_.preempt) {
+      Preempt(*in_.preempt);
+      return std::move(plan_);
+    }
     Active(old_left);
     return std::move(plan_);
   }
@@ -190,6 +211,9 @@ class Decider {
   // plan asks to be decided again at the deadline.
   bool QueueTimedOut() {
     JobStatus& s = plan_.status;
+    // A preempted job was started once and stopped for someone else: waiting for its turn
+    // again never fails it.
+    if (s.ConditionTrue(condition::kPreempted)) return false;
     std::optional<int64_t> timeout = spec_->queue_timeout_seconds;
     if (!timeout && s.reissued) timeout = kDefaultReissueQueueTimeoutSeconds;
     if (!timeout || !s.queued_at) return false;
@@ -230,12 +254,64 @@ class Decider {
       s.queue_position.reset();
       s.node_pool.clear();
       s.SetCondition(condition::kSuspended, true, "JobSuspended", why, now_, gen_);
+      if (s.ConditionTrue(condition::kPreempted)) {
+        s.SetCondition(condition::kPreempted, false, "Suspended", "the job is suspended", now_,
+                       gen_);
+      }
       s.SetCondition(condition::kAdmitted, false, "Suspended", "the job is suspended", now_, gen_);
       s.SetCondition(condition::kReady, false, "Suspended", "the job is suspended", now_, gen_);
       Event(false, "Suspended", why);
     }
     for (const ObservedPod& p : in_.pods) {
       if (!p.pod->deleting()) Delete(*p.pod, grace, "the job is suspended");
+    }
+    UpdateCounts();
+  }
+
+  // The whole job moves on to a new attempt, which queues once the pods of this one are gone
+  // (first when `reissued`, else by priority); `reason` and `why` go on Admitted and Ready.
+  void NextAttempt(bool reissued, std::string_view reason, const std::string& why) {
+    JobStatus& s = plan_.status;
+    s.attempt++;
+    s.reissued = reissued;
+    s.worker_restarts.clear();
+    s.phase = Phase::kRestarting;
+    s.admitted_at.reset();
+    s.running_at.reset();
+    s.SetCondition(condition::kAdmitted, false, reason,
+                   "attempt " + std::to_string(s.attempt) +
+                       " waits for the pods of the previous attempt to be gone",
+                   now_, gen_);
+    s.SetCondition(condition::kReady, false, reason, why, now_, gen_);
+  }
+
+  // The queue preempts the admitted attempt for a job of higher priority: stopped like a
+  // maintenance event (the grace period to checkpoint), not counted as a retry, and the next
+  // attempt queues by its priority (not first, as a re-issue: it would take the capacity back
+  // from the job it was stopped for).
+  void Preempt(const PreemptOrder& order) {
+    JobStatus& s = plan_.status;
+    const int64_t grace = spec_->fault_tolerance.maintenance_grace_period_seconds;
+    FaultRecord f;
+    f.time = now_;
+    f.attempt = s.attempt;
+    f.kind = "Preempted";
+    f.reason = "Preempted";
+    f.message = Bounded(order.message);
+    f.action = "PreemptJob";
+    s.AddFault(std::move(f));
+    s.preemptions++;
+    s.preempted_by = order.by;
+    s.preempted_at = now_;
+    const std::string why = Bounded(order.message);
+    s.SetCondition(condition::kPreempted, true, "Preempted", why, now_, gen_);
+    NextAttempt(/*reissued=*/false, "Preempted", why);
+    Event(true, "Preempted",
+          why + "; pods stopped with a grace period of " + std::to_string(grace) + "s; attempt " +
+              std::to_string(s.attempt) +
+              " queues again by priority (a disruption: no retry used)");
+    for (const ObservedPod& p : in_.pods) {
+      if (!p.pod->deleting()) Delete(*p.pod, grace, "the job is preempted");
     }
     UpdateCounts();
   }
@@ -764,17 +840,7 @@ class Decider {
     }
     Fault(culprit, t, "ReissueJob", item, counts ? kind : "Maintenance");
     if (counts) s.job_retries++;
-    s.attempt++;
-    s.reissued = true;
-    s.worker_restarts.clear();
-    s.phase = Phase::kRestarting;
-    s.admitted_at.reset();
-    s.running_at.reset();
-    s.SetCondition(condition::kAdmitted, false, "Reissued",
-                   "attempt " + std::to_string(s.attempt) +
-                       " waits for the pods of the previous attempt to be gone",
-                   now_, gen_);
-    s.SetCondition(condition::kReady, false, "Reissued", why, now_, gen_);
+    NextAttempt(/*reissued=*/true, "Reissued", why);
     Event(true, "Reissued",
           why + "; re-issuing the job as attempt " + std::to_string(s.attempt) +
               (counts ? " (retry " + std::to_string(s.job_retries) + " of " +

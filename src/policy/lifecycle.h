@@ -41,6 +41,12 @@ struct ObservedPod {
   int32_t attempt = 0;
 };
 
+// The queue's order to preempt a running job.
+struct PreemptOrder {
+  std::string by;       // the preemptor, "namespace/name"
+  std::string message;  // Preemption::victim_message
+};
+
 struct LifecycleInput {
   const cache::TPUJobInfo* job = nullptr;
   const std::expected<JobSpec, std::string>* spec = nullptr;
@@ -59,6 +65,9 @@ struct LifecycleInput {
   // Waiting: the job's place in the queue (status.queuePosition).
   std::string admit_pool;
   std::optional<int32_t> queue_position;
+  // The queue preempts this admitted job for a waiting job of higher priority
+  // (policy/preemption.h): it is stopped like a maintenance event and queues again.
+  std::optional<PreemptOrder> preempt;
   // Nodes the cache shows cordoned by the operator on this job's evidence; merged into
   // status.cordonedNodes (which keeps them after they are uncordoned: it is the job's record).
   std::vector<std::string> cordoned_nodes;

@@ -131,14 +131,7 @@ std::string AvoidedMessage(const Capacity& capacity, const Capacity::Class& key)
 
 std::string CapacityMessage(const GangRequest& job, const ClassState& state, int64_t best_slots,
                             const std::string* best_pool, int64_t most_free) {
-  std::string needs;
-  if (job.workers == 1) {
-    needs = "needs 1 host of " + Describe(job) + " with " + std::to_string(job.chips_per_worker) +
-            " free chips";
-  } else {
-    needs = "needs " + std::to_string(job.workers) + " hosts of " + Describe(job) + " (" +
-            std::to_string(job.chips_per_worker) + " chips each) in one node pool";
-  }
+  const std::string needs = DescribeNeeds(job);
   if (state.pools.empty()) return needs + "; no schedulable, healthy node has " + Describe(job);
   if (job.workers == 1) {
     return needs + "; none has (the most free on one node is " + std::to_string(most_free) + ")";
@@ -148,6 +141,15 @@ std::string CapacityMessage(const GangRequest& job, const ClassState& state, int
 }
 
 }  // namespace
+
+std::string DescribeNeeds(const GangRequest& job) {
+  if (job.workers == 1) {
+    return "needs 1 host of " + Describe(job) + " with " + std::to_string(job.chips_per_worker) +
+           " free chips";
+  }
+  return "needs " + std::to_string(job.workers) + " hosts of " + Describe(job) + " (" +
+         std::to_string(job.chips_per_worker) + " chips each) in one node pool";
+}
 
 bool QueueBefore(const GangRequest& a, const GangRequest& b) {
   // Re-issued first (true before false), higher priority first, earlier first, then the key.

@@ -58,6 +58,9 @@ struct GangRequest {
   WallTime queued_at{};
 };
 
+// "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool".
+std::string DescribeNeeds(const GangRequest& job);
+
 // Whether `a` goes before `b` (the order above). A strict weak order; equal only for equal keys.
 bool QueueBefore(const GangRequest& a, const GangRequest& b);
 

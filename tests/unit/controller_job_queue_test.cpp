@@ -1,7 +1,9 @@
 // JobQueue over real stores: what it counts as waiting, reserved and used when it plans.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "cache/objects.h"
 #include "cache/store.h"
@@ -192,6 +194,99 @@ TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
   EXPECT_TRUE(plan.at("team/classy").admit);
   EXPECT_EQ(plan.at("team/plain").position, 2);
   EXPECT_EQ(plan.at("team/unknown-class").position, 3);
+}
+
+// Preemption over the caches: the waiting head takes the running low job's pool.
+class JobQueuePreemptionTest : public JobQueueTest {
+ protected:
+  std::map<std::string, policy::Admission> Plan(
+      std::map<std::string, policy::PreemptOrder>* orders) {
+    orders->clear();
+    return queue_.ComputePlan(nullptr, orders);
+  }
+};
+
+TEST_F(JobQueuePreemptionTest, AHigherPriorityHeadPreemptsTheRunningLowJob) {
+  AddNodes(2);
+  auto low = AddJob(JobJson("low", 1, "Running", /*admitted=*/true));
+  AddWorkers(*low, {"n0", "n1"});
+  AddJob(JobJson("high", 100, "Queued"));
+  std::map<std::string, policy::PreemptOrder> orders;
+  const auto plan = Plan(&orders);
+  EXPECT_EQ(plan.at("team/high").reason, "Preempting");
+  EXPECT_NE(plan.at("team/high").message.find("preempting team/low (priority 1)"),
+            std::string::npos)
+      << plan.at("team/high").message;
+  ASSERT_EQ(orders.count("team/low"), 1u);
+  EXPECT_EQ(orders.at("team/low").by, "team/high");
+  EXPECT_NE(orders.at("team/low").message.find("preempted by team/high (priority 100)"),
+            std::string::npos);
+}
+
+TEST_F(JobQueuePreemptionTest, OneHeadTakesOneSetOfVictims) {
+  AddNodes(4);
+  auto low = AddJob(JobJson("low", 1, "Running", /*admitted=*/true));
+  AddWorkers(*low, {"n0", "n1"});
+  auto mid = AddJob(JobJson("mid", 1, "Running", /*admitted=*/true));
+  AddWorkers(*mid, {"n2", "n3"});
+  AddJob(JobJson("high", 100, "Queued"));
+  std::map<std::string, policy::PreemptOrder> orders;
+  Plan(&orders);
+  ASSERT_EQ(orders.size(), 1u);
+  ASSERT_EQ(orders.count("team/low"), 1u);  // of equals, the key decides
+
+  // low's status shows it preempted, before its pods are even marked deleting: they are going,
+  // so the head waits for them and takes no second victim.
+  Json preempted = JobJson("low", 1, "Restarting", /*admitted=*/false, /*attempt=*/2);
+  preempted["status"]["conditions"][0]["reason"] = "Preempted";
+  AddJob(preempted);
+  auto plan = Plan(&orders);
+  EXPECT_TRUE(orders.empty()) << orders.begin()->first;
+  EXPECT_EQ(plan.at("team/high").reason, "WaitingForCapacity");
+
+  // Its pods gone, the head is admitted on their nodes.
+  pods_.Delete("team/low-worker-0");
+  pods_.Delete("team/low-worker-1");
+  plan = Plan(&orders);
+  EXPECT_TRUE(plan.at("team/high").admit) << plan.at("team/high").message;
+  EXPECT_TRUE(orders.empty());
+}
+
+TEST_F(JobQueuePreemptionTest, OffMeansOnlyWaiting) {
+  AddNodes(2);
+  auto low = AddJob(JobJson("low", 1, "Running", /*admitted=*/true));
+  AddWorkers(*low, {"n0", "n1"});
+  AddJob(JobJson("high", 100, "Queued"));
+  queue_.set_preemption(false);
+  std::map<std::string, policy::PreemptOrder> orders;
+  const auto plan = Plan(&orders);
+  EXPECT_TRUE(orders.empty());
+  EXPECT_EQ(plan.at("team/high").reason, "WaitingForCapacity");
+}
+
+TEST_F(JobQueuePreemptionTest, PreemptionPolicyNeverAndNonPreemptibleJobsAreHonoured) {
+  AddNodes(2);
+  fake_.Upsert(kube::Resource::PriorityClasses(), {{"apiVersion", "scheduling.k8s.io/v1"},
+                                                   {"kind", "PriorityClass"},
+                                                   {"metadata", {{"name", "polite"}}},
+                                                   {"value", 1000},
+                                                   {"preemptionPolicy", "Never"}});
+  auto low = AddJob(JobJson("low", 1, "Running", /*admitted=*/true));
+  AddWorkers(*low, {"n0", "n1"});
+  Json polite = JobJson("polite", 0, "Queued");
+  polite["spec"]["priorityClassName"] = "polite";
+  AddJob(polite);
+  std::map<std::string, policy::PreemptOrder> orders;
+  EXPECT_EQ(Plan(&orders).at("team/polite").reason, "WaitingForCapacity");
+  EXPECT_TRUE(orders.empty());
+
+  jobs_.Delete("team/polite");
+  Json keep = JobJson("low", 1, "Running", /*admitted=*/true);
+  keep["spec"]["preemptible"] = false;
+  AddJob(keep);
+  AddJob(JobJson("high", 100, "Queued"));
+  EXPECT_EQ(Plan(&orders).at("team/high").reason, "WaitingForCapacity");
+  EXPECT_TRUE(orders.empty());
 }
 
 }  // namespace

@@ -103,6 +103,32 @@ TEST(ControllerMetricsTest, RunningAgainAfterAFaultObservesTheRecoveryTime) {
   EXPECT_DOUBLE_EQ(ObservedSum(recovery) - sum, 7);
 }
 
+TEST(ControllerMetricsTest, PreemptionsCountOnceAndAreNeitherReissuesNorRecoveries) {
+  OperatorMetrics& m = Metrics();
+  const double preemptions = Count(m.job_preemptions, {"team-p"});
+  const double reissues = Count(m.job_reissues, {"Preempted"});
+  metrics::Histogram& recovery = m.fault_recovery.With({});
+  const auto recoveries = Observations(recovery);
+  const WallTime t0 = WallTime{} + 4000h;
+
+  JobStatus running;
+  running.phase = Phase::kRunning;
+  JobStatus preempted = running;
+  preempted.phase = Phase::kRestarting;
+  preempted.preemptions = 1;
+  preempted.faults.push_back(Fault(t0, "Preempted", "PreemptJob"));
+  RecordStatusChange(running, preempted, t0);
+  RecordPreemptions("team-p", running, preempted);
+  RecordPreemptions("team-p", preempted, preempted);  // written again: nothing more
+  EXPECT_EQ(Count(m.job_preemptions, {"team-p"}) - preemptions, 1);
+  EXPECT_EQ(Count(m.job_reissues, {"Preempted"}), reissues);
+
+  JobStatus again = preempted;
+  again.phase = Phase::kRunning;
+  RecordStatusChange(preempted, again, t0 + 60s);
+  EXPECT_EQ(Observations(recovery), recoveries);
+}
+
 TEST(ControllerMetricsTest, ApiRequestsCountByVerbResourceAndCode) {
   OperatorMetrics& m = Metrics();
   const double before = Count(m.api_requests, {"PATCH", "nodes", "409"});

@@ -142,14 +142,21 @@ TEST(KubectlPluginTest, DescribeShowsJobControlOnlyWhenSet) {
   job["spec"]["activeDeadlineSeconds"] = 3600;
   job["spec"]["ttlSecondsAfterFinished"] = 600;
   job["status"]["startTime"] = "2026-01-01T11:50:00Z";
+  job["spec"]["preemptible"] = false;
+  job["status"]["preemptions"] = 2;
+  job["status"]["preemptedBy"] = "team/urgent";
+  job["status"]["preemptedAt"] = "2026-01-01T11:57:00Z";
   const std::string out = RenderDescribe(job, {}, kNow);
   for (const char* want : {"Suspended:      yes (spec.suspend; clear it to queue the job again)",
                            "Deadline:       3600s from the first admission (admitted 10m ago)",
-                           "Delete after:   600s once finished (ttlSecondsAfterFinished)"}) {
+                           "Delete after:   600s once finished (ttlSecondsAfterFinished)",
+                           "Preemptible:    no (spec.preemptible)",
+                           "Preempted:      2 times, last by team/urgent 3m ago"}) {
     EXPECT_THAT(out, HasSubstr(want)) << out;
   }
   const std::string plain = RenderDescribe(Job("r", "Running", 0, 0), {}, kNow);
-  for (const char* absent : {"Suspended:", "Deadline:", "Delete after:"}) {
+  for (const char* absent :
+       {"Suspended:", "Deadline:", "Delete after:", "Preemptible:", "Preempted:"}) {
     EXPECT_THAT(plain, ::testing::Not(HasSubstr(absent))) << plain;
   }
 }

@@ -192,12 +192,16 @@ class PodSim {
     in.spec = &spec_;
     in.now = now_;
     in.admit = admit;
+    in.preempt = preempt;
     for (const SimPod& p : pods_) in.pods.push_back({&p.pod, p.type, p.index, p.attempt});
     for (const cache::PodInfo& p : strays_) in.strays.push_back(&p);
     return in;
   }
 
   Plan Decide(bool admit = true) const { return policy::Decide(Input(admit)); }
+
+  // What the queue says of the job while it is admitted (LifecycleInput::preempt).
+  std::optional<PreemptOrder> preempt;
 
   // Decides, checks that deciding again on the result changes nothing, applies the plan and
   // moves the clock on by one second.

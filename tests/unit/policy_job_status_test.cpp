@@ -48,6 +48,9 @@ JobStatus FullStatus() {
   s.completion_time = At(5);
   s.queue_position = 0;
   s.reissued = true;
+  s.preemptions = 2;
+  s.preempted_by = "team/high";
+  s.preempted_at = At(6);
   FaultRecord f;
   f.time = At(30);
   f.attempt = 1;
@@ -95,6 +98,9 @@ TEST(PolicyJobStatusTest, ToJsonSpelling) {
   EXPECT_EQ(j["completionTime"], "2024-01-01T00:00:05Z");
   EXPECT_EQ(j["queuePosition"], 0);
   EXPECT_EQ(j["reissued"], true);
+  EXPECT_EQ(j["preemptions"], 2);
+  EXPECT_EQ(j["preemptedBy"], "team/high");
+  EXPECT_EQ(j["preemptedAt"], "2024-01-01T00:00:06Z");
   EXPECT_EQ(j["cordonedNodes"], (Json{"node-1", "node-2"}));
   EXPECT_EQ(j["conditions"][0], (Json{{"type", "Valid"},
                                       {"status", "True"},

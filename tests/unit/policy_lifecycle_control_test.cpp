@@ -1,5 +1,5 @@
-// Job control in Decide(): spec.suspend, spec.activeDeadlineSeconds and
-// spec.ttlSecondsAfterFinished.
+// Job control in Decide(): spec.suspend, spec.activeDeadlineSeconds,
+// spec.ttlSecondsAfterFinished and preemption by the queue.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@ namespace {
 
 using namespace fixtures;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
@@ -199,6 +200,97 @@ TEST(PolicyJobControlTest, WithoutTtlAFinishedJobIsKept) {
   const Plan plan = sim.Decide();
   EXPECT_FALSE(plan.delete_job);
   EXPECT_FALSE(plan.requeue_after.has_value());
+}
+
+TEST(PolicyJobControlTest, PreemptionStopsTheJobLikeMaintenanceAndQueuesItByPriority) {
+  Json spec = SpecJson(2);
+  spec["queueTimeoutSeconds"] = 20;
+  PodSim sim(spec, cache::LabelMap{{"fault-tolerance/job-retry-num", "1"}});
+  sim.check_fixed_point = true;
+  RunJob(sim);
+  const JobStatus running = sim.Status();
+
+  sim.preempt = PreemptOrder{"team-b/high", "preempted by team-b/high (priority 100), which needs"};
+  Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kRestarting);
+  ASSERT_THAT(plan.remove, SizeIs(2));
+  for (const PodToDelete& d : plan.remove) {
+    EXPECT_EQ(d.grace_period_seconds, 300) << d.name;  // maintenanceGracePeriodSeconds
+  }
+  EXPECT_EQ(plan.status.attempt, running.attempt + 1);
+  EXPECT_EQ(plan.status.job_retries, running.job_retries);  // not a retry
+  EXPECT_FALSE(plan.status.reissued);                       // queues by priority, not first
+  EXPECT_EQ(plan.status.preemptions, 1);
+  EXPECT_EQ(plan.status.preempted_by, "team-b/high");
+  EXPECT_TRUE(plan.status.preempted_at.has_value());
+  ASSERT_NE(Cond(plan, condition::kPreempted), nullptr);
+  EXPECT_EQ(Cond(plan, condition::kPreempted)->status, "True");
+  EXPECT_EQ(Cond(plan, condition::kPreempted)->reason, "Preempted");
+  EXPECT_THAT(Cond(plan, condition::kPreempted)->message, HasSubstr("team-b/high"));
+  EXPECT_EQ(Cond(plan, condition::kAdmitted)->status, "False");
+  ASSERT_NE(FindEvent(plan, "Preempted"), nullptr);
+  EXPECT_TRUE(FindEvent(plan, "Preempted")->warning);
+  EXPECT_THAT(FindEvent(plan, "Preempted")->message, HasSubstr("no retry used"));
+  ASSERT_FALSE(plan.status.faults.empty());
+  EXPECT_EQ(plan.status.faults.back().kind, "Preempted");
+  EXPECT_EQ(plan.status.faults.back().action, "PreemptJob");
+  EXPECT_EQ(plan.status.faults.back().attempt, running.attempt);
+  EXPECT_EQ(plan.status.goodput->state, goodput_cause::kPreemption);
+
+  // The queue no longer names it once its status shows it preempted.
+  sim.preempt.reset();
+  sim.FinishDeletions();
+  plan = sim.Step(/*admit=*/false);
+  EXPECT_EQ(plan.status.phase, Phase::kQueued);
+  EXPECT_EQ(Cond(plan, condition::kAdmitted)->reason, "Preempted");
+  EXPECT_EQ(plan.status.goodput->state, goodput_cause::kPreemption);
+  ASSERT_NE(FindEvent(plan, "Queued"), nullptr);
+  EXPECT_THAT(FindEvent(plan, "Queued")->message, HasSubstr("after a preemption"));
+
+  // Past its queueTimeoutSeconds it still waits: being preempted never fails a job.
+  for (int i = 0; i < 30; ++i) plan = sim.Step(/*admit=*/false);
+  EXPECT_EQ(plan.status.phase, Phase::kQueued);
+
+  plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kStarting);
+  EXPECT_THAT(plan.create, SizeIs(2));
+  EXPECT_EQ(Cond(plan, condition::kPreempted)->status, "False");
+  EXPECT_EQ(Cond(plan, condition::kPreempted)->reason, "Readmitted");
+  EXPECT_EQ(plan.status.job_retries, running.job_retries);
+  EXPECT_EQ(plan.status.preemptions, 1);
+  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+}
+
+TEST(PolicyJobControlTest, PreemptionOfAJobWithoutRetriesStillRequeuesIt) {
+  PodSim sim(SpecJson(1));  // maxJobRetries 0: a fault would fail it
+  RunJob(sim);
+  sim.preempt = PreemptOrder{"team-b/high", "preempted"};
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kRestarting);
+  EXPECT_EQ(Cond(plan, condition::kFailed), nullptr);
+}
+
+TEST(PolicyJobControlTest, AnOrderForAJobNotAdmittedIsIgnored) {
+  PodSim sim(SpecJson(1));
+  ASSERT_EQ(sim.Step(/*admit=*/false).status.phase, Phase::kQueued);
+  sim.preempt = PreemptOrder{"team-b/high", "preempted"};
+  const Plan plan = sim.Step(/*admit=*/false);
+  EXPECT_EQ(plan.status.phase, Phase::kQueued);
+  EXPECT_EQ(plan.status.preemptions, 0);
+}
+
+TEST(PolicyJobControlTest, ThePreemptorSaysOnceWhomItPreempts) {
+  PodSim sim(SpecJson(2));
+  sim.check_fixed_point = true;
+  ASSERT_EQ(sim.Step(/*admit=*/false).status.phase, Phase::kQueued);
+  LifecycleInput in = sim.Input(/*admit=*/false);
+  in.not_admitted_reason = "Preempting";
+  in.not_admitted_message = "preempting team-a/low (priority 1) in node pool pool-a: needs";
+  Plan plan = Decide(in);
+  ASSERT_NE(FindEvent(plan, "Preempting"), nullptr);
+  EXPECT_EQ(FindEvent(plan, "Preempting")->message, in.not_admitted_message);
+  EXPECT_EQ(Cond(plan, condition::kAdmitted)->reason, "Preempting");
+  sim.ExpectFixedPoint(plan, /*admit=*/false);  // said once
 }
 
 }  // namespace

@@ -1,0 +1,181 @@
+#include "policy/preemption.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+namespace tpujob::policy {
+namespace {
+
+// A candidate's place in a pool's order: lowest priority first, then the most recently
+// admitted, then the key.
+bool PreferredVictim(const RunningGang* a, const RunningGang* b) {
+  return std::tuple(a->priority, b->admitted_at, std::string_view(a->job)) <
+         std::tuple(b->priority, a->admitted_at, std::string_view(b->job));
+}
+
+// The head's class alone, and where its nodes are, so that victims' chips can be given back.
+class ClassCapacity {
+ public:
+  ClassCapacity(const Capacity& capacity, const Capacity::Class& key) {
+    if (auto it = capacity.pools.find(key); it != capacity.pools.end()) {
+      capacity_.pools.emplace(key, it->second);
+      for (const auto& [pool, nodes] : it->second) {
+        for (size_t i = 0; i < nodes.size(); ++i) where_.emplace(nodes[i].name, Place{&pool, i});
+      }
+    }
+  }
+
+  // The pool the chips of `gang` are counted in, or nullptr when none of its nodes offers
+  // capacity (cordoned, unhealthy: stopping it would not help).
+  const std::string* PoolOf(const RunningGang& gang) const {
+    for (const auto& [node, chips] : gang.chips) {
+      if (auto it = where_.find(node); it != where_.end()) return it->second.pool;
+    }
+    return nullptr;
+  }
+
+  // The capacity once `victims` are gone.
+  Capacity Without(const std::vector<const RunningGang*>& victims) const {
+    Capacity out = capacity_;
+    if (out.pools.empty()) return out;
+    auto& pools = out.pools.begin()->second;
+    for (const RunningGang* victim : victims) {
+      for (const auto& [node, chips] : victim->chips) {
+        auto it = where_.find(node);
+        if (it == where_.end()) continue;
+        pools[*it->second.pool][it->second.index].free_chips += chips;
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Place {
+    const std::string* pool;
+    size_t index;
+  };
+  Capacity capacity_;
+  std::unordered_map<std::string, Place> where_;
+};
+
+struct Choice {
+  std::string pool;
+  std::vector<const RunningGang*> victims;
+  // Lower is better: see the header.
+  std::tuple<int32_t, size_t, int64_t, int64_t, std::string> Cost() const {
+    int32_t top = victims.front()->priority;
+    WallTime oldest = victims.front()->admitted_at;
+    int64_t chips = 0;
+    for (const RunningGang* v : victims) {
+      top = std::max(top, v->priority);
+      oldest = std::min(oldest, v->admitted_at);
+      for (const auto& [node, n] : v->chips) chips += n;
+    }
+    return {top, victims.size(), -oldest.time_since_epoch().count(), chips, pool};
+  }
+};
+
+std::string DescribeVictims(const std::vector<const RunningGang*>& victims) {
+  std::string out;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    if (i > 0) out += ", ";
+    if (i == 5) {
+      out += "and " + std::to_string(victims.size() - i) + " more";
+      break;
+    }
+    out += victims[i]->job + " (priority " + std::to_string(victims[i]->priority) + ")";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
+                                        std::vector<GangRequest> queued,
+                                        const std::map<std::string, PreemptorInfo>& preemptors,
+                                        const std::vector<RunningGang>& running) {
+  std::vector<Preemption> out;
+  if (queued.empty() || running.empty()) return out;
+  std::sort(queued.begin(), queued.end(), QueueBefore);
+  const std::map<std::string, Admission> plan = PlanAdmissions(after_release, queued);
+
+  std::set<Capacity::Class> seen;
+  for (size_t h = 0; h < queued.size(); ++h) {
+    const GangRequest& head = queued[h];
+    const Admission& answer = plan.at(head.job);
+    if (answer.admit) continue;
+    Capacity::Class key{head.accelerator, head.topology};
+    if (!seen.insert(key).second) continue;  // behind the class's head: waits in line
+    if (head.workers <= 0 || head.chips_per_worker <= 0) continue;
+    PreemptorInfo info;
+    if (auto it = preemptors.find(head.job); it != preemptors.end()) info = it->second;
+    if (!info.may_preempt) continue;
+
+    const ClassCapacity capacity(after_release, key);
+    std::map<std::string, std::vector<const RunningGang*>> by_pool;
+    for (const RunningGang& gang : running) {
+      if (gang.accelerator != head.accelerator || gang.topology != head.topology) continue;
+      if (gang.priority >= head.priority || !gang.preemptible || gang.chips.empty()) continue;
+      if (gang.job == info.preempted_by && gang.admitted_at >= info.preempted_at) continue;
+      if (const std::string* pool = capacity.PoolOf(gang)) by_pool[*pool].push_back(&gang);
+    }
+    if (by_pool.empty()) continue;
+
+    // The head's class's jobs up to the head: the ones before it are placed first.
+    std::vector<GangRequest> prefix;
+    for (size_t i = 0; i <= h; ++i) {
+      if (queued[i].accelerator == head.accelerator && queued[i].topology == head.topology) {
+        prefix.push_back(queued[i]);
+      }
+    }
+    const auto fits = [&](const std::vector<const RunningGang*>& victims) {
+      return PlanAdmissions(capacity.Without(victims), prefix).at(head.job).admit;
+    };
+
+    std::optional<Choice> best;
+    for (auto& [pool, candidates] : by_pool) {
+      std::sort(candidates.begin(), candidates.end(), PreferredVictim);
+      if (!fits(candidates)) continue;
+      // The shortest prefix of the order that makes room (adding victims only frees chips).
+      size_t lo = 1, hi = candidates.size();
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (fits({candidates.begin(), candidates.begin() + static_cast<ptrdiff_t>(mid)})) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      std::vector<const RunningGang*> victims(candidates.begin(),
+                                              candidates.begin() + static_cast<ptrdiff_t>(lo));
+      // Give back every victim not needed after all, the most valuable first.
+      for (size_t i = victims.size(); i-- > 0 && victims.size() > 1;) {
+        std::vector<const RunningGang*> fewer = victims;
+        fewer.erase(fewer.begin() + static_cast<ptrdiff_t>(i));
+        if (fits(fewer)) victims = std::move(fewer);
+      }
+      Choice choice{pool, std::move(victims)};
+      if (!best || choice.Cost() < best->Cost()) best = std::move(choice);
+    }
+    if (!best) continue;
+
+    Preemption p;
+    p.preemptor = head.job;
+    p.pool = best->pool;
+    for (const RunningGang* v : best->victims) p.victims.push_back(v->job);
+    const std::string pool_label = best->pool.empty()
+                                       ? std::string("the nodes without a node pool label")
+                                       : "node pool " + best->pool;
+    p.message = "preempting " + DescribeVictims(best->victims) + " in " + pool_label + ": " +
+                DescribeNeeds(head);
+    p.victim_message = "preempted by " + head.job + " (priority " + std::to_string(head.priority) +
+                       "), which " + DescribeNeeds(head);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace tpujob::policy

@@ -1,0 +1,278 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "policy/preemption.h"
+#include "policy/queue.h"
+
+namespace tpujob::policy {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr char kV5e[] = "tpu-v5-lite-podslice";
+
+WallTime At(int64_t seconds) { return WallTime{} + std::chrono::seconds(1704067200 + seconds); }
+
+// Free chips by pool and node: {"pool-a", {{"a1", 0}, {"a2", 4}}}.
+using Pools = std::map<std::string, std::vector<std::pair<std::string, int64_t>>>;
+
+Capacity CapacityOf(const Pools& pools, const std::string& topology = "2x4") {
+  Capacity capacity;
+  auto& out = capacity.pools[{kV5e, topology}];
+  for (const auto& [pool, nodes] : pools) {
+    for (const auto& [name, free] : nodes) out[pool].push_back({name, pool, free});
+  }
+  return capacity;
+}
+
+GangRequest Head(const std::string& job, int32_t workers, int32_t priority,
+                 const std::string& topology = "2x4") {
+  GangRequest g;
+  g.job = job;
+  g.accelerator = kV5e;
+  g.topology = topology;
+  g.workers = workers;
+  g.chips_per_worker = 4;
+  g.priority = priority;
+  g.queued_at = At(0);
+  return g;
+}
+
+// A running job holding 4 chips on each of `nodes`, admitted at At(admitted).
+RunningGang Running(const std::string& job, int32_t priority, int64_t admitted,
+                    const std::vector<std::string>& nodes, bool preemptible = true,
+                    const std::string& topology = "2x4") {
+  RunningGang g;
+  g.job = job;
+  g.accelerator = kV5e;
+  g.topology = topology;
+  g.priority = priority;
+  g.preemptible = preemptible;
+  g.admitted_at = At(admitted);
+  for (const std::string& node : nodes) g.chips.emplace_back(node, 4);
+  return g;
+}
+
+PreemptorInfo NeverPreempts() {
+  PreemptorInfo info;
+  info.may_preempt = false;
+  return info;
+}
+
+PreemptorInfo PreemptedBy(const std::string& job, int64_t at) {
+  PreemptorInfo info;
+  info.preempted_by = job;
+  info.preempted_at = At(at);
+  return info;
+}
+
+// The victims of each preemption, by preemptor.
+std::map<std::string, std::vector<std::string>> Victims(const std::vector<Preemption>& plan) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const Preemption& p : plan) out[p.preemptor] = p.victims;
+  return out;
+}
+
+// One full pool of two 4-chip nodes, held by team/low.
+const Pools kFullPool = {{"pool-a", {{"a1", 0}, {"a2", 0}}}};
+
+struct VictimCase {
+  std::string name;
+  Pools pools;
+  std::vector<GangRequest> queued;
+  std::vector<RunningGang> running;
+  std::map<std::string, PreemptorInfo> preemptors;
+  std::map<std::string, std::vector<std::string>> want;  // preemptor -> victims
+};
+
+class VictimSelectionTest : public ::testing::TestWithParam<VictimCase> {};
+
+TEST_P(VictimSelectionTest, ChoosesTheExpectedVictims) {
+  const VictimCase& c = GetParam();
+  const auto plan = PlanPreemptions(CapacityOf(c.pools), c.queued, c.preemptors, c.running);
+  EXPECT_EQ(Victims(plan), c.want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, VictimSelectionTest,
+    ::testing::Values(
+        VictimCase{"LowerPriorityRunningJobMakesRoom",
+                   kFullPool,
+                   {Head("team/high", 2, 100)},
+                   {Running("team/low", 10, 0, {"a1", "a2"})},
+                   {},
+                   {{"team/high", {"team/low"}}}},
+        VictimCase{"EqualPriorityNeverPreempts",
+                   kFullPool,
+                   {Head("team/high", 2, 10)},
+                   {Running("team/low", 10, 0, {"a1", "a2"})},
+                   {},
+                   {}},
+        VictimCase{"HigherPriorityIsNotAVictim",
+                   kFullPool,
+                   {Head("team/high", 2, 10)},
+                   {Running("team/low", 20, 0, {"a1", "a2"})},
+                   {},
+                   {}},
+        VictimCase{"PreemptionPolicyNeverPreemptsNobody",
+                   kFullPool,
+                   {Head("team/high", 2, 100)},
+                   {Running("team/low", 10, 0, {"a1", "a2"})},
+                   {{"team/high", NeverPreempts()}},
+                   {}},
+        VictimCase{"NonPreemptibleJobIsSkipped",
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}, {"a3", 0}}}},
+                   {Head("team/high", 1, 100)},
+                   {Running("team/keep", 1, 50, {"a1"}, /*preemptible=*/false),
+                    Running("team/low", 5, 0, {"a2"})},
+                   {},
+                   {{"team/high", {"team/low"}}}},
+        VictimCase{"OnlyNonPreemptibleJobsMeansNoPreemption",
+                   kFullPool,
+                   {Head("team/high", 2, 100)},
+                   {Running("team/keep", 10, 0, {"a1", "a2"}, /*preemptible=*/false)},
+                   {},
+                   {}},
+        VictimCase{"LowestPriorityFirst",
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}}}},
+                   {Head("team/high", 1, 100)},
+                   {Running("team/mid", 20, 100, {"a1"}), Running("team/low", 10, 0, {"a2"})},
+                   {},
+                   {{"team/high", {"team/low"}}}},
+        VictimCase{"MostRecentlyStartedFirstAmongEquals",
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}}}},
+                   {Head("team/high", 1, 100)},
+                   {Running("team/old", 10, 0, {"a1"}), Running("team/new", 10, 500, {"a2"})},
+                   {},
+                   {{"team/high", {"team/new"}}}},
+        VictimCase{"NeverMoreThanNeeded",
+                   // With the free node a3, one victim is enough: the newest, c; b keeps
+                   // running.
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}, {"a3", 4}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/b", 10, 100, {"a1"}), Running("team/c", 10, 200, {"a2"})},
+                   {},
+                   {{"team/high", {"team/c"}}}},
+        VictimCase{"AVictimNotNeededAfterAllIsGivenBack",
+                   // Order: tiny (prio 1) then big (prio 2). tiny alone frees one node, not
+                   // enough; big alone frees both nodes the head needs: tiny is given back.
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}, {"a3", 0}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/tiny", 1, 0, {"a1"}), Running("team/big", 2, 0, {"a2", "a3"})},
+                   {},
+                   {{"team/high", {"team/big"}}}},
+        VictimCase{"FewerVictimsInAnotherPoolWin",
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}}}, {"pool-b", {{"b1", 0}, {"b2", 0}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/a1", 10, 0, {"a1"}), Running("team/a2", 10, 0, {"a2"}),
+                    Running("team/b", 10, 0, {"b1", "b2"})},
+                   {},
+                   {{"team/high", {"team/b"}}}},
+        VictimCase{"LowerPriorityPoolWinsOverFewerVictims",
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}}}, {"pool-b", {{"b1", 0}, {"b2", 0}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/a1", 1, 0, {"a1"}), Running("team/a2", 1, 0, {"a2"}),
+                    Running("team/b", 50, 0, {"b1", "b2"})},
+                   {},
+                   {{"team/high", {"team/a1", "team/a2"}}}},
+        VictimCase{"MultiHostGangNeedsOnePool",
+                   // One victim in each pool would free two hosts, but not in one pool.
+                   {{"pool-a", {{"a1", 0}, {"a2", 4}}}, {"pool-b", {{"b1", 0}, {"b2", 0}}}},
+                   {Head("team/high", 3, 100)},
+                   {Running("team/a", 10, 0, {"a1"}), Running("team/b", 10, 0, {"b1", "b2"})},
+                   {},
+                   {}},
+        VictimCase{"NothingWhenEvenEveryCandidateWouldNotMakeRoom",
+                   kFullPool,
+                   {Head("team/high", 3, 100)},
+                   {Running("team/low", 10, 0, {"a1", "a2"})},
+                   {},
+                   {}},
+        VictimCase{"NoPreemptionWhileThePodsAlreadyGoingMakeRoom",
+                   {{"pool-a", {{"a1", 4}, {"a2", 4}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/low", 10, 0, {"b1"})},
+                   {},
+                   {}},
+        VictimCase{"AJobWithAnUnboundWorkerIsNotACandidate",
+                   kFullPool,
+                   {Head("team/high", 2, 100)},
+                   {Running("team/starting", 10, 0, {})},
+                   {},
+                   {}},
+        VictimCase{"OtherClassesAreNotCandidates",
+                   kFullPool,
+                   {Head("team/high", 2, 100)},
+                   {Running("team/other", 10, 0, {"a1", "a2"}, true, "4x4")},
+                   {},
+                   {}},
+        VictimCase{"NoPingPongWithTheJobThatPreemptedIt",
+                   kFullPool,
+                   {Head("team/back", 2, 100)},
+                   {Running("team/winner", 10, 60, {"a1", "a2"})},
+                   {{"team/back", PreemptedBy("team/winner", 50)}},
+                   {}},
+        VictimCase{"AnOlderAdmissionOfThatJobIsFairGame",
+                   // team/winner was re-admitted before team/back was preempted by it: not the
+                   // admission it won by preempting.
+                   kFullPool,
+                   {Head("team/back", 2, 100)},
+                   {Running("team/winner", 10, 10, {"a1", "a2"})},
+                   {{"team/back", PreemptedBy("team/winner", 50)}},
+                   {{"team/back", {"team/winner"}}}},
+        VictimCase{"OnlyTheHeadOfAClassPreempts",
+                   // team/second would fit by preempting too, but waits behind team/first,
+                   // which cannot be helped.
+                   {{"pool-a", {{"a1", 0}}}},
+                   {Head("team/first", 2, 100), Head("team/second", 1, 90)},
+                   {Running("team/low", 10, 0, {"a1"})},
+                   {},
+                   {}},
+        VictimCase{"JobsAheadInTheClassArePlacedFirst",
+                   // team/first fits in the free node; team/second then needs the victim's.
+                   {{"pool-a", {{"a1", 4}, {"a2", 0}}}},
+                   {Head("team/first", 1, 100), Head("team/second", 1, 90)},
+                   {Running("team/low", 10, 0, {"a2"})},
+                   {},
+                   {{"team/second", {"team/low"}}}}),
+    [](const ::testing::TestParamInfo<VictimCase>& info) { return info.param.name; });
+
+TEST(PreemptionTest, MessagesNameBothSidesAndTheNeed) {
+  const auto plan = PlanPreemptions(CapacityOf(kFullPool), {Head("team/high", 2, 100)}, {},
+                                    {Running("team/low", 10, 0, {"a1", "a2"})});
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].pool, "pool-a");
+  EXPECT_EQ(plan[0].message,
+            "preempting team/low (priority 10) in node pool pool-a: needs 2 hosts of "
+            "tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool");
+  EXPECT_EQ(plan[0].victim_message,
+            "preempted by team/high (priority 100), which needs 2 hosts of tpu-v5-lite-podslice "
+            "2x4 (4 chips each) in one node pool");
+}
+
+TEST(PreemptionTest, EachBlockedClassGetsItsOwnPreemption) {
+  Capacity capacity = CapacityOf(kFullPool);
+  capacity.pools[{kV5e, "4x4"}]["pool-x"] = {{"x1", "pool-x", 0}};
+  const auto plan = PlanPreemptions(
+      capacity, {Head("team/big", 1, 100, "4x4"), Head("team/high", 2, 100)}, {},
+      {Running("team/low", 10, 0, {"a1", "a2"}), Running("team/x", 10, 0, {"x1"}, true, "4x4")});
+  EXPECT_EQ(Victims(plan), (std::map<std::string, std::vector<std::string>>{
+                               {"team/big", {"team/x"}}, {"team/high", {"team/low"}}}));
+}
+
+TEST(PreemptionTest, NothingToDoWithoutQueuedOrRunningJobs) {
+  EXPECT_THAT(PlanPreemptions(CapacityOf(kFullPool), {}, {}, {Running("a/b", 1, 0, {"a1"})}),
+              IsEmpty());
+  EXPECT_THAT(PlanPreemptions(CapacityOf(kFullPool), {Head("a/b", 1, 5)}, {}, {}), IsEmpty());
+}
+
+}  // namespace
+}  // namespace tpujob::policy
