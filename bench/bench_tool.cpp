@@ -22,6 +22,10 @@
 //     nodes cordoned or unhealthy, a few reservations) and a queue of mixed gangs, then times
 //     the queue's BuildCapacity + PlanAdmissions per run: median, p90, min, max, and how many
 //     jobs were admitted.
+//   tpujob-bench preemption --nodes 5000 --running 500 --jobs 1000 [--runs 21] [--seed S]
+//     needs no cluster: 5,000 nodes in memory held by 500 running gangs (whole nodes, ~90% of
+//     them), 1,000 queued gangs of mixed priority; times the queue's victim selection
+//     (PlanPreemptions) per run beside PlanAdmissions on the same queue: median, p99.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -46,6 +50,7 @@
 #include "kube/client.h"
 #include "kube/config.h"
 #include "policy/node_health.h"
+#include "policy/preemption.h"
 #include "policy/queue.h"
 
 namespace {
@@ -600,16 +605,9 @@ struct SliceKind {
   std::vector<int32_t> workers;
 };
 
-int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
-  using tpujob::cache::InternedString;
-  using tpujob::cache::NodeInfo;
-  using tpujob::cache::PodInfo;
-  namespace policy = tpujob::policy;
-  std::mt19937 rng(seed);
-  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
-  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-
-  const std::vector<SliceKind> kinds = {
+// The slice kinds of the simulated clusters.
+std::vector<SliceKind> SliceKinds() {
+  return {
       {"tpu-v5-lite-podslice", "2x2", 4, {1}},
       {"tpu-v5-lite-podslice", "2x4", 8, {1}},
       {"tpu-v5-lite-podslice", "4x4", 4, {4}},
@@ -619,6 +617,18 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
       {"tpu-v6e-slice", "4x8", 4, {8}},
       {"tpu-v6e-slice", "16x16", 4, {2, 4, 8, 16, 32, 64}},  // some ask for part of a pod
   };
+}
+
+int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
+  using tpujob::cache::InternedString;
+  using tpujob::cache::NodeInfo;
+  using tpujob::cache::PodInfo;
+  namespace policy = tpujob::policy;
+  std::mt19937 rng(seed);
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+
+  const std::vector<SliceKind> kinds = SliceKinds();
   const InternedString ready = InternedString::Intern("Ready");
   const InternedString trainer = InternedString::Intern("trainer");
   const InternedString ns = InternedString::Intern("bench");
@@ -745,6 +755,143 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
   return 0;
 }
 
+// Victim selection: a cluster in memory whose nodes are held by `running_count` running gangs
+// (whole nodes, one pool each, priorities 0-3, 90% preemptible) with ~10% of the nodes free,
+// and `job_count` queued gangs of priorities 0-5; times PlanPreemptions (what the queue adds
+// to a plan when a head is blocked) per run.
+int PreemptionBench(int node_count, int running_count, int job_count, int runs, unsigned seed) {
+  using tpujob::cache::InternedString;
+  using tpujob::cache::NodeInfo;
+  using tpujob::cache::PodInfo;
+  namespace policy = tpujob::policy;
+  std::mt19937 rng(seed);
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const std::vector<SliceKind> kinds = SliceKinds();
+  const InternedString ready = InternedString::Intern("Ready");
+  const InternedString trainer = InternedString::Intern("trainer");
+  const InternedString ns = InternedString::Intern("bench");
+
+  struct Pool {
+    const SliceKind* kind;
+    std::vector<size_t> free;  // node indexes not taken yet
+  };
+  std::vector<NodeInfo> nodes;
+  std::vector<Pool> pools;
+  nodes.reserve(node_count);
+  while (static_cast<int>(nodes.size()) < node_count) {
+    const SliceKind& kind = kinds[pick(0, static_cast<int>(kinds.size()) - 1)];
+    const std::string pool = "pool-" + std::to_string(pools.size());
+    pools.push_back({&kind, {}});
+    const int size = std::min(pick(4, 64), node_count - static_cast<int>(nodes.size()));
+    for (int i = 0; i < size; ++i) {
+      NodeInfo node;
+      node.name = pool + "-node-" + std::to_string(i);
+      node.labels.Set(policy::kAcceleratorLabel, kind.accelerator);
+      node.labels.Set(policy::kTopologyLabel, kind.topology);
+      node.labels.Set(tpujob::cache::kNodePoolLabel, pool);
+      node.tpu_allocatable = kind.chips;
+      node.ready = tpujob::cache::ConditionStatus::kTrue;
+      node.conditions.push_back({ready, node.ready, InternedString(), "", std::nullopt});
+      pools.back().free.push_back(nodes.size());
+      nodes.push_back(std::move(node));
+    }
+  }
+
+  // Running gangs take whole nodes of one pool until ~90% of the nodes are taken.
+  const tpujob::WallTime now = std::chrono::system_clock::now();
+  std::vector<policy::RunningGang> running;
+  std::vector<PodInfo> pods;
+  size_t taken = 0;
+  for (int j = 0; j < running_count && taken < nodes.size() * 9 / 10; ++j) {
+    Pool* pool = nullptr;
+    for (int tries = 0; tries < 100 && pool == nullptr; ++tries) {
+      Pool& p = pools[pick(0, static_cast<int>(pools.size()) - 1)];
+      if (!p.free.empty()) pool = &p;
+    }
+    if (pool == nullptr) break;
+    const SliceKind& kind = *pool->kind;
+    int32_t workers = kind.workers[pick(0, static_cast<int>(kind.workers.size()) - 1)];
+    workers = std::min<int32_t>(workers, static_cast<int32_t>(pool->free.size()));
+    policy::RunningGang gang;
+    gang.job = "team-" + std::to_string(j % 17) + "/running-" + std::to_string(j);
+    gang.accelerator = kind.accelerator;
+    gang.topology = kind.topology;
+    gang.priority = pick(0, 3);
+    gang.preemptible = chance(0.9);
+    gang.admitted_at = now - std::chrono::seconds(pick(60, 86400));
+    for (int32_t w = 0; w < workers; ++w) {
+      const size_t n = pool->free.back();
+      pool->free.pop_back();
+      ++taken;
+      gang.chips.emplace_back(nodes[n].name, kind.chips);
+      PodInfo pod;
+      pod.ns = ns;
+      pod.name = gang.job.substr(gang.job.find('/') + 1) + "-worker-" + std::to_string(w);
+      pod.node_name = InternedString::Intern(nodes[n].name);
+      pod.phase = tpujob::cache::PodPhase::kRunning;
+      tpujob::cache::ContainerInfo c;
+      c.name = trainer;
+      c.tpu_request = kind.chips;
+      pod.containers.push_back(std::move(c));
+      pods.push_back(std::move(pod));
+    }
+    running.push_back(std::move(gang));
+  }
+
+  std::vector<policy::GangRequest> queued;
+  queued.reserve(job_count);
+  for (int j = 0; j < job_count; ++j) {
+    const SliceKind& kind = kinds[pick(0, static_cast<int>(kinds.size()) - 1)];
+    policy::GangRequest job;
+    job.job = "team-" + std::to_string(j % 17) + "/job-" + std::to_string(j);
+    job.accelerator = kind.accelerator;
+    job.topology = kind.topology;
+    job.workers = kind.workers[pick(0, static_cast<int>(kind.workers.size()) - 1)];
+    job.chips_per_worker = kind.chips;
+    job.priority = pick(0, 5);
+    job.queued_at = now - std::chrono::seconds(pick(0, 3600));
+    queued.push_back(std::move(job));
+  }
+
+  std::vector<const NodeInfo*> node_ptrs;
+  for (const NodeInfo& node : nodes) node_ptrs.push_back(&node);
+  std::vector<const PodInfo*> pod_ptrs;
+  for (const PodInfo& pod : pods) pod_ptrs.push_back(&pod);
+  const policy::Capacity capacity =
+      policy::BuildCapacity(node_ptrs, pod_ptrs, {}, policy::NodeHealthConfig{}, now);
+
+  std::vector<double> plan_ms, select_ms;
+  size_t preemptions = 0, victims = 0;
+  for (int run = 0; run < runs; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto plan = policy::PlanAdmissions(capacity, queued);
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto chosen = policy::PlanPreemptions(capacity, queued, {}, running);
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    plan_ms.push_back(ms(t1 - t0));
+    select_ms.push_back(ms(t2 - t1));
+    preemptions = chosen.size();
+    victims = 0;
+    for (const policy::Preemption& p : chosen) victims += p.victims.size();
+  }
+  std::printf(
+      "victim selection: %zu nodes in %zu pools (%zu classes), %zu running gangs on %zu nodes, "
+      "%zu queued jobs; %d runs\n",
+      nodes.size(), pools.size(), capacity.pools.size(), running.size(), taken, queued.size(),
+      runs);
+  const auto print = [](const char* label, std::vector<double> ms) {
+    std::sort(ms.begin(), ms.end());
+    std::printf("  %-34s median %.2f ms  p99 %.2f ms  min %.2f ms  max %.2f ms\n", label,
+                Percentile(ms, 50), Percentile(ms, 99), ms.front(), ms.back());
+  };
+  print("PlanPreemptions:", select_ms);
+  print("PlanAdmissions (same queue):", plan_ms);
+  std::printf("  %zu blocked heads preempt, %zu victims in all\n", preemptions, victims);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -811,8 +958,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   admission_cmd->add_option("--seed", seed, "Random seed of the cluster and queue.")
       ->capture_default_str();
+  int preemption_running = 500;
+  auto* preemption_cmd = app.add_subcommand(
+      "preemption", "Time victim selection on a random in-memory cluster (no cluster).");
+  preemption_cmd->add_option("--nodes", admission_nodes, "TPU nodes.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  preemption_cmd->add_option("--running", preemption_running, "Running gangs (whole nodes).")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  preemption_cmd->add_option("--jobs", admission_jobs, "Queued jobs.")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  preemption_cmd->add_option("--runs", runs, "Timed runs.")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  preemption_cmd->add_option("--seed", seed, "Random seed of the cluster and queue.")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (admission_cmd->parsed()) return AdmissionBench(admission_nodes, admission_jobs, runs, seed);
+  if (preemption_cmd->parsed()) {
+    return PreemptionBench(admission_nodes, preemption_running, admission_jobs, runs, seed);
+  }
   if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, finish);
   if (fault_cmd->parsed()) {
     return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, condition, timeout_seconds);

@@ -809,7 +809,7 @@ TEST_F(ChartE2E, PromtoolAcceptsTheAlertRules) {
   const auto checked = RunCommand(promtool + " check rules " + dir + "/rules-full.yaml");
   std::cout << "== promtool check rules\n" << checked.output;
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
-  EXPECT_NE(checked.output.find("SUCCESS: 7 rules found"), std::string::npos) << checked.output;
+  EXPECT_NE(checked.output.find("SUCCESS: 8 rules found"), std::string::npos) << checked.output;
 
   // The unit tests compare alerts without annotations (see the test file's header).
   for (YAML::Node group : spec["groups"]) {
@@ -859,7 +859,7 @@ TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
   }
   for (const char* name : {"up", "tpujob_queue_oldest_wait_seconds", "tpujob_job_reissues_total",
                            "tpujob_cordoned_nodes", "tpujob_cordon_limit_nodes",
-                           "tpujob_node_cordons_refused_total"}) {
+                           "tpujob_node_cordons_refused_total", "tpujob_job_preemptions_total"}) {
     EXPECT_TRUE(rule_names.contains(name)) << name;
   }
   EXPECT_EQ(MetricNames("histogram_quantile(0.99, sum by (le, verb) (rate(a_bucket{x=\"y\"}"

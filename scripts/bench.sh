@@ -12,6 +12,9 @@
 #   - admission planning (first, needs no cluster): the queue's BuildCapacity + PlanAdmissions
 #     on an in-memory cluster of ADMISSION_NODES (5,000) nodes with ADMISSION_JOBS (1,000)
 #     queued jobs, 21 runs (median, p90, min, max; the target is tens of ms).
+#   - victim selection (needs no cluster): the queue's PlanPreemptions on an in-memory cluster
+#     of ADMISSION_NODES nodes held by 500 running gangs with ADMISSION_JOBS queued jobs of
+#     mixed priority, 101 runs (median, p99), beside PlanAdmissions on the same queue.
 # Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
 set -euo pipefail
 build=${1:-build}
@@ -26,6 +29,10 @@ bench="$root/$build/tpujob-bench"
 
 echo "== admission planning: $admission_nodes nodes, $admission_jobs queued jobs (in memory, no cluster)"
 "$bench" admission --nodes "$admission_nodes" --jobs "$admission_jobs" --runs 21
+echo
+
+echo "== victim selection (gang preemption): $admission_nodes nodes, 500 running, $admission_jobs queued jobs (in memory)"
+"$bench" preemption --nodes "$admission_nodes" --running 500 --jobs "$admission_jobs" --runs 101
 echo
 
 bin=$("$root/e2e/tools/build.sh")
