@@ -1,6 +1,7 @@
 #include "controller/job_queue.h"
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 #include "base/logging.h"
@@ -117,13 +118,20 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
   std::vector<policy::GangRequest> queued;
   std::vector<policy::Reservation> reservations;
   std::map<std::string, policy::PreemptorInfo> preemptors;
+  // Orders given by earlier plans and not carried out yet (the victim's status does not show it
+  // preempted): they stand while their preemptor still waits, their victims' pods count as
+  // going, and nobody else is chosen in their place.
+  std::map<std::string, policy::PreemptOrder> issued;
+  if (preemptions != nullptr) issued.swap(*preemptions);
   // Admitted jobs: their current attempt, and what preemption needs to know of them.
   struct Admitted {
     int32_t attempt = 0;
     int32_t workers = 0;
     bool candidate = false;  // Starting or Running: may be preempted
+    bool ordered = false;    // an earlier plan's victim, not stopped yet
     policy::RunningGang gang;
   };
+  std::set<std::string> waiting_jobs;
   std::map<std::string, Admitted> admitted_jobs;
   for (const auto& job : jobs_.List()) {
     if (job->deleting()) continue;
@@ -146,8 +154,9 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     const auto spec = policy::ParseJobSpec(*job);
     if (!spec) continue;
     if (spec->suspend && waiting) continue;  // out of the queue until resumed
-    const PriorityInfo priority = Priority(*spec);
     if (waiting) {
+      const PriorityInfo priority = Priority(*spec);
+      waiting_jobs.insert(key);
       policy::GangRequest r;
       r.job = key;
       r.accelerator = spec->tpu.accelerator;
@@ -169,16 +178,27 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       a.workers = spec->worker.replicas;
       a.candidate = preemption_.load() && (status.phase == policy::Phase::kStarting ||
                                            status.phase == policy::Phase::kRunning);
+      if (a.candidate) a.gang.priority = Priority(*spec).value;
       a.gang.job = key;
       a.gang.accelerator = spec->tpu.accelerator;
       a.gang.topology = spec->tpu.topology;
-      a.gang.priority = priority.value;
       a.gang.preemptible = spec->preemptible;
       a.gang.admitted_at = status.admitted_at.value_or(WallTime{});
       // The chips of its workers not bound yet are reserved in its pool (filled in below).
       reservations.push_back({key, spec->tpu.accelerator, spec->tpu.topology, status.node_pool,
                               spec->worker.replicas, spec->tpu.chips_per_worker});
     }
+  }
+
+  std::map<std::string, policy::PreemptOrder> orders;
+  for (auto& [victim, order] : issued) {
+    auto a = admitted_jobs.find(victim);
+    if (a == admitted_jobs.end() || a->second.attempt != order.attempt ||
+        !waiting_jobs.contains(order.by)) {
+      continue;  // carried out, or no longer wanted
+    }
+    a->second.ordered = true;
+    orders.emplace(victim, std::move(order));
   }
 
   // The pods: bound workers of each admitted attempt (what its reservation no longer needs, and
@@ -205,7 +225,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     if (a == admitted_jobs.end() || id->attempt != a->second.attempt) continue;  // going
     const bool worker = id->type == policy::ReplicaType::kWorker;
     if (worker) bound[key]++;
-    if (pod->deleting()) {
+    if (pod->deleting() || a->second.ordered) {
       going[key] = true;
       continue;
     }
@@ -234,21 +254,29 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
   if (changes_in != nullptr) *changes_in = capacity.changes_in;
   std::map<std::string, policy::Admission> plan = policy::PlanAdmissions(capacity, queued);
 
+  // A head whose victims are still to stop says so.
+  for (const auto& [victim, order] : orders) {
+    auto head = plan.find(order.by);
+    if (head == plan.end() || head->second.admit) continue;
+    head->second.reason = "Preempting";
+    head->second.message = order.head_message;
+  }
   bool blocked = false;
   for (const auto& [job, answer] : plan) blocked = blocked || answer.reason == "WaitingForCapacity";
-  if (!blocked || running.empty()) return plan;
-  const policy::Capacity after_release =
-      policy::BuildCapacity(node_ptrs, staying, reservations, health_, now);
-  for (const policy::Preemption& p :
-       policy::PlanPreemptions(after_release, std::move(queued), preemptors, running)) {
-    policy::Admission& head = plan.at(p.preemptor);
-    head.reason = "Preempting";
-    head.message = p.message;
-    if (preemptions == nullptr) continue;
-    for (const std::string& victim : p.victims) {
-      (*preemptions)[victim] = {p.preemptor, p.victim_message};
+  if (blocked && !running.empty()) {
+    const policy::Capacity after_release =
+        policy::BuildCapacity(node_ptrs, staying, reservations, health_, now);
+    for (const policy::Preemption& p :
+         policy::PlanPreemptions(after_release, std::move(queued), preemptors, running)) {
+      policy::Admission& head = plan.at(p.preemptor);
+      head.reason = "Preempting";
+      head.message = p.message;
+      for (const std::string& victim : p.victims) {
+        orders[victim] = {p.preemptor, p.victim_message, admitted_jobs[victim].attempt, p.message};
+      }
     }
   }
+  if (preemptions != nullptr) *preemptions = std::move(orders);
   return plan;
 }
 
@@ -274,6 +302,10 @@ void JobQueue::Loop() {
     const auto begin = clock_.Now();
     std::optional<Duration> changes_in;
     std::map<std::string, policy::PreemptOrder> preempt;
+    {
+      std::lock_guard<std::mutex> guard(mu_);  // Loop() is the only writer of preempt_
+      preempt = preempt_;
+    }
     std::map<std::string, policy::Admission> plan = ComputePlan(&changes_in, &preempt);
     replan = changes_in.has_value();
     if (replan) {

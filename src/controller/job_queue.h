@@ -84,8 +84,10 @@ class JobQueue {
 
   // Computes a plan from the caches now (what the thread does), for tests and benchmarks.
   // `changes_in`: when the capacity changes by itself (a node entering its maintenance avoid
-  // window), so the plan is made again then. `preemptions`: the admitted jobs to preempt, with
-  // the job each is preempted for; a job it preempts for shows reason "Preempting".
+  // window), so the plan is made again then. `preemptions`: on entry, the orders of the last
+  // plan (empty for a first plan); on return, the admitted jobs to preempt, with the job each is
+  // preempted for (an order stands until the victim's status shows it carried out, or its
+  // preemptor no longer waits); a job it preempts for shows reason "Preempting".
   std::map<std::string, policy::Admission> ComputePlan(
       std::optional<Duration>* changes_in = nullptr,
       std::map<std::string, policy::PreemptOrder>* preemptions = nullptr);

@@ -119,7 +119,8 @@ class Decider {
       if (p.attempt == s.attempt) continue;
       old_left = true;
       if (!p.pod->deleting()) {
-        Delete(*p.pod, std::nullopt, "it belongs to attempt " + std::to_string(p.attempt));
+        Delete(*p.pod, GraceEnding(p.attempt),
+               "it belongs to attempt " + std::to_string(p.attempt));
       }
     }
 
@@ -192,10 +193,6 @@ class Decider {
                 std::to_string(total) + " pods");
     }
 
-    if (in_.preempt) {
-      Preempt(*in_.preempt);
-      return std::move(plan_);
-    }
     Active(old_left);
     return std::move(plan_);
   }
@@ -266,6 +263,21 @@ class Decider {
       if (!p.pod->deleting()) Delete(*p.pod, grace, "the job is suspended");
     }
     UpdateCounts();
+  }
+
+  // The grace period the pods of an earlier attempt are deleted with: a disruption that ended it
+  // (maintenance, preemption) gives them time to checkpoint, also when the operator stopped
+  // between writing the decision and deleting the pods; otherwise their own.
+  std::optional<int64_t> GraceEnding(int32_t attempt) const {
+    const std::vector<FaultRecord>& faults = plan_.status.faults;
+    for (auto it = faults.rbegin(); it != faults.rend(); ++it) {
+      if (it->attempt != attempt) continue;
+      if (it->kind == "Maintenance" || it->kind == "Preempted") {
+        return spec_->fault_tolerance.maintenance_grace_period_seconds;
+      }
+      break;
+    }
+    return std::nullopt;
   }
 
   // The whole job moves on to a new attempt, which queues once the pods of this one are gone
@@ -581,6 +593,13 @@ class Decider {
       Finish(true, "AllWorkersSucceeded",
              "all " + std::to_string(spec.worker.replicas) + " workers exited 0");
       UpdateCounts();
+      return;
+    }
+
+    // The queue preempts the attempt (after node faults, pre-flight verdicts, a permanent
+    // failure and success, which all take precedence: a job that just finished is not restarted).
+    if (in_.preempt && in_.preempt->attempt == s.attempt) {
+      Preempt(*in_.preempt);
       return;
     }
 

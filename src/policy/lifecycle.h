@@ -43,8 +43,10 @@ struct ObservedPod {
 
 // The queue's order to preempt a running job.
 struct PreemptOrder {
-  std::string by;       // the preemptor, "namespace/name"
-  std::string message;  // Preemption::victim_message
+  std::string by;            // the preemptor, "namespace/name"
+  std::string message;       // Preemption::victim_message
+  int32_t attempt = 0;       // the attempt to preempt; an order for another one is ignored
+  std::string head_message;  // Preemption::message, for the preemptor while the order stands
 };
 
 struct LifecycleInput {

@@ -107,14 +107,28 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     const GangRequest& head = queued[h];
     const Admission& answer = plan.at(head.job);
     if (answer.admit) continue;
+    if (head.workers <= 0 || head.chips_per_worker <= 0) continue;  // holds up no one
     Capacity::Class key{head.accelerator, head.topology};
     if (!seen.insert(key).second) continue;  // behind the class's head: waits in line
-    if (head.workers <= 0 || head.chips_per_worker <= 0) continue;
     PreemptorInfo info;
     if (auto it = preemptors.find(head.job); it != preemptors.end()) info = it->second;
     if (!info.may_preempt) continue;
 
-    const ClassCapacity capacity(after_release, key);
+    // The jobs of the class before the head are admitted by this plan, on the capacity free now,
+    // in the pools it placed them in: they keep those places whoever is preempted.
+    Capacity reserved = after_release;
+    std::vector<Reservation> ahead;
+    for (size_t i = 0; i < h; ++i) {
+      const GangRequest& job = queued[i];
+      const Admission& a = plan.at(job.job);
+      if (!a.admit || job.accelerator != head.accelerator || job.topology != head.topology) {
+        continue;
+      }
+      ahead.push_back({job.job, job.accelerator, job.topology, a.placed_pool, job.workers,
+                       job.chips_per_worker});
+    }
+    Reserve(reserved, ahead);
+    const ClassCapacity capacity(reserved, key);
     std::map<std::string, std::vector<const RunningGang*>> by_pool;
     for (const RunningGang& gang : running) {
       if (gang.accelerator != head.accelerator || gang.topology != head.topology) continue;
@@ -124,15 +138,9 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     }
     if (by_pool.empty()) continue;
 
-    // The head's class's jobs up to the head: the ones before it are placed first.
-    std::vector<GangRequest> prefix;
-    for (size_t i = 0; i <= h; ++i) {
-      if (queued[i].accelerator == head.accelerator && queued[i].topology == head.topology) {
-        prefix.push_back(queued[i]);
-      }
-    }
+    const std::vector<GangRequest> alone = {head};
     const auto fits = [&](const std::vector<const RunningGang*>& victims) {
-      return PlanAdmissions(capacity.Without(victims), prefix).at(head.job).admit;
+      return PlanAdmissions(capacity.Without(victims), alone).at(head.job).admit;
     };
 
     std::optional<Choice> best;

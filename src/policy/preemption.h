@@ -8,6 +8,9 @@
 // have ended, and the head must not take a second set of victims meanwhile), and only when
 // stopping the candidates would make it fit.
 //
+// The jobs of the class before the head keep the places this plan gives them on the capacity
+// free now; the victims' chips go to the head alone.
+//
 // Candidates. Running jobs of the head's class with a strictly lower priority, whose spec allows
 // preemption (spec.preemptible), whose every worker is bound to a node, and which are not the
 // job that the head itself was preempted by, since that job's current admission (no
@@ -49,7 +52,7 @@ struct RunningGang {
 struct PreemptorInfo {
   bool may_preempt = true;  // false: its PriorityClass has preemptionPolicy: Never
   // The job that last preempted it, and when; that job is not a candidate while its current
-  // admission is not later than this.
+  // admission is the one it won by preempting (admitted at or after this).
   std::string preempted_by;
   WallTime preempted_at{};
 };

@@ -227,9 +227,11 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
     last = &entry;
   }
 
-  // Reservations, in a fixed order whatever order they come in: each takes its workers' slots
-  // from the nodes of its class (of its pool when set) in name order, one slot at a time. One
-  // that no longer fits takes the whole slots there are; its other workers are left out.
+  Reserve(capacity, reservations);
+  return capacity;
+}
+
+void Reserve(Capacity& capacity, const std::vector<Reservation>& reservations) {
   std::vector<const Reservation*> ordered;
   ordered.reserve(reservations.size());
   for (const Reservation& r : reservations) ordered.push_back(&r);
@@ -261,7 +263,6 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
     }
     TakeSlots(any->second, r->workers, r->chips_per_worker);
   }
-  return capacity;
 }
 
 std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
@@ -328,6 +329,7 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
     if (chosen != nullptr) {
       chosen->Place(job.workers, job.chips_per_worker);
       admission.admit = true;
+      admission.placed_pool = chosen->name();
       // A single-host job is not pinned: its pool is "" (any pool), whichever node it was
       // counted on.
       if (job.workers > 1) admission.pool = chosen->name();

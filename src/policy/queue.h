@@ -104,6 +104,12 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
                        const std::vector<Reservation>& reservations, const NodeHealthConfig& health,
                        WallTime now);
 
+// Takes the reservations out of `capacity`, in a fixed order whatever order they come in: each
+// takes its workers' slots from the nodes of its class (of its pool when set) in name order, one
+// slot at a time. One that no longer fits takes the whole slots there are; its other workers are
+// left out. (BuildCapacity ends with this.)
+void Reserve(Capacity& capacity, const std::vector<Reservation>& reservations);
+
 // The queue's answer for one waiting job.
 struct Admission {
   bool admit = false;
@@ -114,6 +120,9 @@ struct Admission {
                          // pool, pool-a, has 3 free"; or "waiting behind team/big (position 1),
                          // which needs ..."
   int32_t position = 0;  // 1-based place in the whole queue order
+  // Admitted: the pool its workers were counted in, also for a single-host job (which is not
+  // pinned); for planning on top of this plan (preemption).
+  std::string placed_pool;
 };
 
 // Decides every waiting job at once, in queue order, placing admitted gangs as it goes.

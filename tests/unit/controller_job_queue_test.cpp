@@ -1,6 +1,7 @@
 // JobQueue over real stores: what it counts as waiting, reserved and used when it plans.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -196,13 +197,21 @@ TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
   EXPECT_EQ(plan.at("team/unknown-class").position, 3);
 }
 
-// Preemption over the caches: the waiting head takes the running low job's pool.
+// Preemption over the caches: the waiting head takes the running low job's pool. Each plan
+// starts from the orders of the one before, as the queue's thread does.
 class JobQueuePreemptionTest : public JobQueueTest {
  protected:
   std::map<std::string, policy::Admission> Plan(
       std::map<std::string, policy::PreemptOrder>* orders) {
-    orders->clear();
     return queue_.ComputePlan(nullptr, orders);
+  }
+  // The pod's copy in the cache, being deleted.
+  void MarkDeleting(const std::string& key) {
+    auto pod = pods_.Get(key);
+    ASSERT_NE(pod, nullptr) << key;
+    auto copy = std::make_shared<cache::PodInfo>(*pod);
+    copy->deletion_timestamp = WallTime{} + std::chrono::hours(500000);
+    pods_.Update(copy);
   }
 };
 
@@ -219,6 +228,7 @@ TEST_F(JobQueuePreemptionTest, AHigherPriorityHeadPreemptsTheRunningLowJob) {
       << plan.at("team/high").message;
   ASSERT_EQ(orders.count("team/low"), 1u);
   EXPECT_EQ(orders.at("team/low").by, "team/high");
+  EXPECT_EQ(orders.at("team/low").attempt, 1);
   EXPECT_NE(orders.at("team/low").message.find("preempted by team/high (priority 100)"),
             std::string::npos);
 }
@@ -235,12 +245,29 @@ TEST_F(JobQueuePreemptionTest, OneHeadTakesOneSetOfVictims) {
   ASSERT_EQ(orders.size(), 1u);
   ASSERT_EQ(orders.count("team/low"), 1u);  // of equals, the key decides
 
-  // low's status shows it preempted, before its pods are even marked deleting: they are going,
-  // so the head waits for them and takes no second victim.
+  // An order stands until carried out; meanwhile the head says whom it preempts, and a newer
+  // candidate (mid's admission is later than low's now) does not replace low.
+  Json newer = JobJson("mid", 1, "Running", /*admitted=*/true);
+  newer["status"]["admittedAt"] = "2026-06-01T00:00:00Z";
+  AddJob(newer);
+  auto plan = Plan(&orders);
+  EXPECT_EQ(orders.size(), 1u);
+  EXPECT_EQ(orders.count("team/low"), 1u);
+  EXPECT_EQ(plan.at("team/high").reason, "Preempting");
+
+  // The pod watch shows one of low's pods deleting before the job watch shows its status: still
+  // no second victim.
+  MarkDeleting("team/low-worker-0");
+  plan = Plan(&orders);
+  EXPECT_EQ(orders.size(), 1u);
+  EXPECT_EQ(orders.count("team/low"), 1u);
+
+  // low's status shows it preempted, its other pod not even marked deleting yet: its pods are
+  // going, so the head waits for them and takes no second victim.
   Json preempted = JobJson("low", 1, "Restarting", /*admitted=*/false, /*attempt=*/2);
   preempted["status"]["conditions"][0]["reason"] = "Preempted";
   AddJob(preempted);
-  auto plan = Plan(&orders);
+  plan = Plan(&orders);
   EXPECT_TRUE(orders.empty()) << orders.begin()->first;
   EXPECT_EQ(plan.at("team/high").reason, "WaitingForCapacity");
 
@@ -249,6 +276,19 @@ TEST_F(JobQueuePreemptionTest, OneHeadTakesOneSetOfVictims) {
   pods_.Delete("team/low-worker-1");
   plan = Plan(&orders);
   EXPECT_TRUE(plan.at("team/high").admit) << plan.at("team/high").message;
+  EXPECT_TRUE(orders.empty());
+}
+
+TEST_F(JobQueuePreemptionTest, AnOrderLapsesWhenItsPreemptorNoLongerWaits) {
+  AddNodes(2);
+  auto low = AddJob(JobJson("low", 1, "Running", /*admitted=*/true));
+  AddWorkers(*low, {"n0", "n1"});
+  AddJob(JobJson("high", 100, "Queued"));
+  std::map<std::string, policy::PreemptOrder> orders;
+  Plan(&orders);
+  ASSERT_EQ(orders.count("team/low"), 1u);
+  jobs_.Delete("team/high");
+  Plan(&orders);
   EXPECT_TRUE(orders.empty());
 }
 

@@ -210,7 +210,8 @@ TEST(PolicyJobControlTest, PreemptionStopsTheJobLikeMaintenanceAndQueuesItByPrio
   RunJob(sim);
   const JobStatus running = sim.Status();
 
-  sim.preempt = PreemptOrder{"team-b/high", "preempted by team-b/high (priority 100), which needs"};
+  sim.preempt =
+      PreemptOrder{"team-b/high", "preempted by team-b/high (priority 100), which needs", 1, ""};
   Plan plan = sim.Step();
   EXPECT_EQ(plan.status.phase, Phase::kRestarting);
   ASSERT_THAT(plan.remove, SizeIs(2));
@@ -264,7 +265,7 @@ TEST(PolicyJobControlTest, PreemptionStopsTheJobLikeMaintenanceAndQueuesItByPrio
 TEST(PolicyJobControlTest, PreemptionOfAJobWithoutRetriesStillRequeuesIt) {
   PodSim sim(SpecJson(1));  // maxJobRetries 0: a fault would fail it
   RunJob(sim);
-  sim.preempt = PreemptOrder{"team-b/high", "preempted"};
+  sim.preempt = PreemptOrder{"team-b/high", "preempted", 1, ""};
   const Plan plan = sim.Step();
   EXPECT_EQ(plan.status.phase, Phase::kRestarting);
   EXPECT_EQ(Cond(plan, condition::kFailed), nullptr);
@@ -273,10 +274,47 @@ TEST(PolicyJobControlTest, PreemptionOfAJobWithoutRetriesStillRequeuesIt) {
 TEST(PolicyJobControlTest, AnOrderForAJobNotAdmittedIsIgnored) {
   PodSim sim(SpecJson(1));
   ASSERT_EQ(sim.Step(/*admit=*/false).status.phase, Phase::kQueued);
-  sim.preempt = PreemptOrder{"team-b/high", "preempted"};
+  sim.preempt = PreemptOrder{"team-b/high", "preempted", 1, ""};
   const Plan plan = sim.Step(/*admit=*/false);
   EXPECT_EQ(plan.status.phase, Phase::kQueued);
   EXPECT_EQ(plan.status.preemptions, 0);
+}
+
+TEST(PolicyJobControlTest, AJobThatJustSucceededIsNotPreempted) {
+  PodSim sim(SpecJson(2));
+  RunJob(sim);
+  SetExited(sim.Worker(0), 0);
+  sim.preempt = PreemptOrder{"team-b/high", "preempted", 1, ""};
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kSucceeded);
+  EXPECT_EQ(plan.status.preemptions, 0);
+}
+
+TEST(PolicyJobControlTest, AnOrderForAnotherAttemptIsIgnored) {
+  PodSim sim(SpecJson(2));
+  RunJob(sim);
+  sim.preempt = PreemptOrder{"team-b/high", "preempted", 7, ""};
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kRunning);
+  EXPECT_EQ(plan.status.preemptions, 0);
+}
+
+// The operator wrote the preemption and stopped before deleting the pods: the next decision
+// deletes them with the same grace period, and counts nothing twice.
+TEST(PolicyJobControlTest, PodsLeftByACrashAfterThePreemptionKeepTheirGracePeriod) {
+  PodSim sim(SpecJson(2));
+  RunJob(sim);
+  sim.preempt = PreemptOrder{"team-b/high", "preempted", 1, ""};
+  Plan written = sim.Decide();
+  ASSERT_THAT(written.remove, SizeIs(2));
+  written.remove.clear();  // never sent
+  sim.Apply(written);
+  sim.preempt.reset();  // the queue sees the status: no order any more
+  const Plan plan = sim.Step();
+  ASSERT_THAT(plan.remove, SizeIs(2));
+  for (const PodToDelete& d : plan.remove) EXPECT_EQ(d.grace_period_seconds, 300) << d.name;
+  EXPECT_EQ(plan.status.preemptions, 1);
+  EXPECT_EQ(plan.status.attempt, 2);
 }
 
 TEST(PolicyJobControlTest, ThePreemptorSaysOnceWhomItPreempts) {

@@ -196,7 +196,7 @@ INSTANTIATE_TEST_SUITE_P(
                    {Running("team/low", 10, 0, {"a1", "a2"})},
                    {},
                    {}},
-        VictimCase{"NoPreemptionWhileThePodsAlreadyGoingMakeRoom",
+        VictimCase{"AHeadThatFitsPreemptsNobody",
                    {{"pool-a", {{"a1", 4}, {"a2", 4}}}},
                    {Head("team/high", 2, 100)},
                    {Running("team/low", 10, 0, {"b1"})},
@@ -234,6 +234,22 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"pool-a", {{"a1", 0}}}},
                    {Head("team/first", 2, 100), Head("team/second", 1, 90)},
                    {Running("team/low", 10, 0, {"a1"})},
+                   {},
+                   {}},
+        VictimCase{"JobsAheadKeepThePoolsThePlanGaveThem",
+                   // team/first (2 hosts) is admitted in pool-a, which has 4 free nodes. With
+                   // team/v stopped, a fresh plan would put team/first in pool-b and team/head
+                   // (4 hosts) in pool-a, but team/first stays in pool-a: stopping team/v leaves
+                   // 2 + 2 free hosts, and team/head still does not fit. Nobody is preempted.
+                   {{"pool-a", {{"a1", 4}, {"a2", 4}, {"a3", 4}, {"a4", 4}}},
+                    {"pool-b", {{"b1", 0}, {"b2", 0}}}},
+                   {[] {
+                      GangRequest first = Head("team/first", 2, 100);
+                      first.queued_at = At(-10);
+                      return first;
+                    }(),
+                    Head("team/head", 4, 100)},
+                   {Running("team/v", 10, 0, {"b1", "b2"})},
                    {},
                    {}},
         VictimCase{"JobsAheadInTheClassArePlacedFirst",
