@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "e2e_env.h"
@@ -179,9 +180,22 @@ TEST_F(LifecycleE2E, RetryableExitRestartsTheWorkerThenReissuesTheJob) {
   EXPECT_NE(reasons.find("WorkerRestarted"), std::string::npos) << reasons;
   EXPECT_NE(reasons.find("Reissued"), std::string::npos) << reasons;
 
-  // Attempt 2's pods were created only after every pod of attempt 1 was gone.
+  // Attempt 2's pods were created only after every pod of attempt 1 was gone, and exactly once.
+  // Attempt 1 had two pods and two in-place restarts; KWOK, which deletes a pod it is removing by
+  // name, now and then also deletes the replacement created right after it (the audit log shows
+  // kwok-controller's DELETE), and the operator rightly creates that one again.
   const auto report = watch.Check();
-  EXPECT_EQ(report.creations, 2 + 2 + 2);  // attempt 1, two in-place restarts, attempt 2
+  int attempt1 = 0, attempt2 = 0;
+  std::istringstream lines(watch.Raw());
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string type, name, uid, job, rtype, index, attempt;
+    fields >> type >> name >> uid >> job >> rtype >> index >> attempt;
+    if (type != "ADDED") continue;
+    (attempt == "1" ? attempt1 : attempt2) += 1;
+  }
+  EXPECT_GE(attempt1, 2 + 2);
+  EXPECT_EQ(attempt2, 2);
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
 }
 

@@ -169,6 +169,16 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     recorder_.Record(RefOf(*job), event.warning ? EventType::kWarning : EventType::kNormal,
                      event.reason, event.message);
   }
+  // A preemption carried out: the job it was for says so too (once per victim).
+  if (input.preempt &&
+      plan.status.preemptions > policy::JobStatus::FromJson(job->status).preemptions) {
+    if (auto preemptor = jobs_.Get(input.preempt->by)) {
+      recorder_.Record(RefOf(*preemptor), EventType::kNormal, "Preempting",
+                       input.preempt->head_message.empty()
+                           ? "preempting " + key + ": " + input.preempt->message
+                           : input.preempt->head_message);
+    }
+  }
   if (plan.delete_job) return DeleteFinishedJob(*job);
 
   // Faulty nodes, within the operator's cordon limits; the job's Event says what was done.

@@ -163,12 +163,6 @@ class Decider {
         return std::move(plan_);
       }
       if (!in_.admit) {
-        const Condition* was = s.FindCondition(condition::kAdmitted);
-        if (in_.not_admitted_reason == "Preempting" &&
-            (was == nullptr || was->reason != "Preempting" ||
-             was->message != in_.not_admitted_message)) {
-          Event(false, "Preempting", in_.not_admitted_message);
-        }
         s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason,
                        in_.not_admitted_message, now_, gen_);
         s.queue_position = in_.queue_position;
