@@ -143,9 +143,12 @@ class OperatorProcess : public ChildProcess {
                                        std::vector<std::string> extra_args) {
     std::vector<std::string> args = {
         TPUJOB_OPERATOR_BINARY, "run",
-        "--kubeconfig",         KubeconfigPath(),
         "--health-address",     "127.0.0.1:" + std::to_string(ports.first),
         "--metrics-address",    "127.0.0.1:" + std::to_string(ports.second)};
+    // The admin kubeconfig unless the test names another (e.g. the blackhole proxy's).
+    if (std::find(extra_args.begin(), extra_args.end(), "--kubeconfig") == extra_args.end()) {
+      args.insert(args.end(), {"--kubeconfig", KubeconfigPath()});
+    }
     if (std::none_of(extra_args.begin(), extra_args.end(),
                      [](const std::string& a) { return a.starts_with("--metrics-secure"); })) {
       args.push_back("--metrics-secure=false");

@@ -44,6 +44,7 @@ struct RunFlags {
   int cache_sync_timeout_seconds = 120;
   int health_max_reconcile_seconds = 300;
   int health_max_watch_silence_seconds = 660;
+  int watch_idle_timeout_seconds = 50;
   std::string log_level = "info";
   std::string log_format = "logfmt";
   std::string preflight_image = "tpujob-operator:latest";
@@ -119,6 +120,12 @@ int Run(const RunFlags& flags) {
                  valid.error().message.c_str());
     return 2;
   }
+  if (flags.watch_idle_timeout_seconds > 0 && flags.watch_idle_timeout_seconds < 10) {
+    std::fprintf(stderr,
+                 "error: --watch-idle-timeout must be 0 (off) or at least 10 seconds, not %d\n",
+                 flags.watch_idle_timeout_seconds);
+    return 2;
+  }
   tpujob::SignalWaiter signals;  // before any thread starts, so all of them inherit the mask
 
   auto config = tpujob::kube::ResolveConfig(flags.kubeconfig, flags.context);
@@ -129,6 +136,7 @@ int Run(const RunFlags& flags) {
   }
   config->qps = flags.qps;
   config->burst = flags.burst;
+  config->watch_idle_timeout = std::chrono::seconds(flags.watch_idle_timeout_seconds);
   // The identity in every request, so the API server's audit log tells the replicas apart.
   config->user_agent =
       std::string("tpujob-operator/") + TPUJOB_VERSION + " (" + election.identity + ")";
@@ -180,6 +188,7 @@ int Run(const RunFlags& flags) {
   options.cache_sync_timeout = std::chrono::seconds(flags.cache_sync_timeout_seconds);
   options.health.max_reconcile = std::chrono::seconds(flags.health_max_reconcile_seconds);
   options.health.max_watch_silence = std::chrono::seconds(flags.health_max_watch_silence_seconds);
+  options.watch_idle_timeout = std::chrono::seconds(flags.watch_idle_timeout_seconds);
   options.reconciler.pod_options.preflight_image = flags.preflight_image;
   options.reconciler.node_health.hardware_conditions = flags.hardware_conditions;
   options.reconciler.node_health.maintenance_conditions = flags.maintenance_conditions;
@@ -276,6 +285,15 @@ int main(int argc, char** argv) {
                   "/healthz fails while a reconcile has been running longer than this (a stuck "
                   "worker); the kubelet then restarts the operator.")
       ->check(CLI::Range(1, 24 * 3600))
+      ->capture_default_str();
+  run->add_option("--watch-idle-timeout", flags.watch_idle_timeout_seconds,
+                  "Seconds after which a watch (pods, nodes, tpujobs) that delivered nothing "
+                  "(no event, no bookmark, no end) is taken for a silently dead connection and "
+                  "opened again from its last resourceVersion; the server is asked to end each "
+                  "watch after 60-80% of this, so a healthy watch always delivers in time. Also "
+                  "bounds the wait for a watch's response. 0 = off (watches last 5-10 minutes; "
+                  "a dead one is noticed only by --health-max-watch-silence-seconds).")
+      ->check(CLI::Range(0, 3600))
       ->capture_default_str();
   run->add_option("--health-max-watch-silence-seconds", flags.health_max_watch_silence_seconds,
                   "/healthz fails while a watch (pods, nodes, tpujobs) has brought no event, "

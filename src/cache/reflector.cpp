@@ -269,6 +269,14 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
       } else if (next.error().IsGone()) {
         ++stats_.gone;
         outcome = WatchOutcome::kRelist;
+      } else if (next.error().IsSilent()) {
+        // A dead connection, not a failing server: watch again at once from the last
+        // resourceVersion (nothing is lost; a compacted one comes back as 410 and a relist).
+        ++stats_.silent_watches;
+        log::Warn("watch silent, re-watching", {{"reflector", options_.name},
+                                                {"resource_version", last_resource_version_},
+                                                {"error", next.error().ToString()}});
+        outcome = WatchOutcome::kRewatch;
       } else {
         ++stats_.watch_failures;
         log::Warn("watch broke",

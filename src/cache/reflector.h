@@ -16,7 +16,10 @@
 //      means events were lost: go back to 1. Any other failure (transport error, 5xx, a broken
 //      stream) re-watches from the last resourceVersion after a jittered exponential backoff
 //      (800 ms doubling to 30 s, jitter 1.0, like client-go); failed lists back off the same
-//      way. The backoff resets once a watch delivers events.
+//      way. The backoff resets once a watch delivers events. A watch the client gives up as
+//      silent (kube::Config::watch_idle_timeout: nothing at all arrived, a dead connection)
+//      re-watches at once from the last resourceVersion; the watch timeouts must then be shorter
+//      than that idle timeout, so that a healthy watch always ends or delivers in time.
 //
 // Objects that fail to decode are logged, counted in stats() and skipped; they never stop the
 // reflector.
@@ -86,6 +89,9 @@ struct ReflectorStats {
   uint64_t events = 0;          // ADDED/MODIFIED/DELETED applied
   uint64_t bookmarks = 0;
   uint64_t decode_errors = 0;  // objects skipped because they did not decode
+  // Watches given up because nothing (no event, bookmark or end) arrived within the client's
+  // watch idle timeout: silently dead connections.
+  uint64_t silent_watches = 0;
   // When the server was last heard from: a LIST done, a watch opened, an event or a bookmark.
   // A watch that stays open with none of these is either idle past the bookmark interval or
   // silently dead; the health check tells them apart by how long it lasts.

@@ -44,7 +44,15 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
       client_(fenced_client_ ? *fenced_client_ : client),
       options_(std::move(options)),
       clock_(clock) {
-  cache::ReflectorOptions pod_options;
+  // With a watch idle timeout, the server must end every watch well before it (see
+  // kube::Config::watch_idle_timeout): a healthy quiet watch then always delivers its end in
+  // time, and only a dead connection stays silent that long.
+  cache::ReflectorOptions base;
+  if (options_.watch_idle_timeout.count() > 0) {
+    base.min_watch_timeout = options_.watch_idle_timeout * 6 / 10;
+    base.max_watch_timeout = options_.watch_idle_timeout * 8 / 10;
+  }
+  cache::ReflectorOptions pod_options = base;
   pod_options.name = "pods";
   pod_options.ns = options_.watch_namespace;
   // Only pods the operator created: keeps the cache proportional to the jobs, not the cluster.
@@ -53,13 +61,13 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
                                                             pod_options, clock_);
   cache::AddPodIndexers(pods_->store());
 
-  cache::ReflectorOptions node_options;
+  cache::ReflectorOptions node_options = base;
   node_options.name = "nodes";
   nodes_ = std::make_unique<cache::Informer<cache::NodeInfo>>(client_, kube::Resource::Nodes(),
                                                               node_options, clock_);
   AddCordonJobIndexer(nodes_->store());
 
-  cache::ReflectorOptions job_options;
+  cache::ReflectorOptions job_options = base;
   job_options.name = "tpujobs";
   job_options.ns = options_.watch_namespace;
   jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(client_, kube::Resource::TPUJobs(),
@@ -191,6 +199,11 @@ void Manager::Collect() {
   m.cache_objects.With({"pods"}).Set(static_cast<double>(pods_->store().Size()));
   m.cache_objects.With({"nodes"}).Set(static_cast<double>(nodes_->store().Size()));
   m.cache_objects.With({"tpujobs"}).Set(static_cast<double>(jobs_->store().Size()));
+  m.watch_silences.With({"pods"}).SetCumulative(static_cast<double>(pods_->stats().silent_watches));
+  m.watch_silences.With({"nodes"}).SetCumulative(
+      static_cast<double>(nodes_->stats().silent_watches));
+  m.watch_silences.With({"tpujobs"})
+      .SetCumulative(static_cast<double>(jobs_->stats().silent_watches));
   m.cordoned_nodes.With({}).Set(cordoner_->CordonedByUs());
   m.cordon_limit_nodes.With({}).Set(
       policy::CordonLimit(cordoner_->policy(), static_cast<int>(nodes_->store().Size())));

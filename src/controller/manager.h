@@ -55,6 +55,9 @@ struct ManagerOptions {
   TPUJobReconcilerOptions reconciler;
   // Gang preemption by priority (policy/preemption.h); --enable-preemption.
   bool preemption = true;
+  // The client's kube::Config::watch_idle_timeout: when set, the reflectors ask the server to
+  // end their watches after 60-80% of it. 0: client-go's 5-10 minutes.
+  std::chrono::seconds watch_idle_timeout{0};
   EventRecorderOptions events;
   policy::CordonPolicy cordon;
   NodeReconcilerOptions nodes;

@@ -105,6 +105,12 @@ OperatorMetrics* Declare() {
                            "election); else 0."),
       .cache_objects =
           r.AddGauge("tpujob_cache_objects", "Objects in the operator's caches.", {"resource"}),
+      .watch_silences = r.AddCounter(
+          "tpujob_watch_silences_total",
+          "Watches given up because nothing (no event, bookmark or end) arrived within the watch "
+          "idle timeout: silently dead connections, re-established from the last "
+          "resourceVersion.",
+          {"resource"}),
       .productive_chip_seconds = r.AddCounter(
           "tpujob_productive_chip_seconds_total",
           "TPU chip-seconds TPUJobs spent Running with every worker ready (status.goodput), by "

@@ -46,6 +46,7 @@ struct OperatorMetrics {
   metrics::HistogramFamily& api_request_duration;      // {verb, resource}
   metrics::GaugeFamily& leader;                        // -
   metrics::GaugeFamily& cache_objects;                 // {resource}
+  metrics::CounterFamily& watch_silences;              // {resource}
   metrics::CounterFamily& productive_chip_seconds;     // {job_namespace}
   metrics::CounterFamily& lost_chip_seconds;           // {job_namespace, cause}
   metrics::GaugeFamily& job_goodput;                   // {job_namespace, tpujob}

@@ -8,6 +8,7 @@
 #include <openssl/x509.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -129,7 +130,13 @@ class CppRestClient final : public Client {
         observer_(std::move(observer)),
         limiter_(config_.qps, config_.burst),
         client_([this] { return MakeClient(config_.request_timeout); }),
-        watch_client_([this] { return MakeClient(std::chrono::minutes(15)); }) {}
+        watch_client_([this] {
+          // The request's timeout also bounds the wait for a watch's response headers: with an
+          // idle timeout, a connection that answers nothing fails as soon.
+          return MakeClient(config_.watch_idle_timeout.count() > 0
+                                ? config_.watch_idle_timeout
+                                : std::chrono::seconds(std::chrono::minutes(15)));
+        }) {}
 
   Result<Json> Get(const Resource& r, const std::string& ns, const std::string& name,
                    const std::string& subresource) override {
@@ -336,8 +343,14 @@ class CppRestClient final : public Client {
 // A watch: the response body read chunk by chunk as the server streams it.
 class CppRestWatchStream final : public WatchStream {
  public:
-  CppRestWatchStream(http::http_response response, pplx::cancellation_token_source cancel)
-      : response_(std::move(response)), body_(response_.body()), cancel_(std::move(cancel)) {}
+  // `on_silent` runs when the watch is given up as silent.
+  CppRestWatchStream(http::http_response response, pplx::cancellation_token_source cancel,
+                     std::chrono::seconds idle_timeout, std::function<void()> on_silent)
+      : response_(std::move(response)),
+        body_(response_.body()),
+        cancel_(std::move(cancel)),
+        idle_timeout_(idle_timeout),
+        on_silent_(std::move(on_silent)) {}
 
   ~CppRestWatchStream() override { Cancel(); }
 
@@ -362,21 +375,52 @@ class CppRestWatchStream final : public WatchStream {
         const size_t available = body_.streambuf().in_avail();
         const size_t want = available > 0 ? std::min<size_t>(available, 1 << 20) : 1;
         concurrency::streams::container_buffer<std::string> chunk;
-        const size_t n = body_.read(chunk, want).get();
-        if (n == 0) {
-          ended_ = true;
-          if (decoder_.pending_bytes() > 0) {
-            return std::unexpected(Error::Decode("watch stream ended inside an event"));
+        const auto started = std::chrono::steady_clock::now();
+        pplx::task<size_t> read = body_.read(chunk, want);
+        // The watch client's request timeout is the idle timeout, and cpprest applies it to
+        // each read of the body: a read that waits that long fails. This wait, a little longer,
+        // is the backstop should the library not fire.
+        if (idle_timeout_.count() > 0 && !WaitFor(read, idle_timeout_ + std::chrono::seconds(2))) {
+          Cancel();
+          try {
+            read.wait();
+          } catch (const std::exception&) {
           }
-          continue;
+          return Silent();
         }
-        ready_ = decoder_.Feed(chunk.collection());
+        try {
+          const size_t n = read.get();
+          if (n == 0) {
+            ended_ = true;
+            if (decoder_.pending_bytes() > 0) {
+              return std::unexpected(Error::Decode("watch stream ended inside an event"));
+            }
+            continue;
+          }
+          ready_ = decoder_.Feed(chunk.collection());
+        } catch (const std::exception&) {
+          // Nothing arrived, not even the bookmark or the end the server owes us, for the idle
+          // timeout: the connection is dead without having said so.
+          if (!cancelled_ && idle_timeout_.count() > 0 &&
+              std::chrono::steady_clock::now() - started >= idle_timeout_ * 9 / 10) {
+            ended_ = true;
+            return Silent();
+          }
+          throw;
+        }
       } catch (const std::exception& e) {
         ended_ = true;
         if (cancelled_) continue;
         return std::unexpected(Error::Transport(std::string("watch stream broken: ") + e.what()));
       }
     }
+  }
+
+  // Gives the watch up as silent.
+  std::unexpected<Error> Silent() {
+    Cancel();
+    if (on_silent_) on_silent_();
+    return std::unexpected(Error::Silent(idle_timeout_));
   }
 
   void Cancel() override {
@@ -390,9 +434,28 @@ class CppRestWatchStream final : public WatchStream {
   }
 
  private:
+  // Whether `task` finished within `limit`.
+  static bool WaitFor(pplx::task<size_t>& task, std::chrono::seconds limit) {
+    struct Done {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+    };
+    auto done = std::make_shared<Done>();
+    task.then([done](pplx::task<size_t>) {
+      std::lock_guard<std::mutex> lock(done->mu);
+      done->done = true;
+      done->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(done->mu);
+    return done->cv.wait_for(lock, limit, [&] { return done->done; });
+  }
+
   http::http_response response_;
   concurrency::streams::istream body_;
   pplx::cancellation_token_source cancel_;
+  const std::chrono::seconds idle_timeout_;
+  std::function<void()> on_silent_;
   WatchDecoder decoder_;
   std::vector<Result<WatchEvent>> ready_;
   std::atomic<bool> cancelled_{false};
@@ -424,8 +487,14 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
       std::string body = response.extract_utf8string(true).get();
       return std::unexpected(ErrorFromResponse(status, body));
     }
-    return std::unique_ptr<WatchStream>(
-        std::make_unique<CppRestWatchStream>(std::move(response), std::move(cancel)));
+    return std::unique_ptr<WatchStream>(std::make_unique<CppRestWatchStream>(
+        std::move(response), std::move(cancel), config_.watch_idle_timeout, [this] {
+          // The path to the server may be dead for every connection, the pooled ones of
+          // other requests too (as an HTTP/2 client closes its one connection when a ping
+          // goes unanswered): start over with fresh connections.
+          client_.Discard(client_.Get());
+          watch_client_.Discard(watch_client_.Get());
+        }));
   } catch (const std::exception& e) {
     Observe(request, 0, start);
     watch_client_.Discard(client);

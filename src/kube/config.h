@@ -52,6 +52,12 @@ struct Config {
   double qps = 50;  // client-side limit; <= 0 disables it
   int burst = 100;
   std::chrono::seconds request_timeout{30};
+  // A watch that delivers nothing (no event, no bookmark, no end) for this long is given up as
+  // silently dead (a half-open connection): its read fails with Error::IsSilent(). The caller
+  // must ask the server to end its watches sooner than this (WatchOptions::timeout_seconds), so
+  // a healthy watch always delivers something in time. 0: no limit (reads wait up to 15
+  // minutes, the watch request's timeout).
+  std::chrono::seconds watch_idle_timeout{0};
   int max_retries = 5;  // for 429, 5xx and transport errors; 0 = no retries
   std::string user_agent = "tpujob-operator";
 };

@@ -270,6 +270,15 @@ Error Error::Transport(std::string message) {
   return Error{ErrorKind::kTransport, 0, {}, std::move(message), {}};
 }
 
+Error Error::Silent(std::chrono::seconds idle) {
+  return Error{ErrorKind::kTransport,
+               0,
+               "WatchSilent",
+               "watch silent: nothing received for " + std::to_string(idle.count()) +
+                   "s (no event, no bookmark, no end): the connection is taken for dead",
+               {}};
+}
+
 Error Error::Decode(std::string message) {
   return Error{ErrorKind::kDecode, 0, {}, std::move(message), {}};
 }

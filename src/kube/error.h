@@ -33,6 +33,8 @@ struct Error {
   bool IsUnauthorized() const { return http_status == 401; }
   bool IsForbidden() const { return http_status == 403; }
   bool IsInvalid() const { return http_status == 422; }
+  // A watch that delivered nothing for longer than the client's watch idle timeout.
+  bool IsSilent() const { return kind == ErrorKind::kTransport && reason == "WatchSilent"; }
   // Whether repeating the same request may succeed: throttling, server errors and transport
   // failures. Conflicts and client errors are not retryable as-is.
   bool IsRetryable() const;
@@ -46,6 +48,7 @@ struct Error {
   static Error Decode(std::string message);
   static Error Config(std::string message);
   static Error Cancelled(std::string message = {});
+  static Error Silent(std::chrono::seconds idle);
 };
 
 template <typename T>

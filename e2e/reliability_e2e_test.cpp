@@ -1,0 +1,122 @@
+// Reliability end to end: the operator talks to the API server through the blackhole proxy of
+// `e2e/cluster proxy`; the proxy freezes every connection for two minutes (as a load balancer
+// that lost its connection table would: open, silent, never closed) while a node fault happens.
+// The operator cannot see the fault then; once forwarding resumes it must act on it within its
+// watch idle timeout (--watch-idle-timeout, 50 s), not after the 10-15 minutes a silently dead
+// watch would otherwise last. Asserted with kubectl.
+//
+// TPUJOB_E2E_BLACKHOLE_SECONDS shortens or lengthens the blackhole (default 120);
+// TPUJOB_E2E_WATCH_IDLE_TIMEOUT runs the operator with another --watch-idle-timeout (0 turns the
+// detection off: the test then fails, which shows it tests the detection).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int EnvSeconds(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
+}
+
+class ReliabilityE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { InstallCrd(); }
+  void SetUp() override {
+    static int counter = 0;
+    prefix_ = "rl" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
+    accelerator_ = "tpu-" + prefix_;
+    CreateTpuNodes(prefix_, 3, accelerator_, "2x4", "pool-" + prefix_);
+  }
+  void TearDown() override {
+    Cluster("unblackhole");
+    DeleteTpuNodes(prefix_);
+  }
+  static CommandResult Cluster(const std::string& command) {
+    return RunCommand(ClusterScript() + " " + command + " --dir " + ClusterDir());
+  }
+
+  std::string prefix_;
+  std::string accelerator_;
+};
+
+TEST_F(ReliabilityE2E, AFaultDuringABlackholeIsActedOnWithinTheWatchIdleTimeoutAfterIt) {
+  const int blackhole_seconds = EnvSeconds("TPUJOB_E2E_BLACKHOLE_SECONDS", 120);
+  const int idle_timeout = EnvSeconds("TPUJOB_E2E_WATCH_IDLE_TIMEOUT", 50);
+  TestNamespace ns("rl-blackhole");
+  const std::string n = ns.name();
+  const auto proxy = Cluster("proxy");
+  ASSERT_EQ(proxy.exit_code, 0) << proxy.output;
+  const std::string proxy_kubeconfig = ClusterDir() + "/proxy.kubeconfig";
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n, "--kubeconfig", proxy_kubeconfig, "--watch-idle-timeout",
+                      std::to_string(idle_timeout), "--max-cordoned-fraction", "1"});
+  ASSERT_EQ(ApplyYaml(n, JobYaml("bh", 2, "2x4", "", false, "fault-tolerance/job-retry-num: \"2\"",
+                                 accelerator_))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "bh", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::string node = NodeOf(n, "bh-worker-0");
+  ASSERT_FALSE(node.empty());
+
+  // Cut off: every connection of the operator's goes silent, then the node breaks.
+  ASSERT_EQ(Cluster("blackhole").exit_code, 0);
+  const auto cut = Clock::now();
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "ECC").exit_code, 0);
+  // The blackhole lasts its full length: the scenario is a long outage, not a condition.
+  std::this_thread::sleep_until(cut + std::chrono::seconds(blackhole_seconds));
+  EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "") << "acted on while blind?";
+  ASSERT_EQ(Cluster("unblackhole").exit_code, 0);
+  const auto resumed = Clock::now();
+
+  // The fault is acted on: the node cordoned (with its reason), the job re-issued.
+  const bool acted = Eventually(
+      [&] {
+        return NodeField(node, "{.spec.unschedulable}") == "true" &&
+               JobField(n, "bh", "{.status.attempt}") == "2";
+      },
+      std::chrono::seconds(idle_timeout + 40), std::chrono::milliseconds(200));
+  const double after = std::chrono::duration<double>(Clock::now() - resumed).count();
+  std::printf("fault %s %.1f s after forwarding resumed (blackhole %d s, idle timeout %d s)\n",
+              acted ? "acted on" : "still not acted on", after, blackhole_seconds, idle_timeout);
+  ASSERT_TRUE(acted) << op.Log();
+  EXPECT_LE(after, idle_timeout + 10.0) << "slower than the watch idle timeout allows";
+  EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "NodeUnhealthy");
+
+  // Nothing lost, nothing doubled: the new attempt runs with exactly its two workers.
+  ASSERT_TRUE(JobFieldBecomes(n, "bh", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobPods(n, "bh").size(), 2u) << testing::PrintToString(JobPods(n, "bh"));
+  for (const char* pod : {"bh-worker-0", "bh-worker-1"}) {
+    EXPECT_EQ(Get(n, std::string("pod ") + pod, "{.metadata.labels.tpujob\\.dev/attempt}"), "2");
+  }
+  const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+
+  // The operator said what happened: a log line and the metric.
+  EXPECT_NE(op.Log().find("watch silent, re-watching"), std::string::npos);
+  const std::string metrics =
+      RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics",
+                 false)
+          .output;
+  EXPECT_NE(metrics.find("tpujob_watch_silences_total{resource=\"nodes\"}"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("tpujob_watch_silences_total{resource=\"nodes\"} 0"), std::string::npos)
+      << metrics;
+}
+
+}  // namespace
+}  // namespace tpujob::e2e
