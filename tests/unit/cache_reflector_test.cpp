@@ -357,6 +357,24 @@ TEST_F(CacheReflectorTest, TransientErrorBacksOffThenRewatchesFromLastResourceVe
   EXPECT_EQ(fake_.list_calls().size(), 1u);
 }
 
+TEST_F(CacheReflectorTest, SilentWatchIsReopenedAtOnceFromTheLastResourceVersion) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  StartAndSync();
+  const std::string last = fake_.CurrentResourceVersion();
+  // The client gave the watch up: nothing arrived for its idle timeout (a dead connection).
+  fake_.BreakWatches(pods_, kube::Error::Silent(std::chrono::seconds(50)));
+  // No backoff: the server did nothing wrong. The clock is never advanced here.
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, last);
+  EXPECT_EQ(fake_.list_calls().size(), 1u);  // nothing lost, no relist
+  EXPECT_EQ(reflector_->stats().silent_watches, 1u);
+  EXPECT_EQ(reflector_->stats().watch_failures, 0u);
+  // And it keeps working.
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+  EXPECT_EQ(recorder_.events().back(), "add team/b");
+}
+
 TEST_F(CacheReflectorTest, BackoffGrowsWhileFailuresRepeat) {
   ReflectorOptions options = Options();
   options.backoff.jitter = 0;  // exact delays: 800ms, 1.6s, 3.2s
