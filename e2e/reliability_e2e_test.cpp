@@ -5,6 +5,10 @@
 // watch idle timeout (--watch-idle-timeout, 50 s), not after the 10-15 minutes a silently dead
 // watch would otherwise last. Asserted with kubectl.
 //
+// etcd is SIGKILLed and started again (e2e/cluster kill-etcd / start-etcd) while a 64-worker gang
+// is being created, and while a job is re-issued after a node fault: each time the job
+// converges with exactly its workers, of one attempt, and no pod doubled.
+//
 // TPUJOB_E2E_BLACKHOLE_SECONDS shortens or lengthens the blackhole (default 120);
 // TPUJOB_E2E_WATCH_IDLE_TIMEOUT runs the operator with another --watch-idle-timeout (0 turns the
 // detection off: the test then fails, which shows it tests the detection).
@@ -14,6 +18,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -42,7 +48,9 @@ class ReliabilityE2E : public ::testing::Test {
   }
   void TearDown() override {
     Cluster("unblackhole");
+    Cluster("start-etcd");  // should a test have stopped with etcd down
     DeleteTpuNodes(prefix_);
+    DeleteTpuNodes(prefix_ + "-big");
   }
   static CommandResult Cluster(const std::string& command) {
     return RunCommand(ClusterScript() + " " + command + " --dir " + ClusterDir());
@@ -116,6 +124,81 @@ TEST_F(ReliabilityE2E, AFaultDuringABlackholeIsActedOnWithinTheWatchIdleTimeoutA
       << metrics;
   EXPECT_EQ(metrics.find("tpujob_watch_silences_total{resource=\"nodes\"} 0"), std::string::npos)
       << metrics;
+}
+
+// Every pod of `job` is a worker of `attempt`, one per index, `workers` of them.
+::testing::AssertionResult ExactlyTheWorkers(const std::string& ns, const std::string& job,
+                                             int workers, const std::string& attempt) {
+  const std::string listed = Get(ns, "pods -l tpujob.dev/job-name=" + job,
+                                 "{range .items[*]}{.metadata.labels.tpujob\\.dev/replica-index}/"
+                                 "{.metadata.labels.tpujob\\.dev/attempt} {end}");
+  std::set<std::string> seen;
+  std::istringstream in(listed);
+  for (std::string item; in >> item;) {
+    if (!item.ends_with("/" + attempt)) {
+      return ::testing::AssertionFailure() << "a pod of another attempt: " << item;
+    }
+    if (!seen.insert(item).second) return ::testing::AssertionFailure() << "twice: " << item;
+  }
+  if (static_cast<int>(seen.size()) != workers) {
+    return ::testing::AssertionFailure()
+           << seen.size() << " pods, want " << workers << ": " << listed;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(ReliabilityE2E, EtcdKilledDuringAGangCreationAndDuringAReissue) {
+  TestNamespace ns("rl-etcd");
+  const std::string n = ns.name();
+  const std::string big = prefix_ + "-big";
+  CreateTpuNodes(big, 64, accelerator_, "8x32", "pool-" + big);
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n, "--max-cordoned-fraction", "1"});
+
+  // 1. While the operator creates 64 pods: etcd dies as soon as the first pod exists, and comes
+  // back 3 s later.
+  ASSERT_EQ(ApplyYaml(n, JobYaml("gang", 64, "8x32", "", false,
+                                 "fault-tolerance/job-retry-num: \"1\"", accelerator_))
+                .exit_code,
+            0);
+  ASSERT_TRUE(Eventually([&] { return !JobPods(n, "gang").empty(); }, std::chrono::seconds(60),
+                         std::chrono::milliseconds(20)))
+      << op.Log();
+  ASSERT_EQ(Cluster("kill-etcd").exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the outage's length
+  const auto started = Cluster("start-etcd");
+  ASSERT_EQ(started.exit_code, 0) << started.output;
+  ASSERT_TRUE(JobFieldBecomes(n, "gang", "{.status.phase}", "Running", std::chrono::seconds(120)))
+      << op.Log();
+  EXPECT_TRUE(ExactlyTheWorkers(n, "gang", 64, "1"));
+  EXPECT_EQ(JobField(n, "gang", "{.status.attempt}"), "1");
+
+  // 2. While the job is re-issued after a node fault: etcd dies right after the fault is
+  // written.
+  ASSERT_EQ(Kubectl("delete tpujob gang -n " + n).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return JobPods(n, "gang").empty(); }, std::chrono::seconds(60)));
+  ASSERT_EQ(ApplyYaml(n, JobYaml("re", 2, "2x4", "", false, "fault-tolerance/job-retry-num: \"1\"",
+                                 accelerator_))
+                .exit_code,
+            0);
+  // The 2x4 nodes are this test's three; the job fits twice.
+  ASSERT_TRUE(JobFieldBecomes(n, "re", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::string node = NodeOf(n, "re-worker-0");
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "ECC").exit_code, 0);
+  ASSERT_EQ(Cluster("kill-etcd").exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ASSERT_EQ(Cluster("start-etcd").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "re", "{.status.attempt}", "2", std::chrono::seconds(120)))
+      << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "re", "{.status.phase}", "Running", std::chrono::seconds(120)))
+      << op.Log();
+  EXPECT_TRUE(ExactlyTheWorkers(n, "re", 2, "2"));
+  EXPECT_EQ(JobField(n, "re", "{.status.jobRetries}"), "1");
+  EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "true");
+  EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "NodeUnhealthy");
+  const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
 }
 
 }  // namespace
