@@ -5,6 +5,10 @@
 // watch idle timeout (--watch-idle-timeout, 50 s), not after the 10-15 minutes a silently dead
 // watch would otherwise last. Asserted with kubectl.
 //
+// The operator's service-account token file is replaced mid-run and the old token revoked (the
+// Secret it was bound to deleted): the operator reads the file again on the first 401 and keeps
+// working.
+//
 // etcd is SIGKILLed and started again (e2e/cluster kill-etcd / start-etcd) while a 64-worker gang
 // is being created, and while a job is re-issued after a node fault: each time the job
 // converges with exactly its workers, of one attempt, and no pod doubled.
@@ -16,7 +20,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -199,6 +205,70 @@ TEST_F(ReliabilityE2E, EtcdKilledDuringAGangCreationAndDuringAReissue) {
   EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "NodeUnhealthy");
   const auto report = watch.Check();
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+}
+
+// A token for `account`, bound to the Secret `secret` (deleting the Secret revokes it).
+std::string BoundToken(const std::string& ns, const std::string& account,
+                       const std::string& secret) {
+  EXPECT_EQ(Kubectl("create secret generic " + secret + " -n " + ns).exit_code, 0);
+  return Trim(Kubectl("create token " + account + " -n " + ns +
+                          " --duration=1h --bound-object-kind=Secret --bound-object-name=" + secret,
+                      false)
+                  .output);
+}
+
+TEST_F(ReliabilityE2E, ARotatedTokenIsPickedUpWhenTheOldOneIsRevoked) {
+  TestNamespace ns("rl-token");
+  const std::string n = ns.name();
+  const std::string account = "operator-" + prefix_;
+  ASSERT_EQ(Kubectl("create serviceaccount " + account + " -n " + n).exit_code, 0);
+  ASSERT_EQ(Kubectl("create clusterrolebinding " + account + " --clusterrole=cluster-admin " +
+                    "--serviceaccount=" + n + ":" + account)
+                .exit_code,
+            0);
+  const std::string token_path = ClusterDir() + "/token-" + prefix_;
+  const std::string first = BoundToken(n, account, "token-one");
+  ASSERT_FALSE(first.empty());
+  std::ofstream(token_path) << first;
+  // The service-account kubeconfig, with the token read from the file instead.
+  const std::string embedded = ServiceAccountKubeconfig(n, account);
+  ASSERT_FALSE(embedded.empty());
+  const std::string kubeconfig = ClusterDir() + "/token-file-" + prefix_ + ".kubeconfig";
+  {
+    std::string text = ReadFile(embedded);
+    const size_t at = text.find("    token: ");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, text.find('\n', at) - at, "    tokenFile: " + token_path);
+    std::ofstream(kubeconfig) << text;
+  }
+  OperatorProcess op({"--namespace", n, "--kubeconfig", kubeconfig});
+  ASSERT_EQ(ApplyYaml(n, JobYaml("before", 2, "2x4", "", false, "", accelerator_)).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "before", "{.status.phase}", "Running")) << op.Log();
+
+  // The kubelet rotates the token (atomically) and the old one is revoked at once.
+  const std::string second = BoundToken(n, account, "token-two");
+  ASSERT_FALSE(second.empty());
+  std::ofstream(token_path + ".new") << second;
+  ASSERT_EQ(std::rename((token_path + ".new").c_str(), token_path.c_str()), 0);
+  ASSERT_EQ(Kubectl("delete secret token-one -n " + n).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] {
+    return RunCommand(ToolsBin() + "/kubectl --token " + first + " --kubeconfig " + embedded +
+                          " get pods -n " + n + " 2>&1",
+                      false)
+               .output.find("Unauthorized") != std::string::npos;
+  })) << "the old token still works";
+
+  // The operator keeps working: the running job finishes, the next one is admitted and runs,
+  // each well within the minute after which the file would be read again anyway.
+  ASSERT_EQ(TerminatePod(n, "before-worker-0", 0).exit_code, 0);
+  ASSERT_TRUE(
+      JobFieldBecomes(n, "before", "{.status.phase}", "Succeeded", std::chrono::seconds(20)))
+      << op.Log();
+  ASSERT_EQ(ApplyYaml(n, JobYaml("after", 2, "2x4", "", false, "", accelerator_)).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "after", "{.status.phase}", "Running", std::chrono::seconds(20)))
+      << op.Log();
+  EXPECT_NE(op.Log().find("the token file holds a new token"), std::string::npos);
+  Kubectl("delete clusterrolebinding " + account, false);
 }
 
 }  // namespace

@@ -294,9 +294,18 @@ class CppRestClient final : public Client {
                      .max = std::chrono::seconds(10),
                      .factor = 2.0,
                      .jitter = 0.5});
+    bool reloaded = false;
     for (int attempt = 0;; ++attempt) {
       limiter_.Wait();
       auto result = RoundTrip(request);
+      // A refused token may have been rotated (and the old one revoked) since it was read:
+      // once per request, read it again and, if it changed, retry at once.
+      if (!result && result.error().IsUnauthorized() && !reloaded && config_.token &&
+          config_.token->Reload()) {
+        reloaded = true;
+        --attempt;
+        continue;
+      }
       if (result || !result.error().IsRetryable() || attempt >= config_.max_retries) {
         return result;
       }
@@ -483,6 +492,9 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
     http::http_response response = client->request(*req, cancel.get_token()).get();
     const int status = response.status_code();
     Observe(request, status, start);
+    // A refused token may have been rotated: the next watch (after the reflector's backoff)
+    // uses the file's new one.
+    if (status == 401 && config_.token) config_.token->Reload();
     if (status != 200) {
       std::string body = response.extract_utf8string(true).get();
       return std::unexpected(ErrorFromResponse(status, body));

@@ -359,6 +359,19 @@ std::shared_ptr<TokenSource> TokenSource::FromFile(std::string path, Duration re
   return std::shared_ptr<TokenSource>(new TokenSource({}, std::move(path), refresh, clock));
 }
 
+bool TokenSource::Reload() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (path_.empty()) return false;
+  auto content = ReadFile(path_);
+  if (!content) return false;
+  const std::string_view fresh = Trim(*content);
+  if (fresh.empty() || fresh == token_) return false;
+  token_ = std::string(fresh);
+  read_at_ = clock_.Now();
+  log::Info("the token file holds a new token; using it", {{"path", path_}});
+  return true;
+}
+
 Result<std::string> TokenSource::Token() {
   std::lock_guard<std::mutex> lock(mu_);
   if (path_.empty()) return token_;

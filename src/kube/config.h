@@ -19,7 +19,8 @@ namespace tpujob::kube {
 
 // A bearer token that may come from a file the kubelet rotates (projected service-account
 // token). Token() re-reads the file at most every `refresh` and keeps the last good value if a
-// read fails. Thread-safe.
+// read fails. The server refusing the token (401) is a reason to read the file again at once:
+// Reload(), as client-go does when a rotated token was revoked before its refresh. Thread-safe.
 class TokenSource {
  public:
   static std::shared_ptr<TokenSource> Static(std::string token);
@@ -27,6 +28,8 @@ class TokenSource {
                                                Duration refresh = std::chrono::minutes(1),
                                                Clock& clock = Clock::Real());
   Result<std::string> Token();
+  // Reads the file again now; true when it holds another token than the one in use.
+  bool Reload();
 
  private:
   TokenSource(std::string token, std::string path, Duration refresh, Clock& clock);

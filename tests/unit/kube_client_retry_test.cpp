@@ -2,9 +2,12 @@
 // what each test scripts (no Kubernetes involved).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "kube/client.h"
@@ -105,6 +108,48 @@ TEST(KubeClientRetryTest, TransportErrorsAreRetriedThenReported) {
   auto got = NewClient(config)->Get(Resource::ConfigMaps(), "default", "x");
   ASSERT_FALSE(got);
   EXPECT_EQ(got.error().kind, ErrorKind::kTransport) << got.error().ToString();
+}
+
+// The token file was rotated and the old token revoked before the client's next scheduled
+// re-read: the 401 makes it read the file again and retry at once, once.
+TEST(KubeClientRetryTest, UnauthorizedReadsARotatedTokenAgainAndRetriesOnce) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tpujob-token-" + std::to_string(::getpid())))
+          .string();
+  std::ofstream(path) << "old";
+  std::atomic<int> calls{0};
+  metrics::HttpServer server("127.0.0.1:0");
+  server.Handle(kPath, [&] {
+    if (calls++ == 0) {
+      std::ofstream(path) << "new";  // rotated while the request was on its way
+      return Answer(401, StatusBody(401, "Unauthorized"));
+    }
+    return Answer(200, kOk);
+  });
+  ASSERT_TRUE(server.Start());
+  Config config;
+  config.server = "http://127.0.0.1:" + std::to_string(server.port());
+  config.qps = 0;
+  config.token = TokenSource::FromFile(path);
+  auto client = NewClient(config);
+  auto got = client->Get(Resource::ConfigMaps(), "default", "x");
+  EXPECT_TRUE(got.has_value()) << got.error().ToString();
+  EXPECT_EQ(calls.load(), 2);
+
+  // A token that is refused and has not changed: no retry, the 401 is the answer.
+  std::atomic<int> refused{0};
+  metrics::HttpServer refusing("127.0.0.1:0");
+  refusing.Handle(kPath, [&] {
+    refused++;
+    return Answer(401, StatusBody(401, "Unauthorized"));
+  });
+  ASSERT_TRUE(refusing.Start());
+  config.server = "http://127.0.0.1:" + std::to_string(refusing.port());
+  got = NewClient(config)->Get(Resource::ConfigMaps(), "default", "x");
+  ASSERT_FALSE(got.has_value());
+  EXPECT_TRUE(got.error().IsUnauthorized());
+  EXPECT_EQ(refused.load(), 1);
+  std::filesystem::remove(path);
 }
 
 TEST(KubeClientRetryTest, BeforeRetryIsAskedBeforeEveryRetryOfAWriteAndCanStopIt) {

@@ -536,6 +536,22 @@ TEST_F(KubeTokenSourceTest, FileIsReReadOnlyAfterRefresh) {
   EXPECT_EQ(source->Token().value(), "two");
 }
 
+TEST_F(KubeTokenSourceTest, ReloadReadsTheFileAtOnceAndSaysWhetherTheTokenChanged) {
+  FakeClock clock;
+  const std::string path = Write("token", "one\n");
+  auto source = TokenSource::FromFile(path, std::chrono::minutes(1), clock);
+  EXPECT_EQ(source->Token().value(), "one");
+  EXPECT_FALSE(source->Reload());  // the same token
+  Write("token", "two\n");
+  EXPECT_TRUE(source->Reload());
+  EXPECT_EQ(source->Token().value(), "two");
+  EXPECT_FALSE(source->Reload());
+  fs::remove(path);
+  EXPECT_FALSE(source->Reload());  // unreadable: keeps the token
+  EXPECT_EQ(source->Token().value(), "two");
+  EXPECT_FALSE(TokenSource::Static("abc")->Reload());
+}
+
 TEST_F(KubeTokenSourceTest, KeepsLastGoodTokenWhenAReReadFails) {
   FakeClock clock;
   const std::string path = Write("token", "one");
