@@ -104,6 +104,13 @@ class ChildProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   bool running() const { return pid_ > 0; }
+  // Whether the process has exited (reaping it if so); never blocks.
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    if (::waitpid(pid_, nullptr, WNOHANG) != pid_) return false;
+    pid_ = -1;
+    return true;
+  }
   const std::string& command_line() const { return command_line_; }
   const std::string& log_path() const { return log_path_; }
   std::string Log() const { return ReadFile(log_path_); }

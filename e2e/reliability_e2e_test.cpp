@@ -9,6 +9,11 @@
 // Secret it was bound to deleted): the operator reads the file again on the first 401 and keeps
 // working.
 //
+// Crash at every write: the operator SIGKILLs itself right after its Nth successful API write
+// (--crash-after-writes N), for every N in one job's life (created, Running, a node fault,
+// re-issued, Running again, succeeded); another operator takes over each time, and the job ends
+// with the same status as in a run without a crash, and no worker id ever doubled.
+//
 // etcd is SIGKILLed and started again (e2e/cluster kill-etcd / start-etcd) while a 64-worker gang
 // is being created, and while a job is re-issued after a node fault: each time the job
 // converges with exactly its workers, of one attempt, and no pod doubled.
@@ -23,11 +28,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "e2e_env.h"
 #include "operator_env.h"
@@ -269,6 +277,121 @@ TEST_F(ReliabilityE2E, ARotatedTokenIsPickedUpWhenTheOldOneIsRevoked) {
       << op.Log();
   EXPECT_NE(op.Log().find("the token file holds a new token"), std::string::npos);
   Kubectl("delete clusterrolebinding " + account, false);
+}
+
+// Successful writes the operator made, from its tpujob_api_requests_total.
+int SuccessfulWrites(const std::string& metrics) {
+  int writes = 0;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("tpujob_api_requests_total{")) continue;
+    const bool write = line.find("verb=\"POST\"") != std::string::npos ||
+                       line.find("verb=\"PUT\"") != std::string::npos ||
+                       line.find("verb=\"PATCH\"") != std::string::npos ||
+                       line.find("verb=\"DELETE\"") != std::string::npos;
+    if (write && line.find("code=\"2") != std::string::npos) {
+      writes += std::atoi(line.substr(line.rfind(' ') + 1).c_str());
+    }
+  }
+  return writes;
+}
+
+class CrashAtEveryWriteE2E : public ReliabilityE2E {
+ protected:
+  struct Outcome {
+    std::string status;  // what must not depend on the crash
+    int writes = 0;      // successful writes of the last operator
+    bool crashed = false;
+    std::vector<std::string> violations;
+  };
+
+  // One job's whole life; the first operator crashes after write `crash_at` (0: never).
+  Outcome Life(int crash_at) {
+    Outcome out;
+    const std::string nodes = prefix_ + "-c" + std::to_string(crash_at);
+    CreateTpuNodes(nodes, 3, accelerator_ + "-life", "2x4", "pool-" + nodes);
+    TestNamespace ns("rl-crash");
+    const std::string n = ns.name();
+    PodWatch watch(n);
+    std::vector<std::string> args = {"--namespace", n, "--max-cordoned-fraction", "1"};
+    std::vector<std::string> first = args;
+    if (crash_at > 0) first.insert(first.end(), {"--crash-after-writes", std::to_string(crash_at)});
+    auto op = std::make_unique<OperatorProcess>(first);
+    // Waits for `done`; if the operator died meanwhile, another one takes over.
+    const auto await = [&](const std::function<bool()>& done) {
+      if (Eventually([&] { return done() || op->Exited(); }, std::chrono::seconds(60),
+                     std::chrono::milliseconds(50)) &&
+          done()) {
+        return true;
+      }
+      if (!op->Exited()) return false;
+      out.crashed = true;
+      op = std::make_unique<OperatorProcess>(args);
+      return Eventually(done, std::chrono::seconds(60), std::chrono::milliseconds(50));
+    };
+    const auto phase_is = [&](const std::string& attempt, const std::string& phase) {
+      return [&, attempt, phase] {
+        return JobField(n, "life", "{.status.attempt}/{.status.phase}") == attempt + "/" + phase;
+      };
+    };
+    EXPECT_EQ(ApplyYaml(n, JobYaml("life", 2, "2x4", "", false,
+                                   "fault-tolerance/job-retry-num: \"1\"", accelerator_ + "-life"))
+                  .exit_code,
+              0);
+    if (!await(phase_is("1", "Running"))) {
+      ADD_FAILURE() << "crash at write " << crash_at << ": never Running\n" << op->Log();
+      DeleteTpuNodes(nodes);
+      return out;
+    }
+    const std::string node = NodeOf(n, "life-worker-0");
+    EXPECT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "ECC").exit_code, 0);
+    if (!await(phase_is("2", "Running"))) {
+      ADD_FAILURE() << "crash at write " << crash_at << ": not re-issued\n" << op->Log();
+      DeleteTpuNodes(nodes);
+      return out;
+    }
+    EXPECT_EQ(TerminatePod(n, "life-worker-0", 0).exit_code, 0);
+    if (!await(phase_is("2", "Succeeded"))) {
+      ADD_FAILURE() << "crash at write " << crash_at << ": never Succeeded\n" << op->Log();
+      DeleteTpuNodes(nodes);
+      return out;
+    }
+    out.status = JobField(n, "life",
+                          "{.status.phase} attempt={.status.attempt} "
+                          "retries={.status.jobRetries} faults={.status.faults[*].kind}/"
+                          "{.status.faults[*].action} cordoned={.status.cordonedNodes} "
+                          "conditions={.status.conditions[*].type}={.status.conditions[*].status}");
+    // The node is named differently in every run: keep what does not depend on it.
+    if (const size_t at = out.status.find(node); at != std::string::npos) {
+      out.status.replace(at, node.size(), "<node>");
+    }
+    out.writes = SuccessfulWrites(
+        RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op->metrics_port()) + "/metrics",
+                   false)
+            .output);
+    out.violations = watch.Check().violations;
+    DeleteTpuNodes(nodes);
+    return out;
+  }
+};
+
+TEST_F(CrashAtEveryWriteE2E, TheJobConvergesToTheSameEndWhateverWriteTheOperatorDiedAfter) {
+  const Outcome clean = Life(0);
+  ASSERT_FALSE(clean.status.empty());
+  ASSERT_GT(clean.writes, 5);
+  EXPECT_TRUE(clean.violations.empty()) << testing::PrintToString(clean.violations);
+  std::printf("a job's life without a crash: %d successful writes; status: %s\n", clean.writes,
+              clean.status.c_str());
+  int crashed = 0;
+  for (int n = 1; n <= clean.writes; ++n) {
+    SCOPED_TRACE("crash after write " + std::to_string(n));
+    const Outcome run = Life(n);
+    crashed += run.crashed;
+    EXPECT_EQ(run.status, clean.status);
+    EXPECT_TRUE(run.violations.empty()) << testing::PrintToString(run.violations);
+  }
+  std::printf("crashed in %d of %d runs\n", crashed, clean.writes);
+  EXPECT_GE(crashed, clean.writes - 3) << "the crash flag did not fire";
 }
 
 }  // namespace

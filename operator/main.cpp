@@ -45,6 +45,7 @@ struct RunFlags {
   int health_max_reconcile_seconds = 300;
   int health_max_watch_silence_seconds = 660;
   int watch_idle_timeout_seconds = 50;
+  int crash_after_writes = 0;  // tests only: SIGKILL itself right after its Nth write
   std::string log_level = "info";
   std::string log_format = "logfmt";
   std::string preflight_image = "tpujob-operator:latest";
@@ -156,17 +157,31 @@ int Run(const RunFlags& flags) {
     std::mutex mu;
     std::map<std::string, uint64_t> by_kind;
     uint64_t total = 0;
+    uint64_t writes = 0;  // successful POST, PUT, PATCH and DELETE requests
   };
   auto counts = std::make_shared<RequestCounts>();
   tpujob::kube::RequestObserver observer;
-  observer.on_request = [counts](std::string_view verb, std::string_view resource, int status,
-                                 tpujob::Duration latency) {
+  const int crash_after = flags.crash_after_writes;
+  observer.on_request = [counts, crash_after](std::string_view verb, std::string_view resource,
+                                              int status, tpujob::Duration latency) {
+    bool crash = false;
     {
       std::lock_guard<std::mutex> guard(counts->mu);
       ++counts->total;
       ++counts->by_kind[std::string(verb) + "_" + std::string(resource)];
+      const bool write = verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE";
+      if (write && status >= 200 && status < 300) {
+        crash = ++counts->writes == static_cast<uint64_t>(crash_after);
+      }
     }
     tpujob::controller::RecordApiRequest(verb, resource, status, latency);
+    if (crash) {
+      // The end-to-end tests' crash at every write: the write is done, nothing after it is.
+      std::fprintf(stderr, "crash-after-writes: SIGKILL after write %d (%.*s %.*s)\n", crash_after,
+                   static_cast<int>(verb.size()), verb.data(), static_cast<int>(resource.size()),
+                   resource.data());
+      ::raise(SIGKILL);
+    }
   };
   auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;
@@ -295,6 +310,11 @@ int main(int argc, char** argv) {
                   "a dead one is noticed only by --health-max-watch-silence-seconds).")
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+  // For the end-to-end tests only (not in --help).
+  run->add_option("--crash-after-writes", flags.crash_after_writes,
+                  "Testing: SIGKILL the process right after its Nth successful API write.")
+      ->check(CLI::Range(0, 1000000))
+      ->group("");
   run->add_option("--health-max-watch-silence-seconds", flags.health_max_watch_silence_seconds,
                   "/healthz fails while a watch (pods, nodes, tpujobs) has brought no event, "
                   "bookmark or reconnection for longer than this (a silently dead connection). "

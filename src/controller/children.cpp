@@ -286,6 +286,22 @@ void AvoidScheduledMaintenance(Json& pod_spec, int64_t not_before) {
   required["nodeSelectorTerms"] = std::move(split);
 }
 
+// Keeps the pod off `nodes`: `metadata.name NotIn nodes` in every required node-affinity term
+// (there is one term at least; expressions of one term are ANDed).
+void AvoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
+  Json& required = ObjectField(ObjectField(ObjectField(pod_spec, "affinity"), "nodeAffinity"),
+                               "requiredDuringSchedulingIgnoredDuringExecution");
+  Json& terms = required["nodeSelectorTerms"];
+  if (!terms.is_array()) terms = Json::array();
+  if (terms.empty()) terms.push_back(Json::object());
+  for (Json& term : terms) {
+    if (!term.is_object()) continue;
+    Json& fields = term["matchFields"];
+    if (!fields.is_array()) fields = Json::array();
+    fields.push_back({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", nodes}});
+  }
+}
+
 }  // namespace
 
 std::string PreflightChecks(const policy::JobSpec& spec, ReplicaType type) {
@@ -359,6 +375,9 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   if (spec.fault_tolerance.preflight_enabled) AddPreflight(pod_spec, spec, type, options);
   if (type == ReplicaType::kWorker && options.avoid_maintenance_before_unix) {
     AvoidScheduledMaintenance(pod_spec, *options.avoid_maintenance_before_unix);
+  }
+  if (type == ReplicaType::kWorker && !options.avoid_nodes.empty()) {
+    AvoidNodes(pod_spec, options.avoid_nodes);
   }
 
   const std::vector<Json> env = OperatorEnv(job, spec, type, index, attempt);

@@ -58,6 +58,11 @@ struct PodBuildOptions {
   // Workers avoid nodes whose announced maintenance (policy::kScheduledMaintenanceLabel, Unix
   // seconds) starts before this: a required node affinity (DoesNotExist or Gt). Unset: none.
   std::optional<int64_t> avoid_maintenance_before_unix;
+  // Workers keep off these nodes (a required node affinity on metadata.name): the nodes of the
+  // job's slice shape found unhealthy when the pods are built. The cordon does the same, but it
+  // may be missing: a node a person uncordoned, --no-cordon, cordonFaultyNodes: false, or an
+  // operator stopped between deciding a re-issue and cordoning.
+  std::vector<std::string> avoid_nodes;
 };
 
 // The cache path the pre-flight `disk-size cache` item measures (its default).

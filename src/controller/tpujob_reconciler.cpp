@@ -8,10 +8,15 @@
 
 #include "base/logging.h"
 #include "controller/metrics.h"
+#include "policy/queue.h"
 #include "preflight/report.h"
 
 namespace tpujob::controller {
 namespace {
+
+// At most this many nodes named in the workers' node affinity (the rest are cordoned anyway, or
+// the slice shape is in a state no affinity list helps).
+constexpr size_t kMaxAvoidedNodes = 64;
 
 // Runs fn(0..n-1) on up to `parallelism` threads and waits for all of them.
 void ParallelFor(size_t n, int parallelism, const std::function<void(size_t)>& fn) {
@@ -131,6 +136,10 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   input.now = clock_.WallNow();
   input.node_health = [this, now = input.now](std::string_view node) {
     return policy::EvaluateNode(nodes_.Get(node).get(), options_.node_health, now);
+  };
+  input.node_cordoned = [this](std::string_view node) {
+    const auto found = nodes_.Get(node);
+    return found != nullptr && found->unschedulable;
   };
   const auto pods = pods_.ByIndex(cache::kPodsByJobIndex, key);
   for (const auto& pod : pods) {
@@ -353,6 +362,25 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
         std::chrono::duration_cast<std::chrono::seconds>(
             (clock_.WallNow() + options_.node_health.maintenance_avoid_window).time_since_epoch())
             .count();
+  }
+  // ... and off the unhealthy nodes of their slice shape (of their pool when pinned), whether or
+  // not those are cordoned.
+  {
+    const WallTime now = clock_.WallNow();
+    for (const auto& node : nodes_.List()) {
+      if (node->labels.Value(policy::kAcceleratorLabel) != spec.tpu.accelerator ||
+          node->labels.Value(policy::kTopologyLabel) != spec.tpu.topology ||
+          (!plan.status.node_pool.empty() &&
+           node->labels.Value(cache::kNodePoolLabel) != plan.status.node_pool)) {
+        continue;
+      }
+      if (policy::EvaluateNode(node.get(), options_.node_health, now).verdict ==
+          policy::NodeVerdict::kUnhealthy) {
+        pod_options.avoid_nodes.push_back(node->name);
+      }
+      if (pod_options.avoid_nodes.size() == kMaxAvoidedNodes) break;
+    }
+    std::sort(pod_options.avoid_nodes.begin(), pod_options.avoid_nodes.end());
   }
   std::vector<std::optional<kube::Error>> errors(plan.create.size());
   std::vector<bool> made(plan.create.size(), false);

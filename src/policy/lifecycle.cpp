@@ -76,6 +76,7 @@ class Decider {
     }
 
     RecordCordonedNodes();
+    RedoLostCordon();
     for (const cache::PodInfo* stray : in_.strays) {
       ForceIfLost(*stray);
       Delete(*stray, std::nullopt, "its labels do not identify a replica");
@@ -371,6 +372,37 @@ class Decider {
   void Requeue(Duration after) {
     if (after < Duration::zero()) after = Duration::zero();
     if (!plan_.requeue_after || after < *plan_.requeue_after) plan_.requeue_after = after;
+  }
+
+  // A re-issue for a faulty node is written before the node is cordoned; an operator stopped
+  // in between loses the cordon, and with it nothing keeps the next attempt (and other jobs) off
+  // the node. While the re-issued attempt has not started running, the node of the fault that
+  // ended the previous attempt is cordoned again if it is still unhealthy and not cordoned, with
+  // the same evidence (the Cordoner's rules apply as the first time).
+  void RedoLostCordon() {
+    const JobStatus& s = plan_.status;
+    if (!in_.node_health || !in_.node_cordoned || !spec_->fault_tolerance.cordon_faulty_nodes) {
+      return;
+    }
+    if (s.attempt < 2 || s.phase == Phase::kRunning || IsTerminal(s.phase)) return;
+    for (const FaultRecord& f : s.faults) {
+      if (f.attempt != s.attempt - 1 || f.action != "ReissueJob" || f.node.empty() ||
+          (f.kind != "NodeUnhealthy" && f.kind != "NodeLost")) {
+        continue;
+      }
+      if (std::find(s.cordoned_nodes.begin(), s.cordoned_nodes.end(), f.node) !=
+              s.cordoned_nodes.end() ||
+          in_.node_cordoned(f.node)) {
+        continue;
+      }
+      const NodeHealth h = in_.node_health(f.node);
+      if (h.verdict != NodeVerdict::kUnhealthy) continue;
+      bool listed = false;
+      for (const NodeToCordon& c : plan_.cordon) listed = listed || c.node == f.node;
+      if (listed) continue;
+      plan_.cordon.push_back({f.node, f.kind, h.message, "",
+                              job_.uid + "/" + std::to_string(f.attempt) + "/" + h.reason});
+    }
   }
 
   void RecordCordonedNodes() {

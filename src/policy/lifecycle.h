@@ -60,6 +60,8 @@ struct LifecycleInput {
   // Whether the queue admits the current attempt now, and if not, why.
   // The health of a node, by name; empty: every node is healthy.
   std::function<NodeHealth(std::string_view node)> node_health;
+  // Whether a node is unschedulable now; empty: never asked (lost cordons are not redone).
+  std::function<bool(std::string_view node)> node_cordoned;
   bool admit = true;
   std::string not_admitted_reason = "Queued";
   std::string not_admitted_message = "waiting for capacity";

@@ -333,7 +333,7 @@ TEST(ChildrenPreflightTest, InitContainerComesFirstWithTheJobsSettings) {
   policy::JobSpec spec = PreflightSpec();
   spec.fault_tolerance.preflight_thresholds = Json{{"rootDiskGB", 100}, {"nofile", 4096}};
   const Json pod_spec =
-      BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1", std::nullopt})["spec"];
+      BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1", std::nullopt, {}})["spec"];
   ASSERT_EQ(pod_spec["initContainers"].size(), 2u);
   const Json& preflight = pod_spec["initContainers"][0];
   EXPECT_EQ(preflight["name"], "preflight");
@@ -410,6 +410,31 @@ TEST(ChildrenTest, WorkersAvoidNodesWithMaintenanceBeforeTheGivenTime) {
 
   // Without the option, and for the master, nothing is added.
   EXPECT_FALSE(BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1)["spec"].contains("affinity"));
+  EXPECT_FALSE(
+      BuildPod(Job(), Spec(), ReplicaType::kMaster, 0, 1, options)["spec"].contains("affinity"));
+}
+
+// Workers keep off the unhealthy nodes they are given, in every term, beside the maintenance
+// alternatives; the master, which has no TPU, is not constrained.
+TEST(ChildrenTest, WorkersKeepOffTheNodesTheyAreToldToAvoid) {
+  PodBuildOptions options;
+  options.avoid_nodes = {"bad-1", "bad-2"};
+  Json pod_spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1, options)["spec"];
+  EXPECT_EQ(pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+            Json::parse(R"({"nodeSelectorTerms": [{"matchFields": [
+      {"key": "metadata.name", "operator": "NotIn", "values": ["bad-1", "bad-2"]}]}]})"));
+
+  options.avoid_maintenance_before_unix = 1800000000;
+  pod_spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1, options)["spec"];
+  const Json& terms =
+      pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+              ["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 2u);
+  for (const Json& term : terms) {
+    ASSERT_EQ(term["matchFields"].size(), 1u) << term.dump();
+    EXPECT_EQ(term["matchFields"][0]["values"], Json::array({"bad-1", "bad-2"}));
+    EXPECT_EQ(term["matchExpressions"].size(), 1u) << term.dump();
+  }
   EXPECT_FALSE(
       BuildPod(Job(), Spec(), ReplicaType::kMaster, 0, 1, options)["spec"].contains("affinity"));
 }

@@ -114,6 +114,49 @@ TEST(PolicyNodeFaultsTest, UnhealthyNodeIsCordonedAndCountsAgainstRetries) {
   for (const PodToDelete& d : plan.remove) EXPECT_FALSE(d.grace_period_seconds) << d.name;
 }
 
+// The operator stopped after writing the re-issue and before cordoning: the next decisions,
+// while the new attempt has not started running, cordon the still unhealthy node again, with
+// the same evidence; not once it is cordoned, not for a node that recovered, not once Running.
+TEST(PolicyNodeFaultsTest, ACordonLostToACrashAfterTheReissueIsRedone) {
+  PodSim sim = RetryingJob();
+  RunJob(sim);
+  Nodes nodes;
+  nodes.Set("node-0", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  const Plan reissue = StepWith(sim, nodes);
+  ASSERT_EQ(reissue.cordon.size(), 1u);  // never carried out
+  bool cordoned = false;
+  const auto decide = [&] {
+    LifecycleInput in = sim.Input();
+    in.node_health = nodes.Fn();
+    in.node_cordoned = [&](std::string_view node) { return node == "node-0" && cordoned; };
+    return Decide(in);
+  };
+  Plan again = decide();
+  ASSERT_EQ(again.cordon.size(), 1u);
+  EXPECT_EQ(again.cordon[0].node, "node-0");
+  EXPECT_EQ(again.cordon[0].reason, "NodeUnhealthy");
+  EXPECT_EQ(again.cordon[0].evidence, reissue.cordon[0].evidence);
+  EXPECT_EQ(again.status.attempt, 2);  // nothing else decided twice
+  EXPECT_EQ(again.status.job_retries, 1);
+
+  cordoned = true;
+  EXPECT_TRUE(decide().cordon.empty());
+  cordoned = false;
+  nodes.Set("node-0", NodeVerdict::kHealthy, "");
+  EXPECT_TRUE(decide().cordon.empty());
+  nodes.Set("node-0", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  sim.FinishDeletions();
+  sim.Step();  // queued
+  sim.Step();  // admitted: pods of attempt 2
+  sim.AllReady();
+  ASSERT_EQ(sim.Step().status.phase, Phase::kRunning);
+  // Running: no redo. (PodSim puts worker 0 on node-0 again, so this is a new fault of attempt
+  // 2, with its own evidence.)
+  for (const NodeToCordon& c : decide().cordon) {
+    EXPECT_NE(c.evidence, reissue.cordon[0].evidence);
+  }
+}
+
 TEST(PolicyNodeFaultsTest, LostNodePodsAreDeletedGracefullyThenForcedPastTheirGrace) {
   PodSim sim = RetryingJob();
   RunJob(sim);
