@@ -286,8 +286,9 @@ void AvoidScheduledMaintenance(Json& pod_spec, int64_t not_before) {
   required["nodeSelectorTerms"] = std::move(split);
 }
 
-// Keeps the pod off `nodes`: `metadata.name NotIn nodes` in every required node-affinity term
-// (there is one term at least; expressions of one term are ANDed).
+// Keeps the pod off `nodes`: `metadata.name NotIn [node]` for each node in every required
+// node-affinity term (there is one term at least; expressions of one term are ANDed, and the API
+// server allows one value only in a field selector requirement).
 void AvoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
   Json& required = ObjectField(ObjectField(ObjectField(pod_spec, "affinity"), "nodeAffinity"),
                                "requiredDuringSchedulingIgnoredDuringExecution");
@@ -298,7 +299,9 @@ void AvoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
     if (!term.is_object()) continue;
     Json& fields = term["matchFields"];
     if (!fields.is_array()) fields = Json::array();
-    fields.push_back({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", nodes}});
+    for (const std::string& node : nodes) {
+      fields.push_back({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {node}}});
+    }
   }
 }
 

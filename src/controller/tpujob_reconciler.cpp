@@ -121,6 +121,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     std::lock_guard<std::mutex> guard(mu_);
     expectations_.erase(key);
     preflight_counted_.erase(key);
+    cordons_sent_.erase(key);
     log::Debug("TPUJob gone", {{"tpujob", key}});
     return ReconcileResult{};
   }
@@ -195,13 +196,21 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   // only once the old ones are gone, by which time the cordon is written), so they run at the
   // same time: the fault-to-action latency is the slower of the two, not their sum. All of one
   // plan's findings go to the Cordoner together, so the circuit breaker sees them at once.
-  std::thread cordons;
-  if (!plan.cordon.empty()) {
-    cordons = std::thread([&] {
-      std::vector<policy::CordonRequest> requests;
-      for (const auto& node : plan.cordon) {
+  // A finding goes to the Cordoner once per process: a plan repeats one only when it cannot
+  // know whether it was carried out (policy::Decide's RedoLostCordon, after a restart).
+  std::vector<policy::CordonRequest> requests;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    std::set<std::string>& sent = cordons_sent_[key];
+    for (const auto& node : plan.cordon) {
+      if (sent.insert(node.node + "\n" + node.evidence).second) {
         requests.push_back({node.node, key, node.reason, node.message, node.item, node.evidence});
       }
+    }
+  }
+  std::thread cordons;
+  if (!requests.empty()) {
+    cordons = std::thread([&] {
       for (const auto& outcome : cordoner_.CordonAll(requests)) {
         recorder_.Record(RefOf(*job), EventType::kWarning,
                          outcome.cordoned() ? "NodeCordoned" : "NodeNotCordoned",

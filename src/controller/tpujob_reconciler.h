@@ -107,6 +107,8 @@ class TPUJobReconciler {
   std::map<std::string, Expectations> expectations_;  // by job key; guarded by mu_
   // Pods whose pre-flight report was counted, by job key; guarded by mu_.
   std::map<std::string, std::set<std::string>> preflight_counted_;
+  // Cordon findings (node and evidence) handed to the Cordoner, by job key; guarded by mu_.
+  std::map<std::string, std::set<std::string>> cordons_sent_;
 };
 
 // A JSON merge patch (RFC 7386) turning `from` into `to`: changed members, and null for
