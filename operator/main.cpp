@@ -177,9 +177,9 @@ int Run(const RunFlags& flags) {
     tpujob::controller::RecordApiRequest(verb, resource, status, latency);
     if (crash) {
       // The end-to-end tests' crash at every write: the write is done, nothing after it is.
-      std::fprintf(stderr, "crash-after-writes: SIGKILL after write %d (%.*s %.*s)\n", crash_after,
-                   static_cast<int>(verb.size()), verb.data(), static_cast<int>(resource.size()),
-                   resource.data());
+      // (Error lines are flushed as they are written.)
+      tpujob::log::Error("crash-after-writes: SIGKILL",
+                         {{"write", crash_after}, {"verb", verb}, {"resource", resource}});
       ::raise(SIGKILL);
     }
   };
