@@ -945,35 +945,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int admission_nodes = 5000, admission_jobs = 1000, runs = 21;
   unsigned seed = 1;
+  int preemption_running = 500;
+  // The in-memory benchmarks' options: the cluster's size, the queue's, the runs, the seed.
+  const auto in_memory_options = [&](CLI::App* cmd) {
+    cmd->add_option("--nodes", admission_nodes, "TPU nodes.")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
+    cmd->add_option("--jobs", admission_jobs, "Queued jobs.")
+        ->check(CLI::Range(0, 1000000))
+        ->capture_default_str();
+    cmd->add_option("--runs", runs, "Timed runs.")
+        ->check(CLI::Range(1, 10000))
+        ->capture_default_str();
+    cmd->add_option("--seed", seed, "Random seed of the cluster and queue.")->capture_default_str();
+  };
   auto* admission_cmd = app.add_subcommand(
       "admission", "Time the queue's admission plan on a random in-memory cluster (no cluster).");
-  admission_cmd->add_option("--nodes", admission_nodes, "TPU nodes.")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  admission_cmd->add_option("--jobs", admission_jobs, "Queued jobs.")
-      ->check(CLI::Range(0, 1000000))
-      ->capture_default_str();
-  admission_cmd->add_option("--runs", runs, "Timed runs.")
-      ->check(CLI::Range(1, 10000))
-      ->capture_default_str();
-  admission_cmd->add_option("--seed", seed, "Random seed of the cluster and queue.")
-      ->capture_default_str();
-  int preemption_running = 500;
+  in_memory_options(admission_cmd);
   auto* preemption_cmd = app.add_subcommand(
       "preemption", "Time victim selection on a random in-memory cluster (no cluster).");
-  preemption_cmd->add_option("--nodes", admission_nodes, "TPU nodes.")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
+  in_memory_options(preemption_cmd);
   preemption_cmd->add_option("--running", preemption_running, "Running gangs (whole nodes).")
       ->check(CLI::Range(0, 1000000))
-      ->capture_default_str();
-  preemption_cmd->add_option("--jobs", admission_jobs, "Queued jobs.")
-      ->check(CLI::Range(0, 1000000))
-      ->capture_default_str();
-  preemption_cmd->add_option("--runs", runs, "Timed runs.")
-      ->check(CLI::Range(1, 10000))
-      ->capture_default_str();
-  preemption_cmd->add_option("--seed", seed, "Random seed of the cluster and queue.")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (admission_cmd->parsed()) return AdmissionBench(admission_nodes, admission_jobs, runs, seed);
