@@ -21,6 +21,7 @@ test_packages=(
   curl procps iproute2 psmisc                     # the local control plane scripts
   prometheus                                      # promtool and a real scrape in the tests
   python3 python3-yaml                            # scripts/gen-crd.py (test crd_generated)
+  clang-16 libclang-rt-16-dev                     # libFuzzer targets (scripts/fuzz.sh)
 )
 
 case "${TPUJOB_DEPS:-all}" in

@@ -790,8 +790,14 @@ std::optional<WallTime> ParseRfc3339(std::string_view text) {
     return std::nullopt;
   }
   if (pos != text.size()) return std::nullopt;
-  const sys_time<nanoseconds> utc =
-      sys_days(date) + hours(hour) + minutes(minute) + seconds(second) + fraction - offset;
+  // WallTime counts nanoseconds in 64 bits (years 1677 to 2262); a time outside that is not one
+  // the API server writes, and converting it would overflow.
+  const sys_seconds whole =
+      sys_days(date) + hours(hour) + minutes(minute) + seconds(second) - offset;
+  constexpr sys_seconds kEarliest = time_point_cast<seconds>(WallTime::min()) + seconds(1);
+  constexpr sys_seconds kLatest = time_point_cast<seconds>(WallTime::max()) - seconds(1);
+  if (whole < kEarliest || whole > kLatest) return std::nullopt;
+  const sys_time<nanoseconds> utc = whole + fraction;
   return time_point_cast<WallTime::duration>(utc);
 }
 

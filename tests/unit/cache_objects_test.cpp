@@ -423,6 +423,28 @@ TEST(CacheTimeTest, ParsesAndFormatsRfc3339) {
   }
 }
 
+// Found by tests/fuzz/objects_fuzzer: a year past 2262 overflowed the nanosecond count (undefined
+// behaviour) instead of being refused.
+TEST(CacheTimeTest, ATimeOutsideTheNanosecondClocksRangeIsMalformed) {
+  for (const char* bad : {"4052-05-01T10:00:00Z", "9999-12-31T23:59:59Z", "2262-04-12T00:00:00Z",
+                          "1677-09-21T00:00:00Z", "0000-01-01T00:00:00Z"}) {
+    EXPECT_FALSE(ParseRfc3339(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(FormatRfc3339(*ParseRfc3339("2262-04-11T00:00:00Z")), "2262-04-11T00:00:00Z");
+  EXPECT_EQ(FormatRfc3339(*ParseRfc3339("1677-09-22T00:00:00Z")), "1677-09-22T00:00:00Z");
+
+  Json node = {{"metadata", {{"name", "n"}}},
+               {"status",
+                {{"conditions",
+                  {{{"type", "Ready"},
+                    {"status", "True"},
+                    {"lastTransitionTime", "4052-05-01T10:00:00Z"}}}}}}};
+  auto projected = NodeInfo::FromJson(node);
+  ASSERT_FALSE(projected.has_value());
+  EXPECT_NE(projected.error().message.find("malformed RFC 3339 timestamp"), std::string::npos)
+      << projected.error().message;
+}
+
 TEST(CacheQuantityTest, ParsesIntegerQuantities) {
   struct Case {
     const char* text;

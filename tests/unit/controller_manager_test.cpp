@@ -1,0 +1,164 @@
+// Manager over the fake client, with its real threads (informers, work queue workers, the health
+// server): caches sync before workers start and /readyz turns 200; a TPUJob is reconciled into its
+// worker pods, which are deleted again when it is suspended; Stop() drains and Run() returns.
+// With leader election, the second of two managers stands by while the first holds the Lease and
+// takes over once the first stops. The ThreadSanitizer build runs these (threaded_tests,
+// scripts/sanitize.sh thread): it found the parallel pod creation and deletion writing
+// neighbouring elements of a std::vector<bool> from several threads.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "controller/manager.h"
+#include "fake_client.h"
+
+namespace tpujob::controller {
+namespace {
+
+using kube::Json;
+using kube::Resource;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Polls `condition` until it holds or `timeout` passes.
+bool Eventually(const std::function<bool()>& condition, milliseconds timeout = seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return condition();
+}
+
+Json Node(const std::string& name) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata",
+           {{"name", name},
+            {"labels",
+             {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5e"},
+              {"cloud.google.com/gke-tpu-topology", "2x4"},
+              {"cloud.google.com/gke-nodepool", "pool-a"}}}}},
+          {"status",
+           {{"allocatable", {{"google.com/tpu", "4"}}},
+            {"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+}
+
+Json Job(const std::string& name) {
+  return {
+      {"apiVersion", "tpujob.dev/v1alpha1"},
+      {"kind", "TPUJob"},
+      {"metadata",
+       {{"name", name}, {"namespace", "team"}, {"creationTimestamp", "2026-01-01T00:00:00Z"}}},
+      {"spec",
+       {{"tpu", {{"accelerator", "tpu-v5e"}, {"topology", "2x4"}, {"chipsPerWorker", 4}}},
+        {"replicaSpecs",
+         {{"Worker",
+           {{"replicas", 2},
+            {"template",
+             {{"spec",
+               {{"containers", Json::array({{{"name", "train"}, {"image", "trainer"}}})}}}}}}}}}}}};
+}
+
+size_t PodsOf(const kube::FakeClient& fake, const std::string& job) {
+  size_t count = 0;
+  for (const Json& pod : fake.StoredAll(Resource::Pods())) {
+    if (pod["metadata"]["name"].get<std::string>().starts_with(job + "-")) ++count;
+  }
+  return count;
+}
+
+ManagerOptions Options() {
+  ManagerOptions options;
+  options.health_address = "127.0.0.1:0";
+  options.metrics_address = "";
+  options.workers = 2;
+  options.cache_sync_timeout = seconds(10);
+  return options;
+}
+
+// Runs a manager on its own thread for the scope.
+class Running {
+ public:
+  Running(kube::Client& client, ManagerOptions options)
+      : manager_(client, std::move(options)), thread_([this] { status_ = manager_.Run(); }) {}
+  ~Running() { Stop(); }
+  Manager& manager() { return manager_; }
+  kube::Status Stop() {
+    manager_.Stop();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+ private:
+  Manager manager_;
+  kube::Status status_;
+  std::thread thread_;
+};
+
+TEST(ManagerTest, SyncsThenReconcilesAJobIntoItsWorkersAndStopsCleanly) {
+  kube::FakeClient fake;
+  fake.Upsert(Resource::Nodes(), Node("n0"));
+  fake.Upsert(Resource::Nodes(), Node("n1"));
+  Running running(fake, Options());
+  ASSERT_TRUE(Eventually([&] { return running.manager().Ready(); }));
+  EXPECT_GT(running.manager().health_port(), 0);
+  EXPECT_EQ(running.manager().nodes().store().Size(), 2u);
+
+  fake.Upsert(Resource::TPUJobs(), Job("llm"));
+  EXPECT_TRUE(Eventually([&] { return PodsOf(fake, "llm") == 2; }))
+      << PodsOf(fake, "llm") << " pods";
+  EXPECT_TRUE(Eventually([&] { return running.manager().pods().store().Size() == 2; }));
+
+  // Suspended: the workers delete the pods (in parallel, as they created them).
+  Json suspended = *fake.Stored(Resource::TPUJobs(), "team", "llm");
+  suspended["spec"]["suspend"] = true;
+  fake.Upsert(Resource::TPUJobs(), suspended);
+  EXPECT_TRUE(Eventually([&] { return PodsOf(fake, "llm") == 0; }))
+      << PodsOf(fake, "llm") << " pods";
+
+  const kube::Status stopped = running.Stop();
+  EXPECT_TRUE(stopped.has_value()) << stopped.error().message;
+  EXPECT_FALSE(running.manager().Ready());
+}
+
+TEST(ManagerTest, WithLeaderElectionTheSecondStandsByUntilTheFirstReleasesTheLease) {
+  kube::FakeClient fake;
+  fake.Upsert(Resource::Nodes(), Node("n0"));
+  fake.Upsert(Resource::Nodes(), Node("n1"));
+  fake.Upsert(Resource::Nodes(), Node("n2"));
+  fake.Upsert(Resource::Nodes(), Node("n3"));
+  auto elected = [](const std::string& identity) {
+    ManagerOptions options = Options();
+    options.leader_election = LeaderElectionOptions{};
+    options.leader_election->identity = identity;
+    options.leader_election->lease_duration = seconds(3);
+    options.leader_election->renew_deadline = seconds(2);
+    options.leader_election->retry_period = milliseconds(200);
+    return options;
+  };
+  auto first = std::make_unique<Running>(fake, elected("first"));
+  ASSERT_TRUE(Eventually([&] { return first->manager().IsLeader(); }));
+  Running second(fake, elected("second"));
+  fake.Upsert(Resource::TPUJobs(), Job("a"));
+  ASSERT_TRUE(Eventually([&] { return PodsOf(fake, "a") == 2; }));
+  EXPECT_FALSE(second.manager().IsLeader());
+
+  // A graceful stop releases the Lease: the second manager leads and reconciles the next job.
+  const kube::Status stopped = first->Stop();
+  EXPECT_TRUE(stopped.has_value()) << stopped.error().message;
+  first.reset();
+  ASSERT_TRUE(Eventually([&] { return second.manager().IsLeader(); }));
+  fake.Upsert(Resource::TPUJobs(), Job("b"));
+  EXPECT_TRUE(Eventually([&] { return PodsOf(fake, "b") == 2; }));
+  EXPECT_EQ(PodsOf(fake, "a"), 2u);
+  const auto lease = fake.Stored(Resource::Leases(), "default", "tpujob-operator");
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "second");
+}
+
+}  // namespace
+}  // namespace tpujob::controller
