@@ -4,6 +4,8 @@
 #   make build   configure and compile into build/
 #   make test    unit + end-to-end tests (starts and stops a local control plane)
 #   make demo    local control plane + operator + a sample TPUJob
+#   make sanitize  unit tests under ASan+UBSan, threaded ones under TSan (scripts/sanitize.sh)
+#   make fuzz    each libFuzzer target of tests/fuzz for FUZZ_SECONDS (default 30)
 #   make bench   benchmarks that print numbers
 #   make format  clang-format every C++ file
 #   make crd     regenerate crds/ from scripts/crd/ and the pinned Kubernetes OpenAPI
@@ -11,7 +13,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
 
-.PHONY: all deps tools build unit e2e test demo bench format crd clean notice-demo notice-test
+.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench format crd clean notice-demo notice-test
 
 all: build
 
@@ -32,6 +34,14 @@ unit: build
 
 e2e: build tools
 	$(CTEST) -L e2e
+
+sanitize: deps
+	@bash scripts/sanitize.sh address
+	@bash scripts/sanitize.sh thread
+
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Prerequisites run left to right: the notice comes before the long first build.
 notice-demo notice-test:
@@ -54,4 +64,4 @@ crd:
 	python3 scripts/gen-crd.py
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz

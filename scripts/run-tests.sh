@@ -1,15 +1,59 @@
 #!/usr/bin/env bash
-# Runs the unit tests, then the end-to-end tests on a real local control plane, and prints the
-# totals. Exit status is non-zero if any test failed.
+# Runs the unit tests, then the end-to-end tests on a real local control plane, then the unit
+# tests under sanitizers (scripts/sanitize.sh) and each fuzz target for FUZZ_SECONDS (default 30,
+# scripts/fuzz.sh), and prints the totals. Exit status is non-zero if anything failed.
+#
+# The sanitizer and fuzz builds compile while the end-to-end tests run, at the lowest CPU
+# priority (nice 19): they use the cycles the control plane leaves idle and do not slow it.
+# TPUJOB_SKIP_SANITIZERS=1 leaves out sanitizers and fuzzing (a quick local run).
 set -uo pipefail
 build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
 log=$(mktemp -d)
-trap 'rm -rf "$log"' EXIT
+background=
+cleanup() {
+  [[ -n $background ]] && kill -- -"$background" 2>/dev/null
+  rm -rf "$log"
+}
+trap cleanup EXIT
+start=$SECONDS
+phase() { echo "[make test] $* (at $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s)" >&2; }
+sanitizers=$([[ ${TPUJOB_SKIP_SANITIZERS:-0} == 1 ]] && echo 0 || echo 1)
 
+phase "unit tests"
 ctest --test-dir "$build" --output-on-failure -L unit -j "$(nproc)" 2>&1 | tee "$log/unit"
 unit_rc=${PIPESTATUS[0]}
+
+if ((sanitizers)); then
+  phase "compiling the sanitizer and fuzz builds in the background (nice 19)"
+  set -m
+  (
+    export TPUJOB_BUILD_ONLY=1
+    nice -n 19 bash "$root/scripts/sanitize.sh" address &&
+      nice -n 19 bash "$root/scripts/sanitize.sh" thread &&
+      nice -n 19 bash "$root/scripts/fuzz.sh"
+  ) >"$log/prebuild" 2>&1 &
+  background=$!
+  set +m
+fi
+
+phase "end-to-end tests"
 ctest --test-dir "$build" --output-on-failure -L e2e 2>&1 | tee "$log/e2e"
 e2e_rc=${PIPESTATUS[0]}
+
+san_rc=0 fuzz_rc=0
+if ((sanitizers)); then
+  phase "waiting for the sanitizer and fuzz builds"
+  wait "$background"
+  background=
+  cat "$log/prebuild" >&2
+  phase "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  bash "$root/scripts/sanitize.sh" address || san_rc=1
+  phase "threaded unit tests under ThreadSanitizer"
+  bash "$root/scripts/sanitize.sh" thread || san_rc=1
+  phase "fuzzing, ${FUZZ_SECONDS:-30} s per target"
+  bash "$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-30}" || fuzz_rc=1
+fi
 
 count() {  # count FILE: "passed failed" from ctest's summary line
   sed -nE 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1 \2/p' "$1" | tail -1 |
@@ -20,5 +64,10 @@ read -r e2e_pass e2e_fail < <(count "$log/e2e")
 echo
 echo "unit: ${unit_pass:-0} passed, ${unit_fail:-0} failed"
 echo "e2e: ${e2e_pass:-0} passed, ${e2e_fail:-0} failed"
+if ((sanitizers)); then
+  echo "sanitizers: $([[ $san_rc == 0 ]] && echo clean || echo FAILED)"
+  echo "fuzzing: $([[ $fuzz_rc == 0 ]] && echo no findings || echo FAILED)"
+fi
 echo "total: $(( ${unit_pass:-0} + ${e2e_pass:-0} )) passed, $(( ${unit_fail:-0} + ${e2e_fail:-0} )) failed"
-[[ $unit_rc == 0 && $e2e_rc == 0 ]]
+echo "make test took $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s"
+[[ $unit_rc == 0 && $e2e_rc == 0 && $san_rc == 0 && $fuzz_rc == 0 ]]

@@ -221,7 +221,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
 
   kube::Status result;
   std::vector<std::optional<kube::Error>> delete_errors(plan.remove.size());
-  std::vector<bool> deleted(plan.remove.size(), false);
+  std::vector<char> deleted(plan.remove.size(), 0);  // not vector<bool>: see CreatePods
   ParallelFor(plan.remove.size(), options_.create_parallelism, [&](size_t i) {
     const auto& remove = plan.remove[i];
     kube::DeleteOptions options;
@@ -237,7 +237,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     auto answer =
         client_.Delete(kube::Resource::Pods(), std::string(job->ns.view()), remove.name, options);
     if (answer || answer.error().IsNotFound()) {
-      deleted[i] = true;
+      deleted[i] = 1;
     } else if (!answer.error().IsConflict()) {
       // Conflict: the uid precondition failed, the pod of that name is already a newer one.
       log::Warn("cannot delete pod",
@@ -392,14 +392,16 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     std::sort(pod_options.avoid_nodes.begin(), pod_options.avoid_nodes.end());
   }
   std::vector<std::optional<kube::Error>> errors(plan.create.size());
-  std::vector<bool> made(plan.create.size(), false);
+  // One byte per pod, not std::vector<bool>: the creating threads write neighbouring elements at
+  // once, and vector<bool> packs them into shared words (a data race that loses bits).
+  std::vector<char> made(plan.create.size(), 0);
   ParallelFor(plan.create.size(), options_.create_parallelism, [&](size_t i) {
     const auto& want = plan.create[i];
     auto created = client_.Create(
         kube::Resource::Pods(), ns,
         BuildPod(job, spec, want.type, want.index, attempt, pod_options, plan.status.node_pool));
     if (created) {
-      made[i] = true;
+      made[i] = 1;
     } else if (!created.error().IsAlreadyExists()) {
       errors[i] = created.error();
     }
@@ -407,7 +409,7 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   int count = 0;
   std::optional<kube::Error> first_error;
   for (size_t i = 0; i < plan.create.size(); ++i) {
-    if (made[i]) {
+    if (made[i] != 0) {
       ++count;
       expect.created.insert(PodName(job.name, plan.create[i].type, plan.create[i].index));
     }

@@ -117,6 +117,9 @@ class CertificateReloader {
     if (X509_check_private_key(chain.front(), key) != 1) {
       return fail(files_.key_file + " does not match " + files_.cert_file);
     }
+    // Reading PEM until the end leaves "no start line" on this thread's OpenSSL error queue;
+    // clear it so no later OpenSSL call on the thread mistakes it for its own error.
+    ERR_clear_error();
     Clear();
     chain_ = std::move(chain);
     key_ = key;
