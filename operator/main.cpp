@@ -216,7 +216,14 @@ int Run(const RunFlags& flags) {
   options.preemption = flags.enable_preemption;
   options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
   options.nodes.node_health = options.reconciler.node_health;
-  if (flags.leader_elect) options.leader_election = election;
+  // Leader election gets a client of its own, with its own rate limiter (as controller-runtime
+  // does): a burst of pod creations never delays a renewal past the renew deadline.
+  std::unique_ptr<tpujob::kube::Client> lease_client;
+  if (flags.leader_elect) {
+    options.leader_election = election;
+    lease_client = tpujob::kube::NewClient(*config, observer);
+    options.lease_client = lease_client.get();
+  }
   tpujob::controller::Manager manager(*client, options);
 
   std::thread signal_thread = signals.OnSignal([&manager](int signal) {

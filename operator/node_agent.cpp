@@ -319,7 +319,7 @@ kube::PatchOptions NodeAgent::WriteOptions() const {
   options.field_manager = "tpujob-node-agent";
   options.subresource = "status";
   // A stopping agent does not wait out the client's backoff.
-  options.before_retry = [this]() -> kube::Status {
+  options.before_send = [this]() -> kube::Status {
     if (stopping_.load()) return std::unexpected(kube::Error::Cancelled("the agent is stopping"));
     return {};
   };

@@ -481,13 +481,11 @@ kube::Status FencedClient::Admit(std::string_view verb, const kube::Resource& r,
                                                 object + "): " + fence.error().message));
 }
 
-std::function<kube::Status()> FencedClient::RetryGate(std::string_view verb,
-                                                      const kube::Resource& r,
-                                                      const std::string& ns,
-                                                      const std::string& name,
-                                                      std::function<kube::Status()> also) {
-  // The client's own retries (429, 5xx, transport errors) back off for up to seconds: the fence
-  // is checked again before each one, as before the first attempt.
+std::function<kube::Status()> FencedClient::SendGate(std::string_view verb, const kube::Resource& r,
+                                                     const std::string& ns, const std::string& name,
+                                                     std::function<kube::Status()> also) {
+  // A write can wait in the client's rate limiter, and its retries (429, 5xx, transport errors)
+  // back off for up to seconds: the fence is checked again right before each attempt is sent.
   return [this, verb = std::string(verb), r, ns, name, also = std::move(also)]() -> kube::Status {
     if (auto admitted = Admit(verb, r, ns, name); !admitted) return admitted;
     return also ? also() : kube::Status{};
@@ -501,7 +499,7 @@ kube::Result<kube::Json> FencedClient::Create(const kube::Resource& r, const std
     return std::unexpected(admitted.error());
   }
   kube::WriteOptions fenced = options;
-  fenced.before_retry = RetryGate("create", r, ns, ObjectName(object), options.before_retry);
+  fenced.before_send = SendGate("create", r, ns, ObjectName(object), options.before_send);
   return inner_.Create(r, ns, object, fenced);
 }
 
@@ -512,7 +510,7 @@ kube::Result<kube::Json> FencedClient::Update(const kube::Resource& r, const std
     return std::unexpected(admitted.error());
   }
   kube::WriteOptions fenced = options;
-  fenced.before_retry = RetryGate("update", r, ns, ObjectName(object), options.before_retry);
+  fenced.before_send = SendGate("update", r, ns, ObjectName(object), options.before_send);
   return inner_.Update(r, ns, object, fenced);
 }
 
@@ -524,7 +522,7 @@ kube::Result<kube::Json> FencedClient::Patch(const kube::Resource& r, const std:
     return std::unexpected(admitted.error());
   }
   kube::PatchOptions fenced = options;
-  fenced.before_retry = RetryGate("patch", r, ns, name, options.before_retry);
+  fenced.before_send = SendGate("patch", r, ns, name, options.before_send);
   return inner_.Patch(r, ns, name, type, body, fenced);
 }
 
@@ -535,7 +533,7 @@ kube::Result<kube::Json> FencedClient::Delete(const kube::Resource& r, const std
     return std::unexpected(admitted.error());
   }
   kube::DeleteOptions fenced = options;
-  fenced.before_retry = RetryGate("delete", r, ns, name, options.before_retry);
+  fenced.before_send = SendGate("delete", r, ns, name, options.before_send);
   return inner_.Delete(r, ns, name, fenced);
 }
 

@@ -24,8 +24,9 @@
 // `lease_duration` after it saw our last renewal, and lease_duration > renew_deadline, the two
 // never write at the same time. FencedClient applies the check to every mutating request; the
 // elector applies it to its own Lease writes. The check is made when a request is handed to the
-// client and again before each retry the client makes on its own (429, 5xx, transport errors),
-// through the request's `before_retry` hook.
+// client and again right before each attempt is sent, after the client's rate limiter (where a
+// write can wait for seconds at a low QPS) and before each retry the client makes on its own
+// (429, 5xx, transport errors), through the request's `before_send` hook.
 //
 // Release: Stop() on a replica that still leads (and whose Lease is fresh) writes the Lease
 // with an empty holderIdentity and leaseDurationSeconds 1, as client-go's ReleaseOnCancel, so
@@ -201,11 +202,11 @@ class FencedClient final : public kube::Client {
   // Ok, or the error to return instead of sending `verb` on the object.
   kube::Status Admit(std::string_view verb, const kube::Resource& r, const std::string& ns,
                      const std::string& name);
-  // A before_retry hook that checks the fence again before each of the client's retries (then
+  // A before_send hook that checks the fence again right before each attempt goes out (then
   // calls `also`, the caller's own hook, if any).
-  std::function<kube::Status()> RetryGate(std::string_view verb, const kube::Resource& r,
-                                          const std::string& ns, const std::string& name,
-                                          std::function<kube::Status()> also);
+  std::function<kube::Status()> SendGate(std::string_view verb, const kube::Resource& r,
+                                         const std::string& ns, const std::string& name,
+                                         std::function<kube::Status()> also);
 
   kube::Client& inner_;
   const LeaderElector& elector_;

@@ -38,7 +38,9 @@ workqueue::WorkQueueOptions QueueMetrics(const std::string& name) {
 
 Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
     : elector_(options.leader_election
-                   ? std::make_unique<LeaderElector>(client, *options.leader_election, clock)
+                   ? std::make_unique<LeaderElector>(
+                         options.lease_client != nullptr ? *options.lease_client : client,
+                         *options.leader_election, clock)
                    : nullptr),
       fenced_client_(elector_ ? std::make_unique<FencedClient>(client, *elector_) : nullptr),
       client_(fenced_client_ ? *fenced_client_ : client),

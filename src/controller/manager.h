@@ -63,6 +63,10 @@ struct ManagerOptions {
   NodeReconcilerOptions nodes;
   // Set: run only while this replica holds the Lease (see above). Unset: always run.
   std::optional<LeaderElectionOptions> leader_election;
+  // The client the leader elector reads and writes the Lease with; null: the manager's client.
+  // A client of its own (with its own rate limiter, as controller-runtime gives leader election)
+  // keeps renewals from queueing behind a burst of the controllers' requests.
+  kube::Client* lease_client = nullptr;
   // When /healthz fails: a reconcile stuck, or a watch silent (controller/health.h).
   HealthLimits health;
 };

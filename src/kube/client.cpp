@@ -118,7 +118,7 @@ struct Request {
   std::string path_and_query;
   std::optional<std::string> body;
   std::string content_type = "application/json";
-  std::function<Status()> before_retry = nullptr;  // see WriteOptions::before_retry
+  std::function<Status()> before_send = nullptr;  // see WriteOptions::before_send
 };
 
 class CppRestWatchStream;
@@ -162,7 +162,7 @@ class CppRestClient final : public Client {
     QueryBuilder q;
     q.Add("fieldManager", options.field_manager);
     Request request{http::methods::POST, "POST", &r, r.CollectionPath(ns) + q.str(), object.dump()};
-    request.before_retry = options.before_retry;
+    request.before_send = options.before_send;
     return DoJson(std::move(request));
   }
 
@@ -174,7 +174,7 @@ class CppRestClient final : public Client {
     q.Add("fieldManager", options.field_manager);
     Request request{http::methods::PUT, "PUT", &r,
                     r.ObjectPath(ns, name, options.subresource) + q.str(), object.dump()};
-    request.before_retry = options.before_retry;
+    request.before_send = options.before_send;
     return DoJson(std::move(request));
   }
 
@@ -186,7 +186,7 @@ class CppRestClient final : public Client {
     Request request{http::methods::PATCH, "PATCH", &r,
                     r.ObjectPath(ns, name, options.subresource) + q.str(), body.dump()};
     request.content_type = PatchContentType(type);
-    request.before_retry = options.before_retry;
+    request.before_send = options.before_send;
     return DoJson(std::move(request));
   }
 
@@ -200,7 +200,7 @@ class CppRestClient final : public Client {
       body["preconditions"]["resourceVersion"] = *options.precondition_resource_version;
     }
     Request request{http::methods::DEL, "DELETE", &r, r.ObjectPath(ns, name), body.dump()};
-    request.before_retry = options.before_retry;
+    request.before_send = options.before_send;
     return DoJson(std::move(request));
   }
 
@@ -297,6 +297,17 @@ class CppRestClient final : public Client {
     bool reloaded = false;
     for (int attempt = 0;; ++attempt) {
       limiter_.Wait();
+      // After the limiter: a request can wait there for a while (seconds at a low QPS and a long
+      // queue), and what allowed it may have ended meanwhile.
+      if (request.before_send) {
+        if (auto allowed = request.before_send(); !allowed) {
+          log::Warn(attempt == 0 ? "request not sent" : "retry not sent",
+                    {{"verb", request.verb},
+                     {"path", request.path_and_query},
+                     {"reason", allowed.error().ToString()}});
+          return std::unexpected(allowed.error());
+        }
+      }
       auto result = RoundTrip(request);
       // A refused token may have been rotated (and the old one revoked) since it was read:
       // once per request, read it again and, if it changed, retry at once.
@@ -320,14 +331,6 @@ class CppRestClient final : public Client {
                  {"delay_ms", std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()},
                  {"error", result.error().ToString()}});
       SleepFor(delay);
-      if (request.before_retry) {
-        if (auto allowed = request.before_retry(); !allowed) {
-          log::Warn("retry not sent", {{"verb", request.verb},
-                                       {"path", request.path_and_query},
-                                       {"reason", allowed.error().ToString()}});
-          return std::unexpected(allowed.error());
-        }
-      }
     }
   }
 

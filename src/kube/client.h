@@ -48,10 +48,11 @@ struct PatchOptions {
   std::string field_manager = "tpujob-operator";
   bool force = false;       // server-side apply: take ownership of conflicting fields
   std::string subresource;  // "" or "status"
-  // Called before each retry of this request (never before the first attempt); an error stops
-  // the retries and is returned instead. Leader election uses it so that a retry waiting out a
-  // backoff is not sent once this replica may no longer write.
-  std::function<Status()> before_retry = nullptr;
+  // Called right before each attempt of this request is sent, once the client's rate limiter let
+  // it through (the first attempt included); an error stops the request and is returned instead.
+  // Leader election uses it so that a write that waited for its turn or a backoff is not sent
+  // once this replica may no longer write.
+  std::function<Status()> before_send = nullptr;
 };
 
 struct DeleteOptions {
@@ -59,19 +60,21 @@ struct DeleteOptions {
   std::string propagation_policy;  // "Foreground" | "Background" | "Orphan" | ""
   std::optional<std::string> precondition_uid;
   std::optional<std::string> precondition_resource_version;
-  // Called before each retry of this request (never before the first attempt); an error stops
-  // the retries and is returned instead. Leader election uses it so that a retry waiting out a
-  // backoff is not sent once this replica may no longer write.
-  std::function<Status()> before_retry = nullptr;
+  // Called right before each attempt of this request is sent, once the client's rate limiter let
+  // it through (the first attempt included); an error stops the request and is returned instead.
+  // Leader election uses it so that a write that waited for its turn or a backoff is not sent
+  // once this replica may no longer write.
+  std::function<Status()> before_send = nullptr;
 };
 
 struct WriteOptions {
   std::string field_manager = "tpujob-operator";
   std::string subresource;  // "" or "status" (update only)
-  // Called before each retry of this request (never before the first attempt); an error stops
-  // the retries and is returned instead. Leader election uses it so that a retry waiting out a
-  // backoff is not sent once this replica may no longer write.
-  std::function<Status()> before_retry = nullptr;
+  // Called right before each attempt of this request is sent, once the client's rate limiter let
+  // it through (the first attempt included); an error stops the request and is returned instead.
+  // Leader election uses it so that a write that waited for its turn or a backoff is not sent
+  // once this replica may no longer write.
+  std::function<Status()> before_send = nullptr;
 };
 
 // One open watch. Destroying it closes the connection.

@@ -595,10 +595,10 @@ TEST_F(LeaderElectionTest, FencedClientChecksTheFenceAgainBeforeEachRetryOfTheCl
     kube::Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
                              kube::PatchType type, const Json& body,
                              const kube::PatchOptions& options) override {
-      before_retry = options.before_retry;
+      before_send = options.before_send;
       return FakeClient::Patch(r, ns, name, type, body, options);
     }
-    std::function<kube::Status()> before_retry;
+    std::function<kube::Status()> before_send;
   };
   FreezableClock frozen(clock_);
   Observed observed;
@@ -611,7 +611,7 @@ TEST_F(LeaderElectionTest, FencedClientChecksTheFenceAgainBeforeEachRetryOfTheCl
   FencedClient fenced(inner, elector);
   int callers_hook = 0;
   kube::PatchOptions options;
-  options.before_retry = [&]() -> kube::Status {
+  options.before_send = [&]() -> kube::Status {
     ++callers_hook;
     return {};
   };
@@ -619,13 +619,13 @@ TEST_F(LeaderElectionTest, FencedClientChecksTheFenceAgainBeforeEachRetryOfTheCl
                   .Patch(Resource::Pods(), "team", "p", kube::PatchType::kMerge,
                          Json{{"metadata", {{"labels", {{"a", "b"}}}}}}, options)
                   .has_value());
-  ASSERT_TRUE(inner.before_retry) << "the inner client must get a retry hook";
+  ASSERT_TRUE(inner.before_send) << "the inner client must get a send hook";
   // While the lease is fresh a retry may go, and the caller's own hook is still asked.
-  EXPECT_TRUE(inner.before_retry().has_value());
+  EXPECT_TRUE(inner.before_send().has_value());
   EXPECT_EQ(callers_hook, 1);
   // Frozen past the renew deadline in the middle of a backoff: the retry is not sent.
   frozen.Jump(milliseconds(10000));
-  const auto retry = inner.before_retry();
+  const auto retry = inner.before_send();
   ASSERT_FALSE(retry.has_value());
   EXPECT_EQ(retry.error().kind, kube::ErrorKind::kCancelled);
   EXPECT_THAT(retry.error().message, HasSubstr("write not sent (patch pods team/p)"));

@@ -7,8 +7,10 @@
 // neighbouring elements of a std::vector<bool> from several threads.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -158,6 +160,83 @@ TEST(ManagerTest, WithLeaderElectionTheSecondStandsByUntilTheFirstReleasesTheLea
   const auto lease = fake.Stored(Resource::Leases(), "default", "tpujob-operator");
   ASSERT_TRUE(lease.has_value());
   EXPECT_EQ((*lease)["spec"]["holderIdentity"], "second");
+}
+
+// Counts the Lease requests that go through it, and passes everything on to `inner`.
+class LeaseCounter final : public kube::Client {
+ public:
+  explicit LeaseCounter(kube::Client& inner) : inner_(inner) {}
+  int lease_requests() const { return lease_requests_.load(); }
+
+  kube::Result<Json> Get(const Resource& r, const std::string& ns, const std::string& name,
+                         const std::string& subresource = {}) override {
+    Count(r);
+    return inner_.Get(r, ns, name, subresource);
+  }
+  kube::Result<Json> List(const Resource& r, const std::string& ns,
+                          const kube::ListOptions& options = {}) override {
+    Count(r);
+    return inner_.List(r, ns, options);
+  }
+  kube::Result<std::unique_ptr<kube::WatchStream>> Watch(
+      const Resource& r, const std::string& ns, const kube::WatchOptions& options) override {
+    Count(r);
+    return inner_.Watch(r, ns, options);
+  }
+  kube::Result<Json> Create(const Resource& r, const std::string& ns, const Json& object,
+                            const kube::WriteOptions& options = {}) override {
+    Count(r);
+    return inner_.Create(r, ns, object, options);
+  }
+  kube::Result<Json> Update(const Resource& r, const std::string& ns, const Json& object,
+                            const kube::WriteOptions& options = {}) override {
+    Count(r);
+    return inner_.Update(r, ns, object, options);
+  }
+  kube::Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                           kube::PatchType type, const Json& body,
+                           const kube::PatchOptions& options = {}) override {
+    Count(r);
+    return inner_.Patch(r, ns, name, type, body, options);
+  }
+  kube::Result<Json> Delete(const Resource& r, const std::string& ns, const std::string& name,
+                            const kube::DeleteOptions& options = {}) override {
+    Count(r);
+    return inner_.Delete(r, ns, name, options);
+  }
+
+ private:
+  void Count(const Resource& r) {
+    if (r.plural == Resource::Leases().plural) ++lease_requests_;
+  }
+  kube::Client& inner_;
+  std::atomic<int> lease_requests_{0};
+};
+
+// The elector has a client of its own (its own rate limiter in production), so a renewal never
+// queues behind the controllers' requests: every Lease request goes through it, none through
+// the manager's client.
+TEST(ManagerTest, TheLeaderElectorUsesTheLeaseClientForEveryLeaseRequest) {
+  kube::FakeClient fake;
+  fake.Upsert(Resource::Nodes(), Node("n0"));
+  fake.Upsert(Resource::Nodes(), Node("n1"));
+  LeaseCounter controllers(fake);
+  LeaseCounter leases(fake);
+  ManagerOptions options = Options();
+  options.leader_election = LeaderElectionOptions{};
+  options.leader_election->identity = "only";
+  options.leader_election->lease_duration = seconds(3);
+  options.leader_election->renew_deadline = seconds(2);
+  options.leader_election->retry_period = milliseconds(200);
+  options.lease_client = &leases;
+  Running running(controllers, options);
+  ASSERT_TRUE(Eventually([&] { return running.manager().IsLeader(); }));
+  fake.Upsert(Resource::TPUJobs(), Job("llm"));
+  ASSERT_TRUE(Eventually([&] { return PodsOf(fake, "llm") == 2; }));
+  // A few renewals later.
+  const int after_election = leases.lease_requests();
+  EXPECT_TRUE(Eventually([&] { return leases.lease_requests() >= after_election + 3; }));
+  EXPECT_EQ(controllers.lease_requests(), 0);
 }
 
 }  // namespace

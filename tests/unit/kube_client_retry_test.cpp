@@ -152,7 +152,7 @@ TEST(KubeClientRetryTest, UnauthorizedReadsARotatedTokenAgainAndRetriesOnce) {
   std::filesystem::remove(path);
 }
 
-TEST(KubeClientRetryTest, BeforeRetryIsAskedBeforeEveryRetryOfAWriteAndCanStopIt) {
+TEST(KubeClientRetryTest, BeforeSendIsAskedBeforeEveryAttemptOfAWriteAndCanStopIt) {
   Config config;
   {
     ScriptedServer closed({Answer(200, kOk)});
@@ -161,10 +161,10 @@ TEST(KubeClientRetryTest, BeforeRetryIsAskedBeforeEveryRetryOfAWriteAndCanStopIt
   config.max_retries = 3;
   auto client = NewClient(config);
 
-  // Allowed every time: asked before each of the 3 retries, never before the first attempt.
+  // Allowed every time: asked before the first attempt and before each of the 3 retries.
   int asked = 0;
   PatchOptions allow;
-  allow.before_retry = [&]() -> Status {
+  allow.before_send = [&]() -> Status {
     ++asked;
     return {};
   };
@@ -172,23 +172,26 @@ TEST(KubeClientRetryTest, BeforeRetryIsAskedBeforeEveryRetryOfAWriteAndCanStopIt
                                Json::object(), allow);
   ASSERT_FALSE(patched);
   EXPECT_EQ(patched.error().kind, ErrorKind::kTransport) << patched.error().ToString();
-  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(asked, 4);
 
-  // Refused at the first retry: nothing more is sent and the hook's error is returned.
+  // Refused: nothing is sent and the hook's error is returned.
+  ScriptedServer server({Answer(200, kOk)});
+  auto live = NewClient(server.ClientConfig());
   asked = 0;
   DeleteOptions refuse;
-  refuse.before_retry = [&]() -> Status {
+  refuse.before_send = [&]() -> Status {
     ++asked;
     return std::unexpected(Error::Cancelled("this replica may not write"));
   };
-  auto deleted = client->Delete(Resource::ConfigMaps(), "default", "x", refuse);
+  auto deleted = live->Delete(Resource::ConfigMaps(), "default", "x", refuse);
   ASSERT_FALSE(deleted);
   EXPECT_EQ(deleted.error().kind, ErrorKind::kCancelled) << deleted.error().ToString();
   EXPECT_EQ(asked, 1);
+  EXPECT_EQ(server.calls(), 0);
 
   WriteOptions create;
   asked = 0;
-  create.before_retry = refuse.before_retry;
+  create.before_send = refuse.before_send;
   auto created = client->Create(Resource::ConfigMaps(), "default",
                                 Json{{"metadata", {{"name", "x"}}}}, create);
   EXPECT_EQ(created.error().kind, ErrorKind::kCancelled);
@@ -196,6 +199,30 @@ TEST(KubeClientRetryTest, BeforeRetryIsAskedBeforeEveryRetryOfAWriteAndCanStopIt
                                 Json{{"metadata", {{"name", "x"}}}}, create);
   EXPECT_EQ(updated.error().kind, ErrorKind::kCancelled);
   EXPECT_EQ(asked, 2);
+}
+
+// A write that waits in the rate limiter is checked once its turn comes, not before it waited:
+// leader election's fence must judge the moment the request goes out.
+TEST(KubeClientRetryTest, BeforeSendIsAskedAfterTheRateLimiterLetTheRequestThrough) {
+  ScriptedServer server({Answer(200, kOk)});
+  Config config = server.ClientConfig();
+  config.qps = 2;  // one token at once, the next 500 ms later
+  config.burst = 1;
+  auto client = NewClient(config);
+  ASSERT_TRUE(client->Get(Resource::ConfigMaps(), "default", "x"));
+
+  steady_clock::time_point asked_at;
+  DeleteOptions refuse;
+  refuse.before_send = [&]() -> Status {
+    asked_at = steady_clock::now();
+    return std::unexpected(Error::Cancelled("the lease expired while the write waited"));
+  };
+  const auto issued_at = steady_clock::now();
+  auto deleted = client->Delete(Resource::ConfigMaps(), "default", "x", refuse);
+  ASSERT_FALSE(deleted);
+  EXPECT_EQ(deleted.error().kind, ErrorKind::kCancelled);
+  EXPECT_GE(asked_at - issued_at, milliseconds(400));
+  EXPECT_EQ(server.calls(), 1);  // only the GET
 }
 
 TEST(KubeClientRetryTest, QpsLimitSpacesRequestsAndZeroTurnsItOff) {
