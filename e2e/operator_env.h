@@ -129,6 +129,10 @@ inline std::pair<int, int> TwoFreePorts() {
   return {first, second};
 }
 
+// The hidden flag that serves /debug/cache on the health address: what the operator's caches
+// hold, for tests that compare it with kubectl (CacheEqualsApiServer in tpujob_env.h).
+inline constexpr char kDebugCacheFlag[] = "--debug-cache-endpoint";
+
 // The operator (`run`) as a child process, logging to a file in the cluster directory, with its
 // health and metrics endpoints on free loopback ports. /metrics is plain HTTP unless the test
 // passes --metrics-secure itself.

@@ -18,9 +18,17 @@
 // is being created, and while a job is re-issued after a node fault: each time the job
 // converges with exactly its workers, of one attempt, and no pod doubled.
 //
+// Every case ends by checking that nothing was lost (ExpectNothingLost): the operator's caches
+// of pods, nodes and TPUJobs equal a fresh `kubectl get` of the same scope, object for object
+// (uid and resourceVersion included; read from its /debug/cache, served with the hidden flag
+// --debug-cache-endpoint); each job has exactly its desired pods; no pod or Service is an
+// orphan; no node is cordoned without a recorded reason. Each is polled for up to 30 s (watches
+// lag a little), and a failure prints every difference.
+//
 // TPUJOB_E2E_BLACKHOLE_SECONDS shortens or lengthens the blackhole (default 120);
 // TPUJOB_E2E_WATCH_IDLE_TIMEOUT runs the operator with another --watch-idle-timeout (0 turns the
-// detection off: the test then fails, which shows it tests the detection).
+// detection off: the test then fails, which shows it tests the detection; the cache comparison
+// made once the fault should have been acted on shows the node the operator still holds stale).
 
 #include <gtest/gtest.h>
 
@@ -49,6 +57,22 @@ using Clock = std::chrono::steady_clock;
 int EnvSeconds(const char* name, int fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
+}
+
+// Each job of `ns` has exactly its desired pods, no pod or Service is an orphan, and no node of
+// `node_sets` (CreateTpuNodes prefixes) is cordoned without a recorded reason.
+void ExpectNothingLeftBehind(const std::string& ns, const std::vector<std::string>& node_sets) {
+  EXPECT_TRUE(HoldsWithin([&] { return JobPodProblems(ns); })) << "each job has its pods";
+  EXPECT_TRUE(HoldsWithin([&] { return OrphanProblems(ns); })) << "no orphans";
+  EXPECT_TRUE(HoldsWithin([&] { return CordonProblems(node_sets); })) << "no cordon unexplained";
+}
+
+// The end of a case (see the top of the file): the caches of `op`, which runs with
+// kDebugCacheFlag and --namespace `ns`, equal a fresh kubectl get, and nothing is left behind.
+void ExpectNothingLost(OperatorProcess& op, const std::string& ns,
+                       const std::vector<std::string>& node_sets) {
+  EXPECT_TRUE(CacheEqualsApiServer(op, ns));
+  ExpectNothingLeftBehind(ns, node_sets);
 }
 
 class ReliabilityE2E : public ::testing::Test {
@@ -84,7 +108,8 @@ TEST_F(ReliabilityE2E, AFaultDuringABlackholeIsActedOnWithinTheWatchIdleTimeoutA
   const std::string proxy_kubeconfig = ClusterDir() + "/proxy.kubeconfig";
   PodWatch watch(n);
   OperatorProcess op({"--namespace", n, "--kubeconfig", proxy_kubeconfig, "--watch-idle-timeout",
-                      std::to_string(idle_timeout), "--max-cordoned-fraction", "1"});
+                      std::to_string(idle_timeout), "--max-cordoned-fraction", "1",
+                      kDebugCacheFlag});
   ASSERT_EQ(ApplyYaml(n, JobYaml("bh", 2, "2x4", "", false, "fault-tolerance/job-retry-num: \"2\"",
                                  accelerator_))
                 .exit_code,
@@ -114,6 +139,9 @@ TEST_F(ReliabilityE2E, AFaultDuringABlackholeIsActedOnWithinTheWatchIdleTimeoutA
   const double after = std::chrono::duration<double>(Clock::now() - resumed).count();
   std::printf("fault %s %.1f s after forwarding resumed (blackhole %d s, idle timeout %d s)\n",
               acted ? "acted on" : "still not acted on", after, blackhole_seconds, idle_timeout);
+  // By now the caches have caught up with everything the blackhole hid; a failure here shows
+  // what the operator still holds stale (the node whose fault it missed), before the verdict.
+  EXPECT_TRUE(CacheEqualsApiServer(op, n)) << "after forwarding resumed";
   ASSERT_TRUE(acted) << op.Log();
   EXPECT_LE(after, idle_timeout + 10.0) << "slower than the watch idle timeout allows";
   EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "NodeUnhealthy");
@@ -138,6 +166,7 @@ TEST_F(ReliabilityE2E, AFaultDuringABlackholeIsActedOnWithinTheWatchIdleTimeoutA
       << metrics;
   EXPECT_EQ(metrics.find("tpujob_watch_silences_total{resource=\"nodes\"} 0"), std::string::npos)
       << metrics;
+  ExpectNothingLost(op, n, {prefix_});
 }
 
 // Every pod of `job` is a worker of `attempt`, one per index, `workers` of them.
@@ -179,7 +208,7 @@ TEST_F(ReliabilityE2E, EtcdKilledDuringAGangCreationAndDuringAReissue) {
   const std::string big = prefix_ + "-big";
   CreateTpuNodes(big, 64, accelerator_, "8x32", "pool-" + big);
   PodWatch watch(n);
-  OperatorProcess op({"--namespace", n, "--max-cordoned-fraction", "1"});
+  OperatorProcess op({"--namespace", n, "--max-cordoned-fraction", "1", kDebugCacheFlag});
 
   // 1. While the operator creates 64 pods: etcd dies as soon as the first pod exists, and comes
   // back 3 s later.
@@ -199,6 +228,7 @@ TEST_F(ReliabilityE2E, EtcdKilledDuringAGangCreationAndDuringAReissue) {
       << op.Log();
   EXPECT_TRUE(ExactlyTheWorkers(n, "gang", 64, "1"));
   EXPECT_EQ(JobField(n, "gang", "{.status.attempt}"), "1");
+  ExpectNothingLost(op, n, {prefix_, big});
 
   // 2. While the job is re-issued after a node fault: etcd dies right after the fault is
   // written.
@@ -227,6 +257,7 @@ TEST_F(ReliabilityE2E, EtcdKilledDuringAGangCreationAndDuringAReissue) {
   EXPECT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "NodeUnhealthy");
   const auto report = watch.Check();
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  ExpectNothingLost(op, n, {prefix_, big});
 }
 
 // A token for `account`, bound to the Secret `secret` (deleting the Secret revokes it).
@@ -263,7 +294,7 @@ TEST_F(ReliabilityE2E, ARotatedTokenIsPickedUpWhenTheOldOneIsRevoked) {
     text.replace(at, text.find('\n', at) - at, "    tokenFile: " + token_path);
     std::ofstream(kubeconfig) << text;
   }
-  OperatorProcess op({"--namespace", n, "--kubeconfig", kubeconfig});
+  OperatorProcess op({"--namespace", n, "--kubeconfig", kubeconfig, kDebugCacheFlag});
   ASSERT_EQ(ApplyYaml(n, JobYaml("before", 2, "2x4", "", false, "", accelerator_)).exit_code, 0);
   ASSERT_TRUE(JobFieldBecomes(n, "before", "{.status.phase}", "Running")) << op.Log();
 
@@ -290,6 +321,7 @@ TEST_F(ReliabilityE2E, ARotatedTokenIsPickedUpWhenTheOldOneIsRevoked) {
   ASSERT_TRUE(JobFieldBecomes(n, "after", "{.status.phase}", "Running", std::chrono::seconds(20)))
       << op.Log();
   EXPECT_NE(op.Log().find("the token file holds a new token"), std::string::npos);
+  ExpectNothingLost(op, n, {prefix_});
   Kubectl("delete clusterrolebinding " + account, false);
 }
 
@@ -327,7 +359,8 @@ class CrashAtEveryWriteE2E : public ReliabilityE2E {
     TestNamespace ns("rl-crash");
     const std::string n = ns.name();
     PodWatch watch(n);
-    std::vector<std::string> args = {"--namespace", n, "--max-cordoned-fraction", "1"};
+    std::vector<std::string> args = {"--namespace", n, "--max-cordoned-fraction", "1",
+                                     kDebugCacheFlag};
     std::vector<std::string> first = args;
     if (crash_at > 0) first.insert(first.end(), {"--crash-after-writes", std::to_string(crash_at)});
     auto op = std::make_unique<OperatorProcess>(first);
@@ -384,6 +417,21 @@ class CrashAtEveryWriteE2E : public ReliabilityE2E {
                    false)
             .output);
     out.violations = watch.Check().violations;
+    // The final operator run: the one that took over, or the first if it has not crashed. That
+    // one may still crash on a late write (an Event after the last status): then another takes
+    // over, as above, and it is the one compared.
+    if (op->Exited()) {
+      out.crashed = true;
+      op = std::make_unique<OperatorProcess>(args);
+    }
+    ::testing::AssertionResult cache = CacheEqualsApiServer(*op, n);
+    if (!cache && op->Exited()) {
+      out.crashed = true;
+      op = std::make_unique<OperatorProcess>(args);
+      cache = CacheEqualsApiServer(*op, n);
+    }
+    EXPECT_TRUE(cache) << "crash at write " << crash_at;
+    ExpectNothingLeftBehind(n, {prefix_, nodes});
     DeleteTpuNodes(nodes);
     return out;
   }

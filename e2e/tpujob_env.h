@@ -1,17 +1,24 @@
 // Helpers for end-to-end tests of TPUJobs: fake TPU nodes that KWOK keeps Ready, jobs applied
-// with kubectl, pod outcomes written into pod status as a kubelet would, and a kubectl watch
-// that records every pod event so invariants can be checked over the whole run.
+// with kubectl, pod outcomes written into pod status as a kubelet would, a kubectl watch that
+// records every pod event so invariants can be checked over the whole run, and the end state
+// nothing may be missing from: the operator's caches equal to a fresh kubectl get, each job with
+// exactly its desired pods, no orphans, no cordon without a recorded reason.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "e2e_env.h"
@@ -410,5 +417,309 @@ class PodWatch {
   std::string path_;
   int pid_ = -1;
 };
+
+// --- The end state: nothing lost, nothing left behind --------------------------------------------
+
+// Polls `problems` (what is wrong; "" when nothing is) every 250 ms until it answers "" or
+// `timeout` passes; the failure shows its last answer. The operator and the API server settle a
+// little after the moment a test looks, so each check below is polled, never slept for.
+inline ::testing::AssertionResult HoldsWithin(
+    const std::function<std::string()>& problems,
+    std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  std::string last;
+  if (Eventually([&] { return (last = problems()).empty(); }, timeout,
+                 std::chrono::milliseconds(250))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "still after " << timeout.count() << " s:\n" << last;
+}
+
+// An object's "uid=... resourceVersion=..." by "namespace/name" ("name" when cluster-scoped).
+using Identities = std::map<std::string, std::string>;
+
+inline std::string IdentityKey(const std::string& ns, const std::string& name) {
+  return ns.empty() ? name : ns + "/" + name;
+}
+
+// The identities of `kubectl get <what> -o json`; std::nullopt (and why, in `error`) on failure.
+inline std::optional<Identities> KubectlIdentities(const std::string& what, std::string& error) {
+  const auto listed = Kubectl("get " + what + " -o json", false);
+  const nlohmann::json list = nlohmann::json::parse(listed.output, nullptr, false);
+  if (listed.exit_code != 0 || !list.is_object() || !list.contains("items")) {
+    error = "kubectl get " + what + " failed (" + std::to_string(listed.exit_code) +
+            "): " + listed.output.substr(0, 500);
+    return std::nullopt;
+  }
+  Identities identities;
+  for (const auto& item : list["items"]) {
+    const nlohmann::json& meta = item["metadata"];
+    identities[IdentityKey(meta.value("namespace", ""), meta.value("name", ""))] =
+        "uid=" + meta.value("uid", "") + " resourceVersion=" + meta.value("resourceVersion", "");
+  }
+  return identities;
+}
+
+// One line per object that differs between the operator's cache and the API server.
+inline std::string IdentityDifferences(const std::string& resource, const Identities& cache,
+                                       const Identities& api) {
+  std::string out;
+  for (const auto& [key, identity] : api) {
+    auto cached = cache.find(key);
+    if (cached == cache.end()) {
+      out +=
+          "  " + resource + " " + key + ": missing from the cache (API server: " + identity + ")\n";
+    } else if (cached->second != identity) {
+      out += "  " + resource + " " + key + ": cache " + cached->second + ", API server " +
+             identity + "\n";
+    }
+  }
+  for (const auto& [key, identity] : cache) {
+    if (!api.contains(key)) {
+      out += "  " + resource + " " + key + ": only in the cache (" + identity + ")\n";
+    }
+  }
+  return out;
+}
+
+// The operator's caches (pods, nodes, tpujobs) hold exactly what a fresh `kubectl get` of the
+// same scope lists, object for object, uid and resourceVersion included: nothing missed, nothing
+// stale, nothing kept after its deletion. The operator must run with kDebugCacheFlag and
+// `--namespace ns`; pods are compared within its pod informer's label selector (only the pods it
+// created). Each resource is compared on its own and polled until it matches, up to `timeout`:
+// every informer is a watch of its own, a little behind the API server, and KWOK's node
+// heartbeats change some node every few hundred milliseconds, so the three need never match at
+// one instant. The failure lists every difference of the last comparison.
+inline ::testing::AssertionResult CacheEqualsApiServer(
+    OperatorProcess& op, const std::string& ns,
+    std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  struct Scope {
+    std::string resource;  // the member of /debug/cache
+    std::string kubectl;   // what to get
+    std::string ns;        // the informer's namespace, as the endpoint reports it
+    std::string label_selector;
+  };
+  const std::vector<Scope> scopes = {
+      {"pods", "pods -n " + ns + " -l tpujob.dev/job-name", ns, "tpujob.dev/job-name"},
+      {"nodes", "nodes", "", ""},
+      {"tpujobs", "tpujobs -n " + ns, ns, ""},
+  };
+  std::map<std::string, std::string> differences;  // by resource, until it matched once
+  for (const Scope& scope : scopes) differences[scope.resource] = "not compared yet";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    for (const Scope& scope : scopes) {
+      if (!differences.contains(scope.resource)) continue;
+      std::string error;
+      const std::optional<Identities> api = KubectlIdentities(scope.kubectl, error);
+      if (!api) {
+        differences[scope.resource] = "  " + error + "\n";
+        continue;
+      }
+      // The cache is read after the API server: its watch has had the time to catch up.
+      const auto served = RunCommand(
+          "curl -sf --max-time 5 http://127.0.0.1:" + std::to_string(op.port()) + "/debug/cache",
+          false);
+      const nlohmann::json dump = nlohmann::json::parse(served.output, nullptr, false);
+      if (served.exit_code != 0 || !dump.is_object() || !dump.contains(scope.resource)) {
+        differences[scope.resource] = "  /debug/cache of the operator on port " +
+                                      std::to_string(op.port()) + " did not answer (curl " +
+                                      std::to_string(served.exit_code) + "; started with " +
+                                      kDebugCacheFlag + "?)\n";
+        continue;
+      }
+      const nlohmann::json& cache = dump[scope.resource];
+      if (cache.value("namespace", "?") != scope.ns ||
+          cache.value("labelSelector", "?") != scope.label_selector) {
+        differences[scope.resource] = "  the " + scope.resource + " informer watches namespace \"" +
+                                      cache.value("namespace", "?") + "\" with selector \"" +
+                                      cache.value("labelSelector", "?") + "\", not \"" + scope.ns +
+                                      "\" with \"" + scope.label_selector + "\"\n";
+        continue;
+      }
+      if (!cache.value("synced", false)) {
+        differences[scope.resource] = "  the " + scope.resource + " cache has not synced\n";
+        continue;
+      }
+      Identities cached;
+      for (const auto& object : cache["objects"]) {
+        cached[IdentityKey(object.value("namespace", ""), object.value("name", ""))] =
+            "uid=" + object.value("uid", "") +
+            " resourceVersion=" + object.value("resourceVersion", "");
+      }
+      const std::string differs = IdentityDifferences(scope.resource, cached, *api);
+      if (differs.empty()) {
+        differences.erase(scope.resource);
+      } else {
+        differences[scope.resource] = differs + "  (the " + scope.resource +
+                                      " cache last synced at resourceVersion " +
+                                      cache.value("lastSyncResourceVersion", "?") + ")\n";
+      }
+    }
+    if (differences.empty()) return ::testing::AssertionSuccess();
+    if (op.Exited() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  auto failure = ::testing::AssertionFailure();
+  failure << "the operator's cache differs from kubectl get"
+          << (op.running() ? " after " + std::to_string(timeout.count()) + " s"
+                           : std::string(": the operator exited"))
+          << ":\n";
+  for (const auto& [resource, differs] : differences) failure << differs;
+  return failure;
+}
+
+// What keeps a TPUJob of `ns` from having exactly its desired pods; "" when nothing does. A
+// Running job has one pod per replica of its current attempt (`spec.replicaSpecs`, `replicas`
+// each, Master 1 by default), none of another attempt, none twice, none being deleted; a
+// Succeeded or Failed job keeps only terminated pods of its last attempt, at most one per
+// replica. A job in any other phase has not settled, which is a problem here too.
+inline std::string JobPodProblems(const std::string& ns) {
+  const auto jobs = nlohmann::json::parse(
+      Kubectl("get tpujobs -n " + ns + " -o json", false).output, nullptr, false);
+  const auto pods = nlohmann::json::parse(Kubectl("get pods -n " + ns + " -o json", false).output,
+                                          nullptr, false);
+  if (!jobs.is_object() || !pods.is_object()) return "cannot list tpujobs and pods of " + ns;
+  std::string out;
+  for (const auto& job : jobs["items"]) {
+    const std::string name = job["metadata"].value("name", "");
+    const nlohmann::json status = job.value("status", nlohmann::json::object());
+    const std::string phase = status.value("phase", "");
+    const std::string attempt = std::to_string(status.value("attempt", 0));
+    std::set<std::string> desired;
+    for (const auto& [type, replica] : job["spec"]["replicaSpecs"].items()) {
+      for (int i = 0; i < replica.value("replicas", 1); ++i) {
+        desired.insert(type + "-" + std::to_string(i));
+      }
+    }
+    const bool running = phase == "Running";
+    const bool finished = phase == "Succeeded" || phase == "Failed";
+    if (!running && !finished) {
+      out +=
+          "job " + name + " has not settled: phase " + (phase.empty() ? "none yet" : phase) + "\n";
+    }
+    std::set<std::string> seen;
+    for (const auto& pod : pods["items"]) {
+      const auto labels = pod["metadata"].value("labels", nlohmann::json::object());
+      if (labels.value("tpujob.dev/job-name", "") != name) continue;
+      const std::string pod_name = pod["metadata"].value("name", "");
+      const std::string replica = labels.value("tpujob.dev/replica-type", "?") + "-" +
+                                  labels.value("tpujob.dev/replica-index", "?");
+      const std::string pod_phase =
+          pod.value("status", nlohmann::json::object()).value("phase", "");
+      if (labels.value("tpujob.dev/attempt", "") != attempt) {
+        out += "job " + name + " (attempt " + attempt + "): pod " + pod_name + " of attempt " +
+               labels.value("tpujob.dev/attempt", "?") + "\n";
+      }
+      if (!desired.contains(replica)) {
+        out += "job " + name + ": pod " + pod_name + " is no desired replica (" + replica + ")\n";
+      }
+      if (!seen.insert(replica).second) {
+        out += "job " + name + ": a second pod for " + replica + ": " + pod_name + "\n";
+      }
+      if (running && pod["metadata"].contains("deletionTimestamp")) {
+        out += "job " + name + " is Running but pod " + pod_name + " is being deleted\n";
+      }
+      if (finished && pod_phase != "Succeeded" && pod_phase != "Failed") {
+        out += "job " + name + " is " + phase + " but pod " + pod_name + " is " + pod_phase + "\n";
+      }
+    }
+    if (running) {
+      for (const std::string& replica : desired) {
+        if (!seen.contains(replica)) out += "job " + name + " is Running without " + replica + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+// Pods and Services of `ns` not controlled by an existing TPUJob of the same name as their
+// tpujob.dev/job-name label (the garbage collector removes those of a deleted job); "" when none.
+inline std::string OrphanProblems(const std::string& ns) {
+  const auto jobs = nlohmann::json::parse(
+      Kubectl("get tpujobs -n " + ns + " -o json", false).output, nullptr, false);
+  const auto children = nlohmann::json::parse(
+      Kubectl("get pods,services -n " + ns + " -o json", false).output, nullptr, false);
+  if (!jobs.is_object() || !children.is_object()) return "cannot list the objects of " + ns;
+  std::map<std::string, std::string> job_uids;  // name -> uid
+  for (const auto& job : jobs["items"]) {
+    job_uids[job["metadata"].value("name", "")] = job["metadata"].value("uid", "");
+  }
+  std::string out;
+  for (const auto& child : children["items"]) {
+    const nlohmann::json& meta = child["metadata"];
+    const std::string what = child.value("kind", "?") + " " + meta.value("name", "");
+    const std::string labelled =
+        meta.value("labels", nlohmann::json::object()).value("tpujob.dev/job-name", "");
+    nlohmann::json controller;  // the ownerReference marked controller: true
+    for (const auto& owner : meta.value("ownerReferences", nlohmann::json::array())) {
+      if (owner.value("controller", false)) controller = owner;
+    }
+    if (controller.is_null()) {
+      out += what + " has no controller (job label \"" + labelled + "\")\n";
+      continue;
+    }
+    const std::string owner = controller.value("name", "");
+    auto job = job_uids.find(owner);
+    if (controller.value("kind", "") != "TPUJob" || job == job_uids.end() ||
+        job->second != controller.value("uid", "")) {
+      out += what + " is controlled by " + controller.value("kind", "") + " " + owner + " (uid " +
+             controller.value("uid", "") + "), which does not exist\n";
+    } else if (labelled != owner) {
+      out += what + " is controlled by TPUJob " + owner + " but labelled for job \"" + labelled +
+             "\"\n";
+    }
+  }
+  return out;
+}
+
+// Nodes among those of CreateTpuNodes(prefix, ...) for each prefix that are cordoned
+// (unschedulable, or tainted tpujob.dev/faulty) without a recorded reason: the operator's
+// tpujob.dev/cordoned-by, a tpujob.dev/cordon-reason, and a tpujob.dev/cordon-job whose job (if
+// it still exists) lists the node in status.cordonedNodes. "" when none.
+inline std::string CordonProblems(const std::vector<std::string>& prefixes) {
+  std::string selector;
+  for (const std::string& prefix : prefixes) selector += (selector.empty() ? "" : ",") + prefix;
+  const auto nodes = nlohmann::json::parse(
+      Kubectl("get nodes -l 'tpujob.dev/e2e-nodes in (" + selector + ")' -o json", false).output,
+      nullptr, false);
+  if (!nodes.is_object()) return "cannot list the nodes " + selector;
+  std::string out;
+  for (const auto& node : nodes["items"]) {
+    const std::string name = node["metadata"].value("name", "");
+    const nlohmann::json spec = node.value("spec", nlohmann::json::object());
+    const auto taints = spec.value("taints", nlohmann::json::array());
+    const bool tainted = std::any_of(taints.begin(), taints.end(), [](const auto& taint) {
+      return taint.value("key", "") == "tpujob.dev/faulty";
+    });
+    if (!spec.value("unschedulable", false) && !tainted) continue;
+    const auto annotations = node["metadata"].value("annotations", nlohmann::json::object());
+    if (annotations.value("tpujob.dev/cordoned-by", "") != "tpujob-operator") {
+      out += "node " + name + " is cordoned, not by the operator\n";
+      continue;
+    }
+    if (annotations.value("tpujob.dev/cordon-reason", "").empty()) {
+      out += "node " + name + " is cordoned without a reason\n";
+    }
+    const std::string job = annotations.value("tpujob.dev/cordon-job", "");
+    const size_t slash = job.find('/');
+    if (slash == std::string::npos) {
+      out += "node " + name + " is cordoned for no job (cordon-job \"" + job + "\")\n";
+      continue;
+    }
+    const auto got = Kubectl(
+        "get tpujob " + job.substr(slash + 1) + " -n " + job.substr(0, slash) + " -o json", true);
+    if (got.output.find("NotFound") != std::string::npos)
+      continue;  // the job's record went with it
+    const auto recorded = nlohmann::json::parse(got.output, nullptr, false);
+    const auto listed = recorded.is_object() ? recorded.value("status", nlohmann::json::object())
+                                                   .value("cordonedNodes", nlohmann::json::array())
+                                             : nlohmann::json::array();
+    if (std::find(listed.begin(), listed.end(), name) == listed.end()) {
+      out += "node " + name + " is cordoned for job " + job +
+             ", whose status.cordonedNodes does not list it: " + listed.dump() + "\n";
+    }
+  }
+  return out;
+}
 
 }  // namespace tpujob::e2e

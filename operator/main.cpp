@@ -45,7 +45,8 @@ struct RunFlags {
   int health_max_reconcile_seconds = 300;
   int health_max_watch_silence_seconds = 660;
   int watch_idle_timeout_seconds = 50;
-  int crash_after_writes = 0;  // tests only: SIGKILL itself right after its Nth write
+  int crash_after_writes = 0;         // tests only: SIGKILL itself right after its Nth write
+  bool debug_cache_endpoint = false;  // debugging: /debug/cache on the health address
   std::string log_level = "info";
   std::string log_format = "logfmt";
   std::string preflight_image = "tpujob-operator:latest";
@@ -201,6 +202,7 @@ int Run(const RunFlags& flags) {
   options.health_address = flags.health_address;
   options.metrics_address = flags.metrics_address;
   options.cache_sync_timeout = std::chrono::seconds(flags.cache_sync_timeout_seconds);
+  options.debug_cache_endpoint = flags.debug_cache_endpoint;
   options.health.max_reconcile = std::chrono::seconds(flags.health_max_reconcile_seconds);
   options.health.max_watch_silence = std::chrono::seconds(flags.health_max_watch_silence_seconds);
   options.watch_idle_timeout = std::chrono::seconds(flags.watch_idle_timeout_seconds);
@@ -321,6 +323,13 @@ int main(int argc, char** argv) {
   run->add_option("--crash-after-writes", flags.crash_after_writes,
                   "Testing: SIGKILL the process right after its Nth successful API write.")
       ->check(CLI::Range(0, 1000000))
+      ->group("");
+  // For debugging and the end-to-end tests (not in --help): docs/cli.md#debugging-flags.
+  run->add_flag("--debug-cache-endpoint", flags.debug_cache_endpoint,
+                "Debugging: serve /debug/cache on the health address, the namespace, name, uid "
+                "and resourceVersion of every cached Pod, Node and TPUJob as JSON (never their "
+                "contents), to compare with kubectl get. Unauthenticated: keep it off in "
+                "production.")
       ->group("");
   run->add_option("--health-max-watch-silence-seconds", flags.health_max_watch_silence_seconds,
                   "/healthz fails while a watch (pods, nodes, tpujobs) has brought no event, "

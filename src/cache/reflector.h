@@ -127,6 +127,8 @@ class Reflector {
   // The resourceVersion of the last LIST, watch event or bookmark applied.
   std::string LastSyncResourceVersion() const;
   ReflectorStats stats() const;
+  // What it lists and watches (name, namespace, selectors), as given (name defaulted).
+  const ReflectorOptions& options() const { return options_; }
 
  private:
   enum class WatchOutcome { kRewatch, kBackoff, kRelist, kStopped };
@@ -197,6 +199,7 @@ class Informer {
   }
   std::string LastSyncResourceVersion() const { return reflector_.LastSyncResourceVersion(); }
   ReflectorStats stats() const { return reflector_.stats(); }
+  const ReflectorOptions& options() const { return reflector_.options(); }
 
  private:
   Store<T> store_;  // declared first: the reflector (destroyed first) writes into it

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "cache/contents.h"
 #include "cache/store.h"
 #include "controller/metrics.h"
-#include "metrics/http_server.h"
 #include "policy/goodput.h"
 
 namespace tpujob::controller {
@@ -218,6 +218,13 @@ void Manager::Collect() {
 
 int Manager::health_port() const { return health_port_.load(); }
 
+metrics::HttpResponse Manager::CacheContentsResponse() const {
+  // Standing by, the informers have not started: each cache answers unsynced and empty.
+  const nlohmann::json contents = cache::CacheContentsJson(
+      {cache::DescribeCache(*pods_), cache::DescribeCache(*nodes_), cache::DescribeCache(*jobs_)});
+  return metrics::HttpResponse{200, "application/json", contents.dump() + "\n", {}};
+}
+
 std::vector<std::string> Manager::HealthCheck() {
   if (!watching_.load()) return {};
   const std::vector<WatchActivity> watches = {
@@ -265,6 +272,13 @@ kube::Status Manager::Run() {
     }
     return metrics::HttpResponse{503, "text/plain", "caches not synced\n", {}};
   });
+  if (options_.debug_cache_endpoint) {
+    server.Handle("/debug/cache", [this] { return CacheContentsResponse(); });
+    log::Warn(
+        "serving /debug/cache: every cached object's name to whoever reaches the health "
+        "address",
+        {{"address", options_.health_address}});
+  }
   const bool shared_server =
       options_.metrics_address.empty() || options_.metrics_address == options_.health_address;
   if (shared_server && (options_.metrics_tls || options_.metrics_authorizer)) {

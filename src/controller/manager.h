@@ -13,6 +13,9 @@
 // and Run() returns an error ("leader election lost"): the process is expected to exit. A
 // graceful Stop() drains first, then releases the Lease.
 //
+// With ManagerOptions::debug_cache_endpoint, /debug/cache shows what the caches hold (object
+// identities only, never their contents), served from a snapshot of each store.
+//
 // Thread-safety: Stop() may be called from any thread, once Run() is running or before.
 #pragma once
 
@@ -36,6 +39,7 @@
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
 #include "metrics/auth.h"
+#include "metrics/http_server.h"
 #include "metrics/tls.h"
 #include "workqueue/queue.h"
 
@@ -69,6 +73,13 @@ struct ManagerOptions {
   kube::Client* lease_client = nullptr;
   // When /healthz fails: a reconcile stuck, or a watch silent (controller/health.h).
   HealthLimits health;
+  // Serve /debug/cache on the health address: the identity (namespace, name, uid,
+  // resourceVersion) of every object in the Pod, Node and TPUJob caches, with each informer's
+  // scope and last synced resourceVersion, as JSON (cache/contents.h), to compare with a fresh
+  // `kubectl get`. Off: the path is not served (404). The health address is plain HTTP without
+  // authentication, so whoever reaches it could read every cached object's name: a debugging
+  // aid, off by default (--debug-cache-endpoint).
+  bool debug_cache_endpoint = false;
 };
 
 class Manager {
@@ -96,6 +107,8 @@ class Manager {
   void Collect();
   // What /healthz reports: empty while healthy, and always empty while standing by.
   std::vector<std::string> HealthCheck();
+  // What /debug/cache answers (see ManagerOptions::debug_cache_endpoint).
+  metrics::HttpResponse CacheContentsResponse() const;
   // Processes keys of `queue` with `reconcile` until the queue shuts down, as a
   // controller-runtime worker: errors back off per key, requeue_after schedules the key again.
   void Worker(workqueue::WorkQueue& queue, std::string_view what,

@@ -180,6 +180,22 @@ TEST(DocsFlagsTest, EveryRunFlagIsInTheReference) {
        "--leader-elect-lease-duration", "--leader-elect-identity", "--auto-uncordon-after"});
 }
 
+// Flags for debugging and the tests stay out of --help (and so out of the table above) but are
+// described in their own section.
+TEST(DocsFlagsTest, HiddenRunFlagsAreDescribedApartAndStayHidden) {
+  const HelpText help = RunHelp("run");
+  ASSERT_EQ(help.exit_code, 0) << help.text;
+  const std::vector<std::string> section = Section(ReadReference(), "### Debugging flags");
+  ASSERT_FALSE(section.empty()) << "docs/cli.md has no section \"### Debugging flags\"";
+  std::string text;
+  for (const std::string& line : section) text += line + "\n";
+  for (const std::string flag : {"--debug-cache-endpoint", "--crash-after-writes"}) {
+    EXPECT_NE(text.find("- `" + flag), std::string::npos)
+        << flag << " is not described under \"### Debugging flags\" in docs/cli.md";
+    EXPECT_EQ(ListedFlags(help.text).count(flag), 0u) << flag << " should stay out of --help";
+  }
+}
+
 TEST(DocsFlagsTest, EveryPreflightFlagIsInTheReference) {
   ExpectDocumented("preflight", "## `tpujob-operator preflight` flags",
                    {"--help", "--checks", "--dev-root", "--report-file", "--log-level"});

@@ -13,27 +13,10 @@
 
 #include "metrics/http_server.h"
 #include "metrics/tls.h"
+#include "shell.h"
 
 namespace tpujob::metrics {
 namespace {
-
-struct Answer {
-  int exit_code = -1;
-  std::string output;
-};
-
-Answer Shell(const std::string& command) {
-  Answer answer;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return answer;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) {
-    answer.output.append(buffer, n);
-  }
-  const int status = ::pclose(pipe);
-  answer.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return answer;
-}
 
 class TempDir {
  public:
