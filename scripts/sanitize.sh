@@ -50,7 +50,8 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/
 # The gtest output goes to a log; on failure its tail (the failing test and the report) is shown.
 log=$build/sanitize-test.log
 if "$build/$target" --gtest_brief=1 >"$log" 2>&1; then
-  say "$(grep -E '^\[  PASSED  \]' "$log" | tail -1 | sed 's/^\[  PASSED  \] //') passed, no findings"
+  passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\./\1/p' "$log" | tail -1)
+  say "${passed:-?} tests passed, no findings"
 else
   tail -n 80 "$log" >&2
   say "FAILED (log: $log)"
