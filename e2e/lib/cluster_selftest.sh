@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Smoke test of e2e/cluster against the real control plane: up, kubectl, a KWOK fake node with a
 # pod that the scheduler binds and KWOK runs, a test-written terminated container status that
-# KWOK must leave alone, compact + restart-apiserver (410 Gone on an old watch), an idempotent
-# up, crash recovery after kill -9, and down leaving no process behind.
+# KWOK must leave alone, compact + restart-apiserver (410 Gone on an old watch), apf-tight and
+# apf-reset, an idempotent up, crash recovery after kill -9, and down leaving no process behind.
 #
 # Usage: e2e/lib/cluster_selftest.sh [DIR]   (default: a fresh directory under /tmp)
 set -euo pipefail
@@ -107,6 +107,23 @@ out=$(k get --raw "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion
 [[ $out == *'"code":410'* ]] || fail "expected 410 on watch from $old, got: ${out:0:300}"
 echo "old watch: 410 Expired" >&2
 k get pods -o wide
+
+step "apf-tight, then apf-reset leaves the cluster as before"
+t=$(ms)
+"$cluster" apf-tight --subject user:selftest-throttled --dir "$dir"
+echo "apf-tight took $(($(ms) - t)) ms" >&2
+k get flowschema tpujob-e2e-tight -o name >/dev/null || fail "no FlowSchema after apf-tight"
+"$cluster" status --dir "$dir" | grep -q 'apf .*tight for user:selftest-throttled' ||
+  fail "status does not show the tight configuration"
+tr '\0' ' ' <"$dir/args/kube-apiserver" | grep -q -- '--max-requests-inflight=' ||
+  fail "kube-apiserver not restarted with tight inflight limits"
+t=$(ms)
+"$cluster" apf-reset --dir "$dir"
+echo "apf-reset took $(($(ms) - t)) ms" >&2
+! k get flowschema tpujob-e2e-tight -o name >/dev/null 2>&1 || fail "FlowSchema left after apf-reset"
+! tr '\0' ' ' <"$dir/args/kube-apiserver" | grep -q -- '--max-requests-inflight=' ||
+  fail "tight inflight limits left after apf-reset"
+k get ns default -o name >/dev/null || fail "cluster not usable after apf-reset"
 
 step "up again while healthy is quick"
 t=$(ms)
