@@ -13,6 +13,7 @@
 
 #include "cache/contents.h"
 #include "controller/manager.h"
+#include "eventually.h"
 #include "fake_client.h"
 #include "log_capture.h"
 #include "shell.h"
@@ -31,15 +32,7 @@ using ::testing::Not;
 
 constexpr auto kWait = seconds(10);  // bound on waiting for background threads; never reached
 
-// Polls `condition` (real time, bounded): the reflector changes the store without telling.
-bool Eventually(const std::function<bool()>& condition) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
-}
+using testing_util::Eventually;
 
 // A pod of job `job` (no label when empty), with what an identity must never show: labels,
 // annotations, an environment variable holding a secret, a node, a status message.

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cache/reflector.h"
+#include "eventually.h"
 #include "fake_client.h"
 
 namespace tpujob::cache {
@@ -34,16 +35,7 @@ Json PodJson(const std::string& ns, const std::string& name, const std::string& 
       {"status", {{"phase", "Running"}}}};
 }
 
-// Polls `condition` until it holds or `timeout` passes. Only for state a background thread
-// changes without any other signal (e.g. the resourceVersion after a bookmark).
-bool Eventually(const std::function<bool()>& condition, milliseconds timeout = kWait) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using testing_util::Eventually;
 
 // Records handler calls as "add ns/name", "update ns/name", "delete ns/name".
 class Recorder {

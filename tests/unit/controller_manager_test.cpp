@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "controller/manager.h"
+#include "eventually.h"
 #include "fake_client.h"
 
 namespace tpujob::controller {
@@ -25,15 +26,7 @@ using kube::Resource;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// Polls `condition` until it holds or `timeout` passes.
-bool Eventually(const std::function<bool()>& condition, milliseconds timeout = seconds(20)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return condition();
-}
+using testing_util::Eventually;
 
 Json Node(const std::string& name) {
   return {{"apiVersion", "v1"},
