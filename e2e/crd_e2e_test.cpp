@@ -53,6 +53,7 @@ struct JobYaml {
   std::string topology = "2x4";
   std::string chips = "4";
   std::string workers = "2";
+  std::string slices;  // spec.tpu.slices; empty: not given
   std::string worker_template =
       "{spec: {containers: [{name: trainer, image: python:3.11-slim, command: [python, -c, "
       "\"print(1)\"]}]}}";
@@ -64,9 +65,9 @@ struct JobYaml {
         "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name + "\n";
     if (!annotations.empty()) out += "  annotations:\n" + annotations;
     out += "spec:\n  tpu: {accelerator: tpu-v5-lite-podslice, topology: \"" + topology +
-           "\", chipsPerWorker: " + chips + "}\n  replicaSpecs:\n" + replicas_extra +
-           "    Worker:\n      replicas: " + workers + "\n      template: " + worker_template +
-           "\n" + spec_extra;
+           "\", chipsPerWorker: " + chips + (slices.empty() ? "" : ", slices: " + slices) +
+           "}\n  replicaSpecs:\n" + replicas_extra + "    Worker:\n      replicas: " + workers +
+           "\n      template: " + worker_template + "\n" + spec_extra;
     return out;
   }
 };
@@ -122,6 +123,8 @@ struct ExampleCase {
   std::string topology;
   int workers;
   bool has_master;
+  int slices = 1;            // spec.tpu.slices (1: the schema's default)
+  int max_job_retries = -1;  // spec.faultTolerance.maxJobRetries; -1: absent
 };
 
 const std::vector<ExampleCase>& Examples() {
@@ -130,6 +133,7 @@ const std::vector<ExampleCase>& Examples() {
       {"multi-host.yaml", "multi-host", "Master", 10, 3, "4x4", 4, false},
       {"master-workers.yaml", "master-workers", "Master", 0, 5, "2x4", 2, true},
       {"checkpoint.yaml", "checkpointed", "AllWorkers", 0, 5, "2x4", 2, false},
+      {"multislice.yaml", "multislice", "AllWorkers", 0, 5, "2x4", 2, false, 3, 2},
   };
   return examples;
 }
@@ -162,8 +166,9 @@ TEST_F(CrdE2E, ExamplesApplyAndRoundTripWithDefaults) {
     EXPECT_EQ(ft.value("maxWorkerRestarts", -1), example.max_worker_restarts);
     EXPECT_EQ(ft.value("maintenanceGracePeriodSeconds", -1), 300);
     EXPECT_EQ(ft.value("cordonFaultyNodes", false), true);
-    // No schema default for these: the annotation and the operator decide.
-    EXPECT_FALSE(ft.contains("maxJobRetries")) << ft.dump(2);
+    // No schema default for this one: the annotation and the operator decide.
+    EXPECT_EQ(ft.value("maxJobRetries", -1), example.max_job_retries) << ft.dump(2);
+    EXPECT_EQ(spec.at("tpu").value("slices", -1), example.slices);
     // The layout and the pod templates survive.
     EXPECT_EQ(spec.at("tpu").value("topology", ""), example.topology);
     const Json& replicas = spec.at("replicaSpecs");
@@ -225,6 +230,14 @@ TEST_F(CrdE2E, ValidEdgeCasesAreAccepted) {
         "    Master: {template: {spec: {containers: [{name: c, image: python:3.11-slim}]}}}\n";
     cases.emplace_back("master-replicas-defaulted", job);
   }
+  {
+    JobYaml job;
+    job.name = "most-workers";
+    job.topology = "32x64";  // 512 workers of 4 chips per slice, 32 slices: 16384 pods
+    job.workers = "512";
+    job.slices = "32";
+    cases.emplace_back("slices-times-workers-16384", job);
+  }
   for (const auto& [label, job] : cases) {
     SCOPED_TRACE(label);
     const CommandResult r =
@@ -274,6 +287,20 @@ std::vector<InvalidCase> InvalidCases() {
         j.workers = "1";
       },
       "replicaSpecs.Worker.replicas * tpu.chipsPerWorker must equal the chips in tpu.topology");
+  add(
+      "SlicesZero", [](JobYaml& j) { j.slices = "0"; },
+      "spec.tpu.slices in body should be greater than or equal to 1");
+  add(
+      "SlicesSixtyFive", [](JobYaml& j) { j.slices = "65"; },
+      "spec.tpu.slices in body should be less than or equal to 64");
+  add(
+      "SlicesTimesWorkersOver16384",
+      [](JobYaml& j) {
+        j.topology = "32x64";  // 2048 chips: 512 workers of 4 chips per slice
+        j.workers = "512";
+        j.slices = "33";
+      },
+      "tpu.slices * replicaSpecs.Worker.replicas (the job's worker pods) must be at most 16384");
   add(
       "TopologyNotAGrid", [](JobYaml& j) { j.topology = "2by4"; },
       "spec.tpu.topology in body should match");
@@ -584,6 +611,8 @@ TEST_F(CrdE2E, KubectlExplainDocumentsTheFields) {
       {"tpujob.status.workerRestarts", "Worker-3"},
       {"tpujob.spec.preemptible", "queues again by its priority"},
       {"tpujob.status.preemptedBy", "the job (namespace/name) that last preempted this one"},
+      {"tpujob.spec.tpu.slices", "<name>-worker-<slice>-<host>"},
+      {"tpujob.status.nodePools", "one per slice in slice order"},
   };
   for (const auto& [field, expected] : fields) {
     SCOPED_TRACE(field);

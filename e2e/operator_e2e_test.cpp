@@ -26,15 +26,15 @@ TEST(OperatorE2E, CrdIsServedWithShortNameAndPrinterColumns) {
   const auto listed = Kubectl("get tj -n " + ns.name());
   ASSERT_EQ(listed.exit_code, 0) << listed.output;
   EXPECT_NE(listed.output.find("single-host"), std::string::npos) << listed.output;
-  for (const char* column : {"PHASE", "ATTEMPT", "READY", "AGE"}) {
+  for (const char* column : {"PHASE", "ATTEMPT", "SLICES", "READY", "AGE"}) {
     EXPECT_NE(listed.output.find(column), std::string::npos) << column << "\n" << listed.output;
   }
   // Defaults from the schema are applied by the API server.
   EXPECT_EQ(Trim(Kubectl("get tj single-host -n " + ns.name() +
                          " -o jsonpath={.spec.successPolicy}/"
-                         "{.spec.faultTolerance.maxWorkerRestarts}")
+                         "{.spec.faultTolerance.maxWorkerRestarts}/{.spec.tpu.slices}")
                      .output),
-            "AllWorkers/5");
+            "AllWorkers/5/1");
   // A manifest that breaks the schema is refused with a message naming the field.
   const std::string manifest = ClusterDir() + "/bad-topology.yaml";
   std::ofstream(manifest)

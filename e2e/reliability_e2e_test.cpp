@@ -59,14 +59,6 @@ int EnvSeconds(const char* name, int fallback) {
   return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
 }
 
-// Each job of `ns` has exactly its desired pods, no pod or Service is an orphan, and no node of
-// `node_sets` (CreateTpuNodes prefixes) is cordoned without a recorded reason.
-void ExpectNothingLeftBehind(const std::string& ns, const std::vector<std::string>& node_sets) {
-  EXPECT_TRUE(HoldsWithin([&] { return JobPodProblems(ns); })) << "each job has its pods";
-  EXPECT_TRUE(HoldsWithin([&] { return OrphanProblems(ns); })) << "no orphans";
-  EXPECT_TRUE(HoldsWithin([&] { return CordonProblems(node_sets); })) << "no cordon unexplained";
-}
-
 // The end of a case (see the top of the file): the caches of `op`, which runs with
 // kDebugCacheFlag and --namespace `ns`, equal a fresh kubectl get, and nothing is left behind.
 void ExpectNothingLost(OperatorProcess& op, const std::string& ns,

@@ -573,6 +573,7 @@ inline ::testing::AssertionResult CacheEqualsApiServer(
 // each, Master 1 by default), none of another attempt, none twice, none being deleted; a
 // Succeeded or Failed job keeps only terminated pods of its last attempt, at most one per
 // replica. A job in any other phase has not settled, which is a problem here too.
+// (A multislice job has replicas * spec.tpu.slices workers.)
 inline std::string JobPodProblems(const std::string& ns) {
   const auto jobs = nlohmann::json::parse(
       Kubectl("get tpujobs -n " + ns + " -o json", false).output, nullptr, false);
@@ -586,8 +587,11 @@ inline std::string JobPodProblems(const std::string& ns) {
     const std::string phase = status.value("phase", "");
     const std::string attempt = std::to_string(status.value("attempt", 0));
     std::set<std::string> desired;
+    // Workers are numbered job-wide across slices (tpujob.dev/replica-index).
+    const int slices = job["spec"].value("tpu", nlohmann::json::object()).value("slices", 1);
     for (const auto& [type, replica] : job["spec"]["replicaSpecs"].items()) {
-      for (int i = 0; i < replica.value("replicas", 1); ++i) {
+      const int count = replica.value("replicas", 1) * (type == "Worker" ? slices : 1);
+      for (int i = 0; i < count; ++i) {
         desired.insert(type + "-" + std::to_string(i));
       }
     }
@@ -720,6 +724,15 @@ inline std::string CordonProblems(const std::vector<std::string>& prefixes) {
     }
   }
   return out;
+}
+
+// Each job of `ns` has exactly its desired pods, no pod or Service is an orphan, and no node of
+// `node_sets` (CreateTpuNodes prefixes) is cordoned without a recorded reason.
+inline void ExpectNothingLeftBehind(const std::string& ns,
+                                    const std::vector<std::string>& node_sets) {
+  EXPECT_TRUE(HoldsWithin([&] { return JobPodProblems(ns); })) << "each job has its pods";
+  EXPECT_TRUE(HoldsWithin([&] { return OrphanProblems(ns); })) << "no orphans";
+  EXPECT_TRUE(HoldsWithin([&] { return CordonProblems(node_sets); })) << "no cordon unexplained";
 }
 
 }  // namespace tpujob::e2e

@@ -33,6 +33,19 @@ std::string Str(const json& object, const char* at, const std::string& fallback 
   return Str(object, json::json_pointer(at), fallback);
 }
 
+// status.nodePools joined ("pool-a,pool-b"), or the older status.nodePool.
+std::string NodePools(const json& job) {
+  const json::json_pointer at("/status/nodePools");
+  if (job.contains(at) && job.at(at).is_array() && !job.at(at).empty()) {
+    std::string out;
+    for (const json& pool : job.at(at)) {
+      out += (out.empty() ? "" : ",") + (pool.is_string() ? pool.get<std::string>() : "?");
+    }
+    return out;
+  }
+  return Str(job, "/status/nodePool", "-");
+}
+
 const json* Condition(const json& job, const std::string& type) {
   const json::json_pointer at("/status/conditions");
   if (!job.contains(at) || !job.at(at).is_array()) return nullptr;
@@ -135,8 +148,7 @@ std::string RenderList(const std::vector<json>& jobs, WallTime now, bool all_nam
     for (const json* job : others) {
       rows.push_back({name(*job), Str(*job, "/status/phase"), Str(*job, "/status/attempt", "1"),
                       Str(*job, "/status/jobRetries", "0"), Str(*job, "/status/readyWorkers", "-"),
-                      Str(*job, "/status/nodePool", "-"),
-                      Age(Str(*job, "/metadata/creationTimestamp"), now)});
+                      NodePools(*job), Age(Str(*job, "/metadata/creationTimestamp"), now)});
     }
     out += "ADMITTED AND FINISHED\n" + Table(rows);
   }
@@ -196,8 +208,11 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
                         : Str(job, "/spec/priority", "0") + " (class " +
                               Str(job, "/spec/priorityClassName") + ")"},
       {"TPU:", Str(job, "/spec/tpu/accelerator") + " " + Str(job, "/spec/tpu/topology") + ", " +
-                   Str(job, "/spec/tpu/chipsPerWorker") + " chips per worker"},
-      {"Node pool:", Str(job, "/status/nodePool", "-")},
+                   Str(job, "/spec/tpu/chipsPerWorker") + " chips per worker" +
+                   (Str(job, "/spec/tpu/slices", "1") == "1"
+                        ? std::string()
+                        : ", " + Str(job, "/spec/tpu/slices") + " slices")},
+      {Str(job, "/spec/tpu/slices", "1") == "1" ? "Node pool:" : "Node pools:", NodePools(job)},
       {"Age:", Age(Str(job, "/metadata/creationTimestamp"), now)},
   };
   // Job control, shown only when set.
@@ -265,12 +280,15 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
   out += "\nFaults (oldest first):\n";
   std::vector<std::vector<std::string>> faults = {
       {"AGE", "ATTEMPT", "KIND", "NODE", "POD", "ITEM", "EXIT", "ACTION", "MESSAGE"}};
+  const bool multislice = Str(job, "/spec/tpu/slices", "1") != "1";
+  if (multislice) faults[0].insert(faults[0].begin() + 4, "SLICE");
   const json::json_pointer faults_at("/status/faults");
   if (job.contains(faults_at) && job.at(faults_at).is_array()) {
     for (const json& f : job.at(faults_at)) {
       faults.push_back({Age(f.value("time", ""), now), Str(f, "/attempt", "-"), f.value("kind", ""),
                         Str(f, "/node", "-"), Str(f, "/pod", "-"), Str(f, "/item", "-"),
                         Str(f, "/exitCode", "-"), f.value("action", ""), f.value("message", "")});
+      if (multislice) faults.back().insert(faults.back().begin() + 4, Str(f, "/slice", "-"));
     }
   }
   out += faults.size() > 1 ? Table(faults, "  ") : "  <none>\n";

@@ -44,13 +44,24 @@ Json OwnerReference(const cache::TPUJobInfo& job) {
               {"blockOwnerDeletion", true}};
 }
 
-std::vector<std::string> WorkerHostnameList(std::string_view job, const policy::JobSpec& spec) {
+std::vector<std::string> WorkerHostnameList(std::string_view job, const policy::JobSpec& spec,
+                                            int32_t slice) {
   std::vector<std::string> hostnames;
   const std::string service = ServiceName(job);
-  for (int32_t i = 0; i < spec.worker.replicas; ++i) {
-    hostnames.push_back(PodName(job, ReplicaType::kWorker, i) + "." + service);
+  const int32_t hosts = spec.HostsPerSlice();
+  for (int32_t i = slice * hosts; i < (slice + 1) * hosts; ++i) {
+    hostnames.push_back(PodName(job, spec, ReplicaType::kWorker, i) + "." + service);
   }
   return hostnames;
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string joined;
+  for (const std::string& name : names) {
+    if (!joined.empty()) joined += ',';
+    joined += name;
+  }
+  return joined;
 }
 
 Json EnvVar(std::string name, std::string value) {
@@ -61,7 +72,10 @@ Json EnvVar(std::string name, std::string value) {
 std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
                               ReplicaType type, int32_t index, int32_t attempt) {
   const bool worker = type == ReplicaType::kWorker;
-  const std::vector<std::string> hostnames = WorkerHostnameList(job.name, spec);
+  // A worker sees the hosts of its own slice; the master those of slice 0 (the coordinator's).
+  const int32_t slice = worker ? spec.SliceOf(index) : 0;
+  const int32_t worker_id = worker ? spec.HostOf(index) : 0;
+  const std::vector<std::string> hostnames = WorkerHostnameList(job.name, spec, slice);
 
   std::vector<Json> env;
   env.push_back(EnvVar("TPUJOB_NAME", job.name));
@@ -69,8 +83,16 @@ std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpe
   env.push_back(EnvVar("TPUJOB_ATTEMPT", std::to_string(attempt)));
   env.push_back(EnvVar("TPUJOB_REPLICA_TYPE", std::string(policy::ToString(type))));
   env.push_back(EnvVar("TPUJOB_REPLICA_INDEX", std::to_string(index)));
-  if (worker) env.push_back(EnvVar("TPU_WORKER_ID", std::to_string(index)));
-  env.push_back(EnvVar("TPU_WORKER_HOSTNAMES", WorkerHostnames(job.name, spec)));
+  if (worker) env.push_back(EnvVar("TPU_WORKER_ID", std::to_string(worker_id)));
+  env.push_back(EnvVar("TPU_WORKER_HOSTNAMES", Join(hostnames)));
+  if (spec.Multislice()) {
+    // What libtpu's multislice runtime (and JAX on it) reads to join the slices over the
+    // data-center network: slice 0's first worker coordinates.
+    env.push_back(EnvVar("MEGASCALE_COORDINATOR_ADDRESS", CoordinatorAddress(job.name, spec)));
+    env.push_back(EnvVar("MEGASCALE_NUM_SLICES", std::to_string(spec.tpu.slices)));
+    if (worker) env.push_back(EnvVar("MEGASCALE_SLICE_ID", std::to_string(slice)));
+    env.push_back(EnvVar("MEGASCALE_PORT", std::to_string(kMegascalePort)));
+  }
   if (!spec.checkpoint_path.empty()) {
     env.push_back(EnvVar("TPUJOB_CHECKPOINT_PATH", spec.checkpoint_path));
   }
@@ -84,7 +106,13 @@ std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpe
               {"worker_count", spec.worker.replicas},
               {"worker_hostnames", hostnames},
               {"attempt", attempt}};
-  if (worker) config["worker_id"] = index;
+  if (worker) config["worker_id"] = worker_id;
+  if (spec.Multislice()) {
+    config["num_slices"] = spec.tpu.slices;
+    if (worker) config["slice_id"] = slice;
+    config["coordinator_address"] = CoordinatorAddress(job.name, spec);
+    config["megascale_port"] = kMegascalePort;
+  }
   env.push_back(EnvVar("TPU_CONFIG", config.dump()));
   // The zone and the TPU host's health are properties of the node, so programs and their logs
   // need its name.
@@ -166,15 +194,20 @@ std::string PodName(std::string_view job, ReplicaType type, int32_t index) {
   return name;
 }
 
+std::string PodName(std::string_view job, const policy::JobSpec& spec, ReplicaType type,
+                    int32_t index) {
+  if (type != ReplicaType::kWorker || !spec.Multislice()) return PodName(job, type, index);
+  return PodName(job, type, spec.SliceOf(index)) + "-" + std::to_string(spec.HostOf(index));
+}
+
 std::string ServiceName(std::string_view job) { return std::string(job); }
 
-std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec) {
-  std::string joined;
-  for (const std::string& hostname : WorkerHostnameList(job, spec)) {
-    if (!joined.empty()) joined += ',';
-    joined += hostname;
-  }
-  return joined;
+std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec, int32_t slice) {
+  return Join(WorkerHostnameList(job, spec, slice));
+}
+
+std::string CoordinatorAddress(std::string_view job, const policy::JobSpec& spec) {
+  return PodName(job, spec, ReplicaType::kWorker, 0) + "." + ServiceName(job);
 }
 
 namespace {
@@ -340,7 +373,7 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   const Json& pod_template =
       replica != nullptr && replica->template_.is_object() ? replica->template_ : kEmptyTemplate;
   const Json template_metadata = pod_template.value("metadata", Json::object());
-  const std::string name = PodName(job.name, type, index);
+  const std::string name = PodName(job.name, spec, type, index);
 
   Json labels = Json::object();
   if (auto it = template_metadata.find("labels");
@@ -351,6 +384,9 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   labels[std::string(kReplicaTypeLabel)] = policy::ToString(type);
   labels[std::string(kReplicaIndexLabel)] = std::to_string(index);
   labels[std::string(kAttemptLabel)] = std::to_string(attempt);
+  if (type == ReplicaType::kWorker && spec.Multislice()) {
+    labels[std::string(kSliceIndexLabel)] = std::to_string(spec.SliceOf(index));
+  }
 
   Json metadata{{"name", name},
                 {"namespace", job.ns.str()},

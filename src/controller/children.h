@@ -8,7 +8,9 @@
 //
 // Pods get what TPU programs expect from their environment: the accelerator and topology node
 // selectors, the google.com/tpu request, the TPU taint's toleration, and the variables JAX and
-// the older managed service's programs read (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_CONFIG).
+// the older managed service's programs read (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_CONFIG;
+// for a multislice job also MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES,
+// MEGASCALE_SLICE_ID, MEGASCALE_PORT). See docs/api.md for each variable.
 // Everything else in the user's pod template is kept as written.
 //
 // All functions are pure and thread-safe. They never throw: a template field of the wrong type
@@ -33,6 +35,9 @@ using Json = nlohmann::json;
 inline constexpr std::string_view kReplicaTypeLabel = "tpujob.dev/replica-type";    // "Master"
 inline constexpr std::string_view kReplicaIndexLabel = "tpujob.dev/replica-index";  // "0".."n-1"
 inline constexpr std::string_view kAttemptLabel = "tpujob.dev/attempt";             // "1", "2"
+// Workers of a multislice job: the slice ("0".."slices-1"). kReplicaIndexLabel stays the
+// job-wide worker index (slice * hosts per slice + TPU_WORKER_ID).
+inline constexpr std::string_view kSliceIndexLabel = "tpujob.dev/slice-index";
 // The node labels GKE puts on TPU nodes, which worker pods select on.
 inline constexpr std::string_view kAcceleratorNodeLabel = "cloud.google.com/gke-tpu-accelerator";
 inline constexpr std::string_view kTopologyNodeLabel = "cloud.google.com/gke-tpu-topology";
@@ -46,11 +51,22 @@ inline constexpr std::string_view kTPUJobKind = "TPUJob";
 
 // "<job>-worker-3", "<job>-master-0". Also the pod's hostname.
 std::string PodName(std::string_view job, policy::ReplicaType type, int32_t index);
+// The name of worker `index` (job-wide) of a job with `spec`: as above for a single slice; for
+// a multislice job "<job>-worker-<slice>-<host>" (worker 7 of 2 slices of 4 hosts:
+// "<job>-worker-1-3"). The master is "<job>-master-0" either way.
+std::string PodName(std::string_view job, const policy::JobSpec& spec, policy::ReplicaType type,
+                    int32_t index);
 // The headless Service: named after the job, so pods resolve as "<pod>.<job>".
 std::string ServiceName(std::string_view job);
-// "<job>-worker-0.<job>,<job>-worker-1.<job>,...": the worker pods' hostnames under the
-// headless Service, resolvable from any pod of the namespace through its DNS search path.
-std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec);
+// "<job>-worker-0.<job>,<job>-worker-1.<job>,...": the hostnames of one slice's worker pods
+// under the headless Service, resolvable from any pod of the namespace through its DNS search
+// path.
+std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec, int32_t slice = 0);
+// A multislice job's coordinator, slice 0's worker 0: "<job>-worker-0-0.<job>".
+std::string CoordinatorAddress(std::string_view job, const policy::JobSpec& spec);
+// The port libtpu's multislice runtime listens on (MEGASCALE_PORT): its default, the one the GKE
+// multislice guides open.
+inline constexpr int32_t kMegascalePort = 8080;
 
 struct PodBuildOptions {
   // The image of the pre-flight init container when the job names none: the operator's own.
@@ -92,8 +108,8 @@ std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType typ
 //   - in every container and init container, the operator's environment variables first (so
 //     the template's own variables can refer to them as $(VAR)), replacing any template
 //     variable of the same name.
-//   - workers of an attempt pinned to a node pool (`node_pool` not empty): a node selector on
-//     cloud.google.com/gke-nodepool.
+//   - workers of an attempt pinned to a node pool (`node_pool` not empty: the pool of the
+//     worker's slice): a node selector on cloud.google.com/gke-nodepool.
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy::ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options = {},
               const std::string& node_pool = "");

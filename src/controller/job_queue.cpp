@@ -12,8 +12,8 @@ namespace tpujob::controller {
 namespace {
 
 bool SameAnswer(const policy::Admission& a, const policy::Admission& b) {
-  return a.admit == b.admit && a.pool == b.pool && a.reason == b.reason && a.message == b.message &&
-         a.position == b.position;
+  return a.admit == b.admit && a.pools == b.pools && a.reason == b.reason &&
+         a.message == b.message && a.position == b.position;
 }
 
 }  // namespace
@@ -72,7 +72,7 @@ AdmissionDecision JobQueue::Admit(const cache::TPUJobInfo& job) {
       d.admit = a.admit;
       d.reason = a.admit ? "Admitted" : a.reason;
       d.message = a.message;
-      d.pool = a.pool;
+      d.pools = a.pools;
       if (!a.admit) d.position = a.position;
       return d;
     }
@@ -163,6 +163,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       r.topology = spec->tpu.topology;
       r.workers = spec->worker.replicas;
       r.chips_per_worker = spec->tpu.chips_per_worker;
+      r.slices = spec->tpu.slices;
       r.reissued = status.reissued;
       r.priority = priority.value;
       r.queued_at = status.queued_at.value_or(job->creation_timestamp.value_or(WallTime{}));
@@ -184,9 +185,14 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       a.gang.topology = spec->tpu.topology;
       a.gang.preemptible = spec->preemptible;
       a.gang.admitted_at = status.admitted_at.value_or(WallTime{});
-      // The chips of its workers not bound yet are reserved in its pool (filled in below).
-      reservations.push_back({key, spec->tpu.accelerator, spec->tpu.topology, status.node_pool,
-                              spec->worker.replicas, spec->tpu.chips_per_worker});
+      // The chips of its workers not bound yet are reserved in its pools, slice by slice
+      // (filled in below).
+      for (int32_t slice = 0; slice < spec->tpu.slices; ++slice) {
+        const size_t at = static_cast<size_t>(slice);
+        reservations.push_back({key, spec->tpu.accelerator, spec->tpu.topology,
+                                at < status.node_pools.size() ? status.node_pools[at] : "",
+                                spec->worker.replicas, spec->tpu.chips_per_worker, slice});
+      }
     }
   }
 
@@ -205,8 +211,9 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
   // where a preemption candidate's chips are), and the pods already on their way out (being
   // deleted, of an earlier attempt, of a job not admitted): their chips free up without any
   // further decision, so a preemption is only considered when those are not enough.
-  std::map<std::string, int32_t> bound;  // job -> bound, live workers of its current attempt
-  std::map<std::string, bool> going;     // job -> a pod of its current attempt is going
+  // (job, slice) -> bound, live workers of the job's current attempt in that slice
+  std::map<std::pair<std::string, int32_t>, int32_t> bound;
+  std::map<std::string, bool> going;  // job -> a pod of its current attempt is going
   const auto pods = pods_.List();
   std::vector<const cache::PodInfo*> pod_ptrs, staying;
   pod_ptrs.reserve(pods.size());
@@ -224,7 +231,10 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     auto a = admitted_jobs.find(key);
     if (a == admitted_jobs.end() || id->attempt != a->second.attempt) continue;  // going
     const bool worker = id->type == policy::ReplicaType::kWorker;
-    if (worker) bound[key]++;
+    if (worker) {
+      const int32_t hosts = a->second.workers;
+      bound[{key, hosts > 0 ? id->index / hosts : 0}]++;
+    }
     if (pod->deleting() || a->second.ordered) {
       going[key] = true;
       continue;
@@ -236,11 +246,13 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     }
   }
   std::vector<policy::RunningGang> running;
+  std::set<std::string> unbound;  // jobs with a worker not bound yet
   for (policy::Reservation& r : reservations) {
-    const int32_t have = bound[r.job];
-    r.workers = std::max(0, r.workers - have);
-    Admitted& a = admitted_jobs[r.job];
-    if (a.candidate && r.workers == 0 && !going[r.job]) running.push_back(std::move(a.gang));
+    r.workers = std::max(0, r.workers - bound[{r.job, r.slice}]);
+    if (r.workers > 0) unbound.insert(r.job);
+  }
+  for (auto& [key, a] : admitted_jobs) {
+    if (a.candidate && !unbound.contains(key) && !going[key]) running.push_back(std::move(a.gang));
   }
   std::erase_if(reservations, [](const policy::Reservation& r) { return r.workers <= 0; });
 

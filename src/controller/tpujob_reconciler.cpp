@@ -164,7 +164,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
       input.admit = admission.admit;
       input.not_admitted_reason = admission.reason;
       if (!admission.message.empty()) input.not_admitted_message = admission.message;
-      input.admit_pool = admission.pool;
+      input.admit_pools = admission.pools;
       input.queue_position = admission.position;
     }
   }
@@ -379,8 +379,9 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     for (const auto& node : nodes_.List()) {
       if (node->labels.Value(policy::kAcceleratorLabel) != spec.tpu.accelerator ||
           node->labels.Value(policy::kTopologyLabel) != spec.tpu.topology ||
-          (!plan.status.node_pool.empty() &&
-           node->labels.Value(cache::kNodePoolLabel) != plan.status.node_pool)) {
+          (!plan.status.node_pools.empty() &&
+           std::find(plan.status.node_pools.begin(), plan.status.node_pools.end(),
+                     node->labels.Value(cache::kNodePoolLabel)) == plan.status.node_pools.end())) {
         continue;
       }
       if (policy::EvaluateNode(node.get(), options_.node_health, now).verdict ==
@@ -397,9 +398,14 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   std::vector<char> made(plan.create.size(), 0);
   ParallelFor(plan.create.size(), options_.create_parallelism, [&](size_t i) {
     const auto& want = plan.create[i];
-    auto created = client_.Create(
-        kube::Resource::Pods(), ns,
-        BuildPod(job, spec, want.type, want.index, attempt, pod_options, plan.status.node_pool));
+    // A worker is pinned to its slice's pool (a master to none).
+    const size_t slice = static_cast<size_t>(spec.SliceOf(want.index));
+    const std::vector<std::string>& pools = plan.status.node_pools;
+    const std::string pool =
+        want.type == policy::ReplicaType::kWorker && slice < pools.size() ? pools[slice] : "";
+    auto created =
+        client_.Create(kube::Resource::Pods(), ns,
+                       BuildPod(job, spec, want.type, want.index, attempt, pod_options, pool));
     if (created) {
       made[i] = 1;
     } else if (!created.error().IsAlreadyExists()) {
@@ -411,7 +417,7 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   for (size_t i = 0; i < plan.create.size(); ++i) {
     if (made[i] != 0) {
       ++count;
-      expect.created.insert(PodName(job.name, plan.create[i].type, plan.create[i].index));
+      expect.created.insert(PodName(job.name, spec, plan.create[i].type, plan.create[i].index));
     }
     if (errors[i] && !first_error) first_error = errors[i];
   }

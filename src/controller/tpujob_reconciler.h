@@ -45,7 +45,8 @@ struct AdmissionDecision {
   bool admit = true;
   std::string reason = "Queued";
   std::string message;
-  std::string pool;                 // admitted: pin the workers to this node pool ("" = don't)
+  std::vector<std::string> pools;   // admitted: per slice, pin its workers to this node pool
+                                    // ("" = don't)
   std::optional<int32_t> position;  // waiting: the place in the queue
 };
 using AdmissionFunc = std::function<AdmissionDecision(

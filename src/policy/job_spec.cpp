@@ -185,6 +185,9 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
                         out.tpu.high_speed_network)) {
     return Error(*e);
   }
+  value = 1;
+  if (auto e = ReadInt(*tpu, "slices", "spec.tpu.slices", 1, kMaxSlices, value)) return Error(*e);
+  out.tpu.slices = static_cast<int32_t>(value);
 
   // Replicas.
   const Json* specs = Member(spec, "replicaSpecs");
@@ -212,6 +215,12 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
                  " workers of " + std::to_string(out.tpu.chips_per_worker) +
                  " chips do not make a " + out.tpu.topology + " slice (" + std::to_string(chips) +
                  " chips)");
+  }
+  if (int64_t{out.worker.replicas} * out.tpu.slices > kMaxJobWorkers) {
+    return Error("spec.tpu.slices: " + std::to_string(out.tpu.slices) + " slices of " +
+                 std::to_string(out.worker.replicas) + " workers make " +
+                 std::to_string(int64_t{out.worker.replicas} * out.tpu.slices) +
+                 " worker pods, more than " + std::to_string(kMaxJobWorkers));
   }
 
   std::string policy = "Master";

@@ -67,10 +67,18 @@ struct FaultTolerance {
   Json preflight_thresholds = Json::object();
 };
 
+// spec.tpu.slices bounds, and the most worker pods a job may have across its slices (see
+// docs/api.md for why).
+inline constexpr int32_t kMaxSlices = 64;
+inline constexpr int64_t kMaxJobWorkers = 16384;
+
 struct TpuSpec {
   std::string accelerator;  // node label cloud.google.com/gke-tpu-accelerator
   std::string topology;     // node label cloud.google.com/gke-tpu-topology, e.g. "2x4"
   int32_t chips_per_worker = 0;
+  // Identical slices of `topology`, each replicaSpecs.Worker.replicas hosts in a node pool of
+  // its own, joined over the data-center network (multislice). 1: a single slice, as before.
+  int32_t slices = 1;
   // The workers use a high-speed network (RDMA, multi-NIC); its libraries need locked memory
   // and many open files, so pre-flight checks the ulimits (the source requirements check them
   // only for such jobs).
@@ -99,8 +107,20 @@ struct JobSpec {
   FaultTolerance fault_tolerance;
   std::string checkpoint_path;
 
+  // Pods of the replica type in one attempt: for workers, every slice's (slices * hosts).
+  // Worker pods are numbered job-wide: worker i is host i % HostsPerSlice() of slice
+  // i / HostsPerSlice().
   int32_t Replicas(ReplicaType type) const {
-    return type == ReplicaType::kMaster ? (master ? master->replicas : 0) : worker.replicas;
+    return type == ReplicaType::kMaster ? (master ? master->replicas : 0)
+                                        : worker.replicas * tpu.slices;
+  }
+  int32_t HostsPerSlice() const { return worker.replicas; }
+  bool Multislice() const { return tpu.slices > 1; }
+  int32_t SliceOf(int32_t worker_index) const {
+    return worker.replicas > 0 ? worker_index / worker.replicas : 0;
+  }
+  int32_t HostOf(int32_t worker_index) const {
+    return worker.replicas > 0 ? worker_index % worker.replicas : worker_index;
   }
   const ReplicaSpec* Replica(ReplicaType type) const {
     return type == ReplicaType::kMaster ? (master ? &*master : nullptr) : &worker;

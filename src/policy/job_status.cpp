@@ -203,8 +203,12 @@ JobStatus JobStatus::FromJson(const Json& j) {
   s.start_time = ReadTime(j, "startTime");
   s.running_at = ReadTime(j, "runningAt");
   s.completion_time = ReadTime(j, "completionTime");
-  if (auto it = j.find("nodePool"); it != j.end() && it->is_string()) {
-    s.node_pool = it->get<std::string>();
+  if (auto it = j.find("nodePools"); it != j.end() && it->is_array()) {
+    for (const Json& pool : *it)
+      s.node_pools.push_back(pool.is_string() ? pool.get<std::string>() : "");
+  } else if (auto one = j.find("nodePool");
+             one != j.end() && one->is_string() && !one->get_ref<const std::string&>().empty()) {
+    s.node_pools.push_back(one->get<std::string>());  // written before nodePools existed
   }
   if (auto it = j.find("queuePosition"); it != j.end() && it->is_number_integer()) {
     s.queue_position = it->get<int32_t>();
@@ -224,6 +228,9 @@ JobStatus JobStatus::FromJson(const Json& j) {
       r.pod = ReadString(f, "pod");
       r.container = ReadString(f, "container");
       r.item = ReadString(f, "item");
+      if (auto slice = f.find("slice"); slice != f.end() && slice->is_number_integer()) {
+        r.slice = slice->get<int32_t>();
+      }
       if (auto code = f.find("exitCode"); code != f.end() && code->is_number_integer()) {
         r.exit_code = code->get<int32_t>();
       }
@@ -287,7 +294,10 @@ Json JobStatus::ToJson() const {
   PutTime(out, "runningAt", running_at);
   PutTime(out, "completionTime", completion_time);
   if (queue_position) out["queuePosition"] = *queue_position;
-  if (!node_pool.empty()) out["nodePool"] = node_pool;
+  if (!node_pools.empty()) {
+    out["nodePools"] = node_pools;
+    if (node_pools.size() == 1) out["nodePool"] = node_pools.front();
+  }
   if (reissued) out["reissued"] = true;
   if (preemptions != 0) out["preemptions"] = preemptions;
   PutString(out, "preemptedBy", preempted_by);
@@ -302,6 +312,7 @@ Json JobStatus::ToJson() const {
       PutString(item, "pod", f.pod);
       PutString(item, "container", f.container);
       PutString(item, "item", f.item);
+      if (f.slice) item["slice"] = *f.slice;
       if (f.exit_code) item["exitCode"] = *f.exit_code;
       PutString(item, "reason", f.reason);
       PutString(item, "message", f.message);

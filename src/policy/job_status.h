@@ -83,7 +83,8 @@ struct FaultRecord {
   std::string node;
   std::string pod;
   std::string container;
-  std::string item;  // the pre-flight item, when one failed
+  std::string item;              // the pre-flight item, when one failed
+  std::optional<int32_t> slice;  // of a multislice job: the slice of the pod or node at fault
   std::optional<int32_t> exit_code;
   std::string reason;
   std::string message;
@@ -128,9 +129,10 @@ struct JobStatus {
   std::optional<WallTime> running_at;
   std::optional<WallTime> completion_time;
   std::optional<int32_t> queue_position;
-  // The node pool the current attempt's workers are pinned to (multi-host attempts), set at
-  // admission; "" otherwise.
-  std::string node_pool;
+  // The node pools the current attempt's workers are pinned to, one per slice in slice order
+  // (multi-host or multislice attempts), set at admission; empty otherwise. Written as
+  // status.nodePools, and for a single slice also as status.nodePool (its older form).
+  std::vector<std::string> node_pools;
   bool reissued = false;
   // Times the job was preempted, and by which job (namespace/name) and when, the last time.
   int32_t preemptions = 0;

@@ -23,9 +23,13 @@ std::string Bounded(std::string text) {
   return text;
 }
 
-std::string Describe(const ObservedPod& p) {
-  std::string out = std::string(LowerName(p.type)) + "-" + std::to_string(p.index);
-  return out + " (pod " + p.pod->name + ")";
+// "worker-3 (pod j-worker-3)"; for a multislice job "worker-7 (slice 1, pod j-worker-1-3)".
+std::string Describe(const ObservedPod& p, const JobSpec* spec) {
+  std::string out = std::string(LowerName(p.type)) + "-" + std::to_string(p.index) + " (";
+  if (spec != nullptr && spec->Multislice() && p.type == ReplicaType::kWorker) {
+    out += "slice " + std::to_string(spec->SliceOf(p.index)) + ", ";
+  }
+  return out + "pod " + p.pod->name + ")";
 }
 
 std::string DescribeExit(const Termination& t) {
@@ -144,7 +148,7 @@ class Decider {
         // one (a re-issued attempt first, a preempted one by its priority).
         s.phase = Phase::kQueued;
         s.queued_at = now_;
-        s.node_pool.clear();
+        s.node_pools.clear();
         const std::string attempt = "attempt " + std::to_string(s.attempt);
         if (s.ConditionTrue(condition::kPreempted)) {
           s.SetCondition(condition::kAdmitted, false, "Preempted",
@@ -170,12 +174,16 @@ class Decider {
         UpdateCounts();
         return std::move(plan_);
       }
-      s.node_pool = in_.admit_pool;
+      s.node_pools = in_.admit_pools;
+      if (std::all_of(s.node_pools.begin(), s.node_pools.end(),
+                      [](const std::string& pool) { return pool.empty(); })) {
+        s.node_pools.clear();
+      }
       s.phase = Phase::kStarting;
       s.admitted_at = now_;
       if (!s.start_time) s.start_time = now_;
       s.queue_position.reset();
-      const int total = spec.Replicas(ReplicaType::kMaster) + spec.worker.replicas;
+      const int total = spec.Replicas(ReplicaType::kMaster) + spec.Replicas(ReplicaType::kWorker);
       s.SetCondition(condition::kAdmitted, true, "Admitted",
                      "attempt " + std::to_string(s.attempt) + " admitted", now_, gen_);
       if (s.ConditionTrue(condition::kPreempted)) {
@@ -244,7 +252,7 @@ class Decider {
       s.admitted_at.reset();
       s.running_at.reset();
       s.queue_position.reset();
-      s.node_pool.clear();
+      s.node_pools.clear();
       s.SetCondition(condition::kSuspended, true, "JobSuspended", why, now_, gen_);
       if (s.ConditionTrue(condition::kPreempted)) {
         s.SetCondition(condition::kPreempted, false, "Suspended", "the job is suspended", now_,
@@ -488,6 +496,9 @@ class Decider {
     }
     f.node = std::string(p.pod->node_name.view());
     f.pod = p.pod->name;
+    if (spec_ != nullptr && spec_->Multislice() && p.type == ReplicaType::kWorker) {
+      f.slice = spec_->SliceOf(p.index);
+    }
     f.container = t.container;
     f.exit_code = t.exit_code;
     f.reason = t.reason;
@@ -598,7 +609,7 @@ class Decider {
       }
       Fault(*f.pod, f.termination, "FailJob");
       Finish(false, "PermanentError",
-             Describe(*f.pod) + ": " + DescribeExit(f.termination) + "; exit code " +
+             Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) + "; exit code " +
                  std::to_string(*f.termination.exit_code) +
                  " is permanent, the job is not retried");
       s.worker_restarts.erase(key);
@@ -615,9 +626,9 @@ class Decider {
       return;
     }
     if (spec.success_policy == SuccessPolicy::kAllWorkers &&
-        workers_succeeded == spec.worker.replicas) {
+        workers_succeeded == spec.Replicas(ReplicaType::kWorker)) {
       Finish(true, "AllWorkersSucceeded",
-             "all " + std::to_string(spec.worker.replicas) + " workers exited 0");
+             "all " + std::to_string(spec.Replicas(ReplicaType::kWorker)) + " workers exited 0");
       UpdateCounts();
       return;
     }
@@ -645,14 +656,14 @@ class Decider {
         record.pod_uid = f.pod->pod->uid;
         Fault(*f.pod, f.termination, "RestartWorker");
         Event(true, "WorkerRestarted",
-              Describe(*f.pod) + ": " + DescribeExit(f.termination) + "; restarting it in place (" +
-                  std::to_string(record.count) + " of " + std::to_string(max_restarts) +
-                  " restarts)");
+              Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
+                  "; restarting it in place (" + std::to_string(record.count) + " of " +
+                  std::to_string(max_restarts) + " restarts)");
         Delete(*f.pod->pod, std::nullopt, "it failed and is restarted");
         restarted = true;
         continue;
       }
-      const std::string why = Describe(*f.pod) + ": " + DescribeExit(f.termination) +
+      const std::string why = Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
                               "; it has used its " + std::to_string(max_restarts) + " restarts";
       Reissue(*f.pod, f.termination, why, /*counts=*/true);
       UpdateCounts();
@@ -725,7 +736,8 @@ class Decider {
       Termination t;
       t.reason = health.reason;
       t.message = health.message;
-      Reissue(*culprit, t, Describe(*culprit) + ": " + health.message + (lost_any ? " (lost)" : ""),
+      Reissue(*culprit, t,
+              Describe(*culprit, spec_) + ": " + health.message + (lost_any ? " (lost)" : ""),
               /*counts=*/true, std::nullopt, "", health.unreachable ? "NodeLost" : "NodeUnhealthy");
       return true;
     }
@@ -733,7 +745,7 @@ class Decider {
       Termination t;
       t.reason = maintenance_health.reason;
       t.message = maintenance_health.message;
-      Reissue(*maintenance, t, Describe(*maintenance) + ": " + maintenance_health.message,
+      Reissue(*maintenance, t, Describe(*maintenance, spec_) + ": " + maintenance_health.message,
               /*counts=*/false, spec_->fault_tolerance.maintenance_grace_period_seconds, {});
       return true;
     }
@@ -757,14 +769,14 @@ class Decider {
     }
     if (stuck == nullptr) return false;
     const std::string why =
-        Describe(*stuck) + " cannot be scheduled" +
+        Describe(*stuck, spec_) + " cannot be scheduled" +
         (stuck->pod->message.empty() ? std::string() : " (" + stuck->pod->message + ")") +
         "; the capacity counted at admission was taken";
     s.reissued = true;
     s.phase = Phase::kRestarting;
     s.admitted_at.reset();
     s.running_at.reset();
-    s.node_pool.clear();
+    s.node_pools.clear();
     s.SetCondition(condition::kAdmitted, false, "AdmissionReleased",
                    why + "; attempt " + std::to_string(s.attempt) + " queues again first", now_,
                    gen_);
@@ -840,7 +852,7 @@ class Decider {
         if (spec_->fault_tolerance.cordon_faulty_nodes) {
           plan_.cordon.push_back(
               {node, "PreflightFailed",
-               Describe(*p) + ": pre-flight check failed: " +
+               Describe(*p, spec_) + ": pre-flight check failed: " +
                    (items.empty() ? "no readable report" : items) + " on node " + node +
                    (hardware ? " (the node is at fault)" : " (the node's environment is at fault)"),
                items, p->pod->uid + "/" + (items.empty() ? "preflight" : items)});
@@ -857,8 +869,8 @@ class Decider {
     const std::string node(culprit->pod->node_name.view());
     shown.message =
         culprit_items.empty() ? std::string("no readable report") : "failed: " + culprit_items;
-    std::string why = Describe(*culprit) + ": pre-flight check " + shown.message + " on node " +
-                      (node.empty() ? "<none>" : node);
+    std::string why = Describe(*culprit, spec_) + ": pre-flight check " + shown.message +
+                      " on node " + (node.empty() ? "<none>" : node);
     if (failed.size() > 1) {
       why += "; " + std::to_string(failed.size()) + " pods failed pre-flight (" + all_items + ")";
     }
@@ -928,7 +940,7 @@ class Decider {
     s.replica_statuses = std::move(counts);
     if (spec_ != nullptr) {
       s.ready_workers = std::to_string(s.replica_statuses["Worker"].ready) + "/" +
-                        std::to_string(spec_->worker.replicas);
+                        std::to_string(spec_->Replicas(ReplicaType::kWorker));
     }
   }
 
@@ -1004,7 +1016,8 @@ Plan Decide(const LifecycleInput& input) {
   goodput.now = input.now;
   if (input.spec->has_value()) {
     const JobSpec& spec = **input.spec;
-    goodput.chips = static_cast<int64_t>(spec.worker.replicas) * spec.tpu.chips_per_worker;
+    goodput.chips =
+        static_cast<int64_t>(spec.Replicas(ReplicaType::kWorker)) * spec.tpu.chips_per_worker;
   }
   for (const ObservedPod& p : input.pods) {
     if (p.attempt != plan.status.attempt || p.pod->deleting()) continue;

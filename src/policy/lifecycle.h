@@ -65,9 +65,9 @@ struct LifecycleInput {
   bool admit = true;
   std::string not_admitted_reason = "Queued";
   std::string not_admitted_message = "waiting for capacity";
-  // Admitted: the node pool to pin a multi-host attempt's workers to ("" = no pinning).
+  // Admitted: per slice, the node pool to pin the slice's workers to ("" = no pinning).
   // Waiting: the job's place in the queue (status.queuePosition).
-  std::string admit_pool;
+  std::vector<std::string> admit_pools;
   std::optional<int32_t> queue_position;
   // The queue preempts this admitted job for a waiting job of higher priority
   // (policy/preemption.h): it is stopped like a maintenance event and queues again.

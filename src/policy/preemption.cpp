@@ -28,13 +28,14 @@ class ClassCapacity {
     }
   }
 
-  // The pool the chips of `gang` are counted in, or nullptr when none of its nodes offers
-  // capacity (cordoned, unhealthy: stopping it would not help).
-  const std::string* PoolOf(const RunningGang& gang) const {
+  // The pools the chips of `gang` are counted in (several for a multislice job), none when
+  // none of its nodes offers capacity (cordoned, unhealthy: stopping it would not help).
+  std::set<std::string> PoolsOf(const RunningGang& gang) const {
+    std::set<std::string> out;
     for (const auto& [node, chips] : gang.chips) {
-      if (auto it = where_.find(node); it != where_.end()) return it->second.pool;
+      if (auto it = where_.find(node); it != where_.end()) out.insert(*it->second.pool);
     }
-    return nullptr;
+    return out;
   }
 
   // The capacity once `victims` are gone.
@@ -62,7 +63,7 @@ class ClassCapacity {
 };
 
 struct Choice {
-  std::string pool;
+  std::string pool;  // for a multislice head: the pools the victims' chips are in, joined
   std::vector<const RunningGang*> victims;
   // Lower is better: see the header.
   std::tuple<int32_t, size_t, int64_t, int64_t, std::string> Cost() const {
@@ -124,8 +125,10 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       if (!a.admit || job.accelerator != head.accelerator || job.topology != head.topology) {
         continue;
       }
-      ahead.push_back({job.job, job.accelerator, job.topology, a.placed_pool, job.workers,
-                       job.chips_per_worker});
+      for (size_t slice = 0; slice < a.placed_pools.size(); ++slice) {
+        ahead.push_back({job.job, job.accelerator, job.topology, a.placed_pools[slice], job.workers,
+                         job.chips_per_worker, static_cast<int32_t>(slice)});
+      }
     }
     Reserve(reserved, ahead);
     const ClassCapacity capacity(reserved, key);
@@ -134,7 +137,16 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       if (gang.accelerator != head.accelerator || gang.topology != head.topology) continue;
       if (gang.priority >= head.priority || !gang.preemptible || gang.chips.empty()) continue;
       if (gang.job == info.preempted_by && gang.admitted_at >= info.preempted_at) continue;
-      if (const std::string* pool = capacity.PoolOf(gang)) by_pool[*pool].push_back(&gang);
+      const std::set<std::string> pools = capacity.PoolsOf(gang);
+      if (pools.empty()) continue;
+      // A single-slice head needs its victims in one pool: each pool is a choice of its own,
+      // and a multislice victim is a candidate in each of its pools. A multislice head needs
+      // room in several pools: one choice over all candidates ("" stands for all of them).
+      if (head.slices > 1) {
+        by_pool[""].push_back(&gang);
+      } else {
+        for (const std::string& pool : pools) by_pool[pool].push_back(&gang);
+      }
     }
     if (by_pool.empty()) continue;
 
@@ -165,7 +177,14 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
         fewer.erase(fewer.begin() + static_cast<ptrdiff_t>(i));
         if (fits(fewer)) victims = std::move(fewer);
       }
-      Choice choice{pool, std::move(victims)};
+      std::string where = pool;
+      if (head.slices > 1) {
+        std::set<std::string> pools;
+        for (const RunningGang* v : victims) pools.merge(capacity.PoolsOf(*v));
+        where.clear();
+        for (const std::string& p : pools) where += (where.empty() ? "" : ", ") + p;
+      }
+      Choice choice{std::move(where), std::move(victims)};
       if (!best || choice.Cost() < best->Cost()) best = std::move(choice);
     }
     if (!best) continue;
@@ -174,9 +193,10 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     p.preemptor = head.job;
     p.pool = best->pool;
     for (const RunningGang* v : best->victims) p.victims.push_back(v->job);
-    const std::string pool_label = best->pool.empty()
-                                       ? std::string("the nodes without a node pool label")
-                                       : "node pool " + best->pool;
+    const std::string pool_label =
+        best->pool.empty() ? std::string("the nodes without a node pool label")
+        : best->pool.find(", ") != std::string::npos ? "node pools " + best->pool
+                                                     : "node pool " + best->pool;
     p.message = "preempting " + DescribeVictims(best->victims) + " in " + pool_label + ": " +
                 DescribeNeeds(head);
     p.victim_message = "preempted by " + head.job + " (priority " + std::to_string(head.priority) +

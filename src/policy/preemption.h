@@ -17,7 +17,9 @@
 // ping-pong). A head whose PriorityClass says preemptionPolicy: Never preempts nobody.
 //
 // Which. The victims of one preemption come from one node pool (a multi-host head needs all its
-// workers in one pool). In each pool the candidates are taken lowest priority first, then the
+// workers in one pool); a multislice victim is a candidate in each pool it holds chips in. For a
+// multislice head, which needs several pools, the candidates of every pool are taken together,
+// in the same order. In each pool the candidates are taken lowest priority first, then the
 // most recently admitted (the least work lost), then by key, until the head fits; then every
 // victim not needed after all is given back, the most valuable first (highest priority, oldest).
 // Of the pools where the head can be made to fit, the set chosen is the one whose
@@ -60,7 +62,7 @@ struct PreemptorInfo {
 // One decided preemption.
 struct Preemption {
   std::string preemptor;
-  std::string pool;                  // where its victims' chips are
+  std::string pool;                  // where its victims' chips are ("a, b" for several pools)
   std::vector<std::string> victims;  // in the order they were chosen
   // For the preemptor's condition and Event, e.g. "preempting team/low (priority 10) in node
   // pool pool-a: needs 2 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool".

@@ -44,13 +44,15 @@ int32_t TakeSlots(const std::vector<NodeCapacity*>& nodes, int32_t workers,
 // that may still hold one. Free chips only go down while planning, so the cursors only move on.
 class PoolState {
  public:
-  explicit PoolState(const std::string& name, const std::vector<NodeCapacity>& nodes)
-      : name_(&name) {
+  explicit PoolState(const std::string& name, const std::vector<NodeCapacity>& nodes, bool faulty)
+      : name_(&name), faulty_(faulty) {
     free_.reserve(nodes.size());
     for (const NodeCapacity& node : nodes) free_.push_back(std::max<int64_t>(node.free_chips, 0));
   }
 
   const std::string& name() const { return *name_; }
+  // A node of the pool is cordoned or unhealthy (Capacity::faulty_pools).
+  bool faulty() const { return faulty_; }
 
   // The most free chips on one node.
   int64_t MostFree() const {
@@ -96,6 +98,7 @@ class PoolState {
   }
 
   const std::string* name_;
+  bool faulty_ = false;
   std::vector<int64_t> free_;
   std::vector<SlotCount> counts_;  // a class rarely sees more than one or two worker sizes
 };
@@ -143,6 +146,12 @@ std::string CapacityMessage(const GangRequest& job, const ClassState& state, int
 }  // namespace
 
 std::string DescribeNeeds(const GangRequest& job) {
+  if (job.slices > 1) {
+    return "needs " + std::to_string(job.slices) + " node pools with " +
+           std::to_string(job.workers) + (job.workers == 1 ? " host" : " hosts") + " each of " +
+           Describe(job) + " (" + std::to_string(job.chips_per_worker) +
+           " chips each), one per slice";
+  }
   if (job.workers == 1) {
     return "needs 1 host of " + Describe(job) + " with " + std::to_string(job.chips_per_worker) +
            " free chips";
@@ -172,10 +181,19 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
   std::vector<Entry> entries;
   entries.reserve(nodes.size());
   for (const cache::NodeInfo* node : nodes) {
-    if (node == nullptr || node->unschedulable) continue;
+    if (node == nullptr) continue;
     const std::string_view accelerator = node->labels.Value(kAcceleratorLabel);
     const std::string_view topology = node->labels.Value(kTopologyLabel);
     if (accelerator.empty() || topology.empty()) continue;
+    // A cordoned or unhealthy node offers nothing, and marks its pool for re-issued attempts.
+    const auto faulty = [&] {
+      capacity.faulty_pools[{std::string(accelerator), std::string(topology)}].insert(
+          std::string(node->labels.Value(cache::kNodePoolLabel)));
+    };
+    if (node->unschedulable) {
+      faulty();
+      continue;
+    }
     // Announced maintenance first, so a node that is also inside the move window (and so
     // "under maintenance") is named in the message as left out for it.
     std::optional<Duration> changes_in;
@@ -183,7 +201,10 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
       capacity.avoided[{std::string(accelerator), std::string(topology)}].push_back(node->name);
       continue;
     }
-    if (EvaluateNode(node, health, now).verdict != NodeVerdict::kHealthy) continue;
+    if (EvaluateNode(node, health, now).verdict != NodeVerdict::kHealthy) {
+      faulty();
+      continue;
+    }
     if (changes_in && (!capacity.changes_in || *changes_in < *capacity.changes_in)) {
       capacity.changes_in = changes_in;
     }
@@ -236,8 +257,9 @@ void Reserve(Capacity& capacity, const std::vector<Reservation>& reservations) {
   ordered.reserve(reservations.size());
   for (const Reservation& r : reservations) ordered.push_back(&r);
   std::sort(ordered.begin(), ordered.end(), [](const Reservation* a, const Reservation* b) {
-    return std::tie(a->job, a->accelerator, a->topology, a->pool, a->workers, a->chips_per_worker) <
-           std::tie(b->job, b->accelerator, b->topology, b->pool, b->workers, b->chips_per_worker);
+    return std::tie(a->job, a->slice, a->accelerator, a->topology, a->pool, a->workers,
+                    a->chips_per_worker) < std::tie(b->job, b->slice, b->accelerator, b->topology,
+                                                    b->pool, b->workers, b->chips_per_worker);
   });
   std::map<Capacity::Class, std::vector<NodeCapacity*>> class_nodes;  // any pool, name order
   for (const Reservation* r : ordered) {
@@ -282,7 +304,11 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
     if (added) {
       if (auto found = capacity.pools.find(key); found != capacity.pools.end()) {
         state.pools.reserve(found->second.size());
-        for (const auto& [name, nodes] : found->second) state.pools.emplace_back(name, nodes);
+        const auto faulty = capacity.faulty_pools.find(key);
+        for (const auto& [name, nodes] : found->second) {
+          state.pools.emplace_back(
+              name, nodes, faulty != capacity.faulty_pools.end() && faulty->second.contains(name));
+        }
       }
     }
 
@@ -303,6 +329,53 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
       continue;
     }
 
+    if (job.slices > 1) {
+      // Every slice in a pool of its own: the pools (with a label) that hold a whole slice, best
+      // fit first, then by name.
+      // A re-issued attempt takes pools without a faulty node first.
+      std::vector<std::pair<int64_t, PoolState*>> fit;
+      for (PoolState& pool : state.pools) {
+        if (pool.name().empty()) continue;
+        const int64_t slots = pool.Slots(job.chips_per_worker);
+        if (slots >= job.workers) fit.emplace_back(slots - job.workers, &pool);
+      }
+      std::stable_sort(fit.begin(), fit.end(), [&](const auto& a, const auto& b) {
+        const bool a_faulty = job.reissued && a.second->faulty();
+        const bool b_faulty = job.reissued && b.second->faulty();
+        return std::tie(a_faulty, a.first) < std::tie(b_faulty, b.first);
+      });
+      if (fit.size() >= static_cast<size_t>(job.slices)) {
+        fit.resize(static_cast<size_t>(job.slices));
+        std::sort(fit.begin(), fit.end(),
+                  [](const auto& a, const auto& b) { return a.second->name() < b.second->name(); });
+        admission.admit = true;
+        for (const auto& [left, pool] : fit) {
+          pool->Place(job.workers, job.chips_per_worker);
+          admission.pools.push_back(pool->name());
+        }
+        admission.placed_pools = admission.pools;
+        out.insert_or_assign(job.job, std::move(admission));
+        continue;
+      }
+      std::sort(fit.begin(), fit.end(),
+                [](const auto& a, const auto& b) { return a.second->name() < b.second->name(); });
+      std::string message = DescribeNeeds(job) + "; " + std::to_string(fit.size()) +
+                            (fit.size() == 1 ? " pool has" : " pools have") + " room";
+      for (size_t p = 0; p < fit.size() && p < 8; ++p) {
+        message += (p == 0 ? " (" : ", ") + fit[p].second->name();
+      }
+      if (fit.size() > 8) message += ", ...";
+      if (!fit.empty()) message += ")";
+      state.blocked = true;
+      state.head_job = job.job;
+      state.head_position = admission.position;
+      state.head_message = message + AvoidedMessage(capacity, key);
+      admission.reason = "WaitingForCapacity";
+      admission.message = state.head_message;
+      out.insert_or_assign(job.job, std::move(admission));
+      continue;
+    }
+
     // Best fit: of the pools that hold every worker, the one left with the fewest free slots;
     // pools are in name order, so the first of equals wins the tie. A single-host job takes one
     // slot of any pool by the same rule. Nodes without a pool label are a pool of their own,
@@ -310,6 +383,7 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
     // though the workers of such a job cannot be pinned to them by node selector.
     PoolState* chosen = nullptr;
     int64_t chosen_left = 0;
+    bool chosen_faulty = false;
     PoolState* best = nullptr;  // the most free slots, for the message
     int64_t best_slots = -1;
     for (PoolState& pool : state.pools) {
@@ -320,19 +394,22 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
       }
       if (slots < job.workers) continue;
       const int64_t left = slots - job.workers;
-      if (chosen == nullptr || left < chosen_left) {
+      // A re-issued attempt takes a pool without a faulty node first.
+      const bool faulty = job.reissued && pool.faulty();
+      if (chosen == nullptr || std::tie(faulty, left) < std::tie(chosen_faulty, chosen_left)) {
         chosen = &pool;
         chosen_left = left;
+        chosen_faulty = faulty;
       }
     }
 
     if (chosen != nullptr) {
       chosen->Place(job.workers, job.chips_per_worker);
       admission.admit = true;
-      admission.placed_pool = chosen->name();
+      admission.placed_pools = {chosen->name()};
       // A single-host job is not pinned: its pool is "" (any pool), whichever node it was
       // counted on.
-      if (job.workers > 1) admission.pool = chosen->name();
+      admission.pools = {job.workers > 1 ? chosen->name() : std::string()};
       out.insert_or_assign(job.job, std::move(admission));
       continue;
     }

@@ -14,7 +14,17 @@
 // (cloud.google.com/gke-nodepool), which its pods are then pinned to by node selector: the
 // workers of one slice talk over the slice's interconnect. Among pools that fit, the one left
 // with the fewest free worker slots wins (best fit keeps big holes for big gangs); ties go to
-// the pool name.
+// the pool name. A re-issued attempt (its last one ended in a fault) first takes pools in which
+// no node is cordoned or unhealthy, then best fit: a pool that just lost a host may have more
+// faults to come.
+//
+// Multislice. An attempt of N slices (spec.tpu.slices > 1) is admitted only when N different
+// pools each hold a whole slice (all its workers), at once: one slice never spans two pools and
+// two slices never share one, since slices are joined over the data-center network and each
+// slice's workers over its own interconnect. Every slice is pinned to its pool, also a slice of
+// a single host. The N pools are chosen by the same best-fit rule (fewest free slots left, then
+// name) and given to the slices in name order. Nodes without a pool label cannot be pinned
+// apart, so they hold no slice of a multislice job.
 //
 // Order. Re-issued attempts first (their job was already running and lost its place to a
 // fault), then priority, higher first, then the time queued, earlier first, then the job's key.
@@ -32,6 +42,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,14 +62,16 @@ struct GangRequest {
   std::string job;  // "namespace/name"
   std::string accelerator;
   std::string topology;
-  int32_t workers = 0;
+  int32_t workers = 0;  // of one slice
   int64_t chips_per_worker = 0;
+  int32_t slices = 1;
   bool reissued = false;
   int32_t priority = 0;  // resolved from spec.priority or the PriorityClass
   WallTime queued_at{};
 };
 
-// "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool".
+// "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool"; "needs 3 node
+// pools with 4 hosts each of tpu-v5-lite-podslice 2x4 (4 chips each), one per slice".
 std::string DescribeNeeds(const GangRequest& job);
 
 // Whether `a` goes before `b` (the order above). A strict weak order; equal only for equal keys.
@@ -73,6 +86,7 @@ struct Reservation {
   std::string pool;
   int32_t workers = 0;  // workers still to be bound
   int64_t chips_per_worker = 0;
+  int32_t slice = 0;  // of a multislice job: one reservation per slice, each in its pool
 };
 
 // One node's share of the capacity.
@@ -89,6 +103,9 @@ struct Capacity {
   // Schedulable, healthy nodes of a class left out because their announced maintenance starts
   // within NodeHealthConfig::maintenance_avoid_window, in name order; named in the messages.
   std::map<Class, std::vector<std::string>> avoided;
+  // Pools of a class with a node that is cordoned (spec.unschedulable) or unhealthy: a
+  // re-issued attempt takes other pools first.
+  std::map<Class, std::set<std::string>> faulty_pools;
   Duration avoid_window{};
   // When the earliest node enters its avoid window: the capacity changes then without any
   // event, so the caller builds it again.
@@ -113,16 +130,18 @@ void Reserve(Capacity& capacity, const std::vector<Reservation>& reservations);
 // The queue's answer for one waiting job.
 struct Admission {
   bool admit = false;
-  std::string pool;      // admitted: the pool to pin the workers to ("" = single host, any pool)
+  // Admitted: per slice, the pool to pin its workers to ("" = a single-host, single-slice job:
+  // any pool).
+  std::vector<std::string> pools;
   std::string reason;    // not admitted: "WaitingForCapacity" or "WaitingInLine"
   std::string message;   // not admitted, with numbers, e.g. "needs 4 hosts of
                          // tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool; the best
                          // pool, pool-a, has 3 free"; or "waiting behind team/big (position 1),
                          // which needs ..."
   int32_t position = 0;  // 1-based place in the whole queue order
-  // Admitted: the pool its workers were counted in, also for a single-host job (which is not
-  // pinned); for planning on top of this plan (preemption).
-  std::string placed_pool;
+  // Admitted: per slice, the pool its workers were counted in, also for a single-host job
+  // (which is not pinned); for planning on top of this plan (preemption).
+  std::vector<std::string> placed_pools;
 };
 
 // Decides every waiting job at once, in queue order, placing admitted gangs as it goes.

@@ -18,6 +18,9 @@ constexpr std::array kSettings = {
     Setting{"--node-name", "NODE_NAME", "Name of the node, recorded in the report."},
     Setting{"--hostnames", "TPU_WORKER_HOSTNAMES",
             "Comma-separated peer host names the dns check resolves."},
+    Setting{"--coordinator", "MEGASCALE_COORDINATOR_ADDRESS",
+            "Host name (or host:port) of a multislice job's coordinator, slice 0's first worker; "
+            "the dns check resolves it along with the peers."},
     Setting{"--dns-timeout", "TPUJOB_PREFLIGHT_DNS_TIMEOUT_SECONDS",
             "Seconds the dns check keeps retrying (every second) until every peer resolves; "
             "0 tries once. Default 120."},
@@ -241,6 +244,16 @@ std::expected<Options, ConfigError> LoadOptions(const FlagValues& flags,
   load.String("--node-name", options.node_name);
 
   load.List("--hostnames", options.dns.hostnames);
+  std::string coordinator;
+  load.String("--coordinator", coordinator);
+  // "host:port" or "host" (a bracketed IPv6 address keeps its brackets off).
+  if (coordinator.starts_with('[')) {
+    coordinator = coordinator.substr(1, coordinator.find(']') - 1);
+  } else if (const size_t colon = coordinator.find(':');
+             colon != std::string::npos && coordinator.find(':', colon + 1) == std::string::npos) {
+    coordinator.resize(colon);
+  }
+  if (!coordinator.empty()) options.dns.hostnames.push_back(coordinator);
   uint64_t dns_timeout_seconds =
       std::chrono::duration_cast<std::chrono::seconds>(options.dns.timeout).count();
   load.Integer("--dns-timeout", dns_timeout_seconds, kMaxDnsTimeoutSeconds);

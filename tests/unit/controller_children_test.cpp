@@ -548,5 +548,121 @@ TEST(ChildrenIdentifyPodTest, MissingOrMalformedLabels) {
   }
 }
 
+// --- Multislice ---------------------------------------------------------------------------------
+
+policy::JobSpec MultisliceSpec(int32_t slices, int32_t hosts) {
+  policy::JobSpec spec = Spec();
+  spec.tpu.slices = slices;
+  spec.worker.replicas = hosts;
+  return spec;
+}
+
+TEST(ChildrenMultisliceTest, NamesAreDeterministicPerSliceAndHost) {
+  const policy::JobSpec spec = MultisliceSpec(3, 4);
+  EXPECT_EQ(spec.Replicas(ReplicaType::kWorker), 12);
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 0), "llm-worker-0-0");
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 3), "llm-worker-0-3");
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 4), "llm-worker-1-0");
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 11), "llm-worker-2-3");
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kMaster, 0), "llm-master-0");
+  EXPECT_EQ(WorkerHostnames("llm", spec, 1),
+            "llm-worker-1-0.llm,llm-worker-1-1.llm,llm-worker-1-2.llm,llm-worker-1-3.llm");
+  EXPECT_EQ(CoordinatorAddress("llm", spec), "llm-worker-0-0.llm");
+  // A single slice keeps the names it always had.
+  EXPECT_EQ(PodName("llm", MultisliceSpec(1, 4), ReplicaType::kWorker, 3), "llm-worker-3");
+}
+
+// One row per worker of a 3-slice x 4-host job: what its pod must carry.
+struct MultisliceWorker {
+  int32_t index;  // job-wide
+  std::string name;
+  int32_t slice;
+  int32_t host;
+  std::string pool;
+};
+
+class ChildrenMultisliceEnvTest : public ::testing::TestWithParam<MultisliceWorker> {};
+
+TEST_P(ChildrenMultisliceEnvTest, WorkerGetsItsSlicesEnvironment) {
+  const MultisliceWorker& w = GetParam();
+  const policy::JobSpec spec = MultisliceSpec(3, 4);
+  const Json pod = BuildPod(Job(), spec, ReplicaType::kWorker, w.index, 2, {}, w.pool);
+  EXPECT_EQ(pod["metadata"]["name"], w.name);
+  EXPECT_EQ(pod["spec"]["hostname"], w.name);
+  EXPECT_EQ(pod["spec"]["subdomain"], "llm");
+  const Json& labels = pod["metadata"]["labels"];
+  EXPECT_EQ(labels["tpujob.dev/replica-index"], std::to_string(w.index));
+  EXPECT_EQ(labels["tpujob.dev/slice-index"], std::to_string(w.slice));
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"], w.pool);
+
+  std::string peers;
+  for (int h = 0; h < 4; ++h) {
+    peers += (h == 0 ? "" : ",") + std::string("llm-worker-") + std::to_string(w.slice) + "-" +
+             std::to_string(h) + ".llm";
+  }
+  const Json& trainer = pod["spec"]["containers"][0];
+  EXPECT_THAT(EnvNames(trainer),
+              ElementsAre("TPUJOB_NAME", "TPUJOB_NAMESPACE", "TPUJOB_ATTEMPT",
+                          "TPUJOB_REPLICA_TYPE", "TPUJOB_REPLICA_INDEX", "TPU_WORKER_ID",
+                          "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS",
+                          "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_PORT",
+                          "TPUJOB_CHECKPOINT_PATH", "TPU_CONFIG", "NODE_NAME", "LR", "RUN"));
+  EXPECT_EQ(EnvValue(trainer, "TPUJOB_REPLICA_INDEX"), std::to_string(w.index));
+  EXPECT_EQ(EnvValue(trainer, "TPU_WORKER_ID"), std::to_string(w.host));
+  EXPECT_EQ(EnvValue(trainer, "TPU_WORKER_HOSTNAMES"), peers);
+  EXPECT_EQ(EnvValue(trainer, "MEGASCALE_COORDINATOR_ADDRESS"), "llm-worker-0-0.llm");
+  EXPECT_EQ(EnvValue(trainer, "MEGASCALE_NUM_SLICES"), "3");
+  EXPECT_EQ(EnvValue(trainer, "MEGASCALE_SLICE_ID"), std::to_string(w.slice));
+  EXPECT_EQ(EnvValue(trainer, "MEGASCALE_PORT"), "8080");
+
+  const Json config = Json::parse(EnvValue(trainer, "TPU_CONFIG"));
+  EXPECT_EQ(config["worker_id"], w.host);
+  EXPECT_EQ(config["worker_count"], 4);
+  EXPECT_EQ(config["num_slices"], 3);
+  EXPECT_EQ(config["slice_id"], w.slice);
+  EXPECT_EQ(config["coordinator_address"], "llm-worker-0-0.llm");
+  EXPECT_EQ(config["megascale_port"], 8080);
+  EXPECT_EQ(config["worker_hostnames"].size(), 4u);
+  EXPECT_EQ(config["worker_hostnames"][0], "llm-worker-" + std::to_string(w.slice) + "-0.llm");
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreeSlicesOfFour, ChildrenMultisliceEnvTest,
+                         ::testing::Values(MultisliceWorker{0, "llm-worker-0-0", 0, 0, "pool-a"},
+                                           MultisliceWorker{3, "llm-worker-0-3", 0, 3, "pool-a"},
+                                           MultisliceWorker{4, "llm-worker-1-0", 1, 0, "pool-c"},
+                                           MultisliceWorker{6, "llm-worker-1-2", 1, 2, "pool-c"},
+                                           MultisliceWorker{11, "llm-worker-2-3", 2, 3, "pool-d"}));
+
+TEST(ChildrenMultisliceTest, MasterKnowsTheCoordinatorButNoSlice) {
+  const Json pod = BuildPod(Job(), MultisliceSpec(2, 2), ReplicaType::kMaster, 0, 1);
+  EXPECT_EQ(pod["metadata"]["name"], "llm-master-0");
+  EXPECT_FALSE(pod["metadata"]["labels"].contains("tpujob.dev/slice-index"));
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(EnvValue(c, "MEGASCALE_COORDINATOR_ADDRESS"), "llm-worker-0-0.llm");
+  EXPECT_EQ(EnvValue(c, "MEGASCALE_NUM_SLICES"), "2");
+  EXPECT_EQ(EnvValue(c, "MEGASCALE_SLICE_ID"), "<absent>");
+  EXPECT_EQ(EnvValue(c, "TPU_WORKER_ID"), "<absent>");
+  EXPECT_EQ(EnvValue(c, "TPU_WORKER_HOSTNAMES"), "llm-worker-0-0.llm,llm-worker-0-1.llm");
+}
+
+TEST(ChildrenMultisliceTest, SingleSlicePodsCarryNoSliceLabelOrMegascaleVariables) {
+  const Json pod = BuildPod(Job(), MultisliceSpec(1, 2), ReplicaType::kWorker, 1, 1, {}, "pool-a");
+  EXPECT_FALSE(pod["metadata"]["labels"].contains("tpujob.dev/slice-index"));
+  for (const char* name : {"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+                           "MEGASCALE_SLICE_ID", "MEGASCALE_PORT"}) {
+    EXPECT_EQ(EnvValue(pod["spec"]["containers"][0], name), "<absent>") << name;
+  }
+  EXPECT_FALSE(
+      Json::parse(EnvValue(pod["spec"]["containers"][0], "TPU_CONFIG")).contains("num_slices"));
+}
+
+TEST(ChildrenMultisliceTest, IdentifyPodReadsTheJobWideIndex) {
+  Json pod = BuildPod(Job(), MultisliceSpec(3, 4), ReplicaType::kWorker, 9, 3, {}, "pool-b");
+  pod["metadata"]["uid"] = "uid-pod";
+  const auto info = cache::PodInfo::FromJson(pod);
+  ASSERT_TRUE(info.has_value()) << info.error().ToString();
+  EXPECT_THAT(IdentifyPod(*info), Optional(PodIdentity{ReplicaType::kWorker, 9, 3}));
+}
+
 }  // namespace
 }  // namespace tpujob::controller

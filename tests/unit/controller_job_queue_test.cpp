@@ -104,7 +104,7 @@ TEST_F(JobQueueTest, RunningJobWithBoundWorkersReservesNothingMore) {
   const auto plan = queue_.ComputePlan();
   ASSERT_EQ(plan.count("team/waiting"), 1u);
   EXPECT_TRUE(plan.at("team/waiting").admit) << plan.at("team/waiting").message;
-  EXPECT_EQ(plan.at("team/waiting").pool, "pool-a");
+  EXPECT_EQ(plan.at("team/waiting").pools.at(0), "pool-a");
   EXPECT_EQ(plan.count("team/running"), 0u) << "a running job is not waiting";
 }
 

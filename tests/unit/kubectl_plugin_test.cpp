@@ -114,6 +114,37 @@ TEST(KubectlPluginTest, DescribeShowsQueueFaultsCordonsAndPods) {
   EXPECT_THAT(running, HasSubstr("Faults (oldest first):\n  <none>"));
 }
 
+TEST(KubectlPluginTest, MultisliceJobShowsItsSlicesPoolsAndTheSliceOfEachFault) {
+  json job = Job("ms", "Running", 0, 0);
+  job["spec"]["tpu"]["slices"] = 3;
+  job["status"]["nodePools"] = {"pool-a", "pool-c", "pool-d"};
+  job["status"]["faults"] = {{{"time", "2026-01-01T11:54:00Z"},
+                              {"attempt", 1},
+                              {"kind", "NodeUnhealthy"},
+                              {"node", "tpu-node-7"},
+                              {"pod", "ms-worker-1-2"},
+                              {"slice", 1},
+                              {"action", "ReissueJob"}}};
+  const std::string out = RenderDescribe(job, {}, kNow);
+  EXPECT_THAT(out, HasSubstr("4 chips per worker, 3 slices")) << out;
+  EXPECT_THAT(out, HasSubstr("pool-a,pool-c,pool-d")) << out;
+  const size_t header = out.find("SLICE");
+  ASSERT_NE(header, std::string::npos) << out;
+  const size_t row = out.find("ms-worker-1-2");
+  ASSERT_NE(row, std::string::npos) << out;
+  // The slice column holds 1 in the fault's row, under its header.
+  const size_t row_start = out.rfind('\n', row) + 1;
+  const size_t header_start = out.rfind('\n', header) + 1;
+  EXPECT_EQ(out.substr(row_start + (header - header_start), 1), "1") << out;
+  EXPECT_THAT(RenderList({job}, kNow, false), HasSubstr("pool-a,pool-c,pool-d"));
+  // A single-slice job shows its one pool, from nodePool.
+  json single = Job("one", "Running", 0, 0);
+  single["status"]["nodePool"] = "pool-b";
+  EXPECT_THAT(RenderDescribe(single, {}, kNow), HasSubstr("Node pool:"));
+  EXPECT_THAT(RenderDescribe(single, {}, kNow), HasSubstr("pool-b"));
+  EXPECT_THAT(RenderDescribe(single, {}, kNow), ::testing::Not(HasSubstr("SLICE")));
+}
+
 TEST(KubectlPluginTest, DescribeShowsTheGoodputBreakdownUpToNow) {
   json job = Job("llm", "Running", 0, 0);
   job["status"]["goodput"] = {{"state", "Productive"},

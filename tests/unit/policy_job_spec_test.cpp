@@ -527,5 +527,42 @@ TEST(PolicyClassifyExitTest, Names) {
   EXPECT_EQ(ToString(SuccessPolicy::kAllWorkers), "AllWorkers");
 }
 
+TEST(PolicyJobSpecTest, SlicesDefaultToOneAndMultiplyTheWorkers) {
+  auto single = Parse(SpecJson(2));
+  ASSERT_TRUE(single.has_value()) << single.error();
+  EXPECT_EQ(single->tpu.slices, 1);
+  EXPECT_FALSE(single->Multislice());
+  EXPECT_EQ(single->Replicas(ReplicaType::kWorker), 2);
+
+  Json spec = SpecJson(4);
+  spec["tpu"]["slices"] = 3;
+  auto multi = Parse(spec);
+  ASSERT_TRUE(multi.has_value()) << multi.error();
+  EXPECT_EQ(multi->tpu.slices, 3);
+  EXPECT_TRUE(multi->Multislice());
+  EXPECT_EQ(multi->HostsPerSlice(), 4);
+  EXPECT_EQ(multi->Replicas(ReplicaType::kWorker), 12);
+  EXPECT_EQ(multi->SliceOf(7), 1);
+  EXPECT_EQ(multi->HostOf(7), 3);
+}
+
+TEST(PolicyJobSpecTest, SlicesOutsideTheirBoundsAreRefused) {
+  Json spec = SpecJson(2);
+  spec["tpu"]["slices"] = 0;
+  EXPECT_EQ(ErrorOf(spec), "spec.tpu.slices: 0 is outside [1, 64]");
+  spec["tpu"]["slices"] = 65;
+  EXPECT_EQ(ErrorOf(spec), "spec.tpu.slices: 65 is outside [1, 64]");
+  spec["tpu"]["slices"] = "two";
+  EXPECT_EQ(ErrorOf(spec), "spec.tpu.slices: must be an integer");
+  // 64 slices of 512 hosts: more worker pods than a job may have.
+  Json big = SpecJson(512);
+  big["tpu"]["topology"] = "32x64";
+  big["tpu"]["slices"] = 64;
+  EXPECT_EQ(ErrorOf(big),
+            "spec.tpu.slices: 64 slices of 512 workers make 32768 worker pods, more than 16384");
+  big["tpu"]["slices"] = 32;
+  EXPECT_EQ(ErrorOf(big), "<no error>");
+}
+
 }  // namespace
 }  // namespace tpujob::policy

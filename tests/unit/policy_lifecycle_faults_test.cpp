@@ -341,5 +341,117 @@ TEST(PolicyNodeFaultsTest, CordonedNodesAreRecordedInTheStatusAndKept) {
   EXPECT_EQ(plan.status.cordoned_nodes.size(), 3u);
 }
 
+// --- Multislice: the fault table applied to the job as a whole ---------------------------------
+
+// 3 slices of 2 workers (job-wide indices 0..5; worker i on node-i), admitted into three pools.
+PodSim MultisliceJob(int32_t retries = 2) {
+  Json spec = SpecJson(2);
+  spec["tpu"]["slices"] = 3;
+  spec["faultTolerance"] = {{"maxJobRetries", retries}, {"maintenanceGracePeriodSeconds", 60}};
+  return PodSim(spec);
+}
+
+Plan AdmitInto(PodSim& sim, std::vector<std::string> pools) {
+  LifecycleInput in = sim.Input();
+  in.admit_pools = std::move(pools);
+  Plan plan = Decide(in);
+  sim.Apply(plan);
+  return plan;
+}
+
+void RunMultislice(PodSim& sim) {
+  ASSERT_EQ(sim.Step(false).status.phase, Phase::kQueued);
+  const Plan admitted = AdmitInto(sim, {"pool-a", "pool-b", "pool-c"});
+  ASSERT_EQ(admitted.status.phase, Phase::kStarting);
+  ASSERT_EQ(admitted.create.size(), 6u);
+  EXPECT_EQ(admitted.status.node_pools, (std::vector<std::string>{"pool-a", "pool-b", "pool-c"}));
+  EXPECT_EQ(admitted.status.ToJson()["nodePools"], Json::array({"pool-a", "pool-b", "pool-c"}));
+  EXPECT_FALSE(admitted.status.ToJson().contains("nodePool"));
+  sim.AllReady();
+  const Plan running = sim.Step();
+  ASSERT_EQ(running.status.phase, Phase::kRunning);
+  EXPECT_EQ(running.status.ready_workers, "6/6");
+  EXPECT_EQ(running.status.replica_statuses.at("Worker").ready, 6);
+}
+
+TEST(PolicyMultisliceFaultsTest, RunningOnlyWhenEveryWorkerOfEverySliceIsReady) {
+  PodSim sim = MultisliceJob();
+  ASSERT_EQ(sim.Step(false).status.phase, Phase::kQueued);
+  AdmitInto(sim, {"pool-a", "pool-b", "pool-c"});
+  for (int32_t i = 0; i < 5; ++i) SetRunning(sim.Worker(i), true);
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kStarting);
+  EXPECT_EQ(plan.status.ready_workers, "5/6");
+  SetRunning(sim.Worker(5), true);
+  EXPECT_EQ(sim.Step().status.phase, Phase::kRunning);
+}
+
+TEST(PolicyMultisliceFaultsTest, HardwareFaultInOneSliceReissuesEverySliceAndCordonsOnlyThatNode) {
+  PodSim sim = MultisliceJob();
+  RunMultislice(sim);
+  Nodes nodes;
+  nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");  // slice 1, host 1
+  const Plan plan = StepWith(sim, nodes);
+  EXPECT_EQ(plan.status.attempt, 2);
+  EXPECT_EQ(plan.status.job_retries, 1);
+  ASSERT_EQ(plan.cordon.size(), 1u);
+  EXPECT_EQ(plan.cordon[0].node, "node-3");
+  EXPECT_EQ(plan.remove.size(), 6u);  // every slice's pods
+  EXPECT_TRUE(plan.create.empty());
+  ASSERT_FALSE(plan.status.faults.empty());
+  EXPECT_EQ(plan.status.faults.back().kind, "NodeUnhealthy");
+  EXPECT_EQ(plan.status.faults.back().slice, 1);
+  const Condition* ready = plan.status.FindCondition(condition::kReady);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_NE(ready->message.find("worker-3 (slice 1, pod train-worker-3)"), std::string::npos)
+      << ready->message;
+
+  // Nothing of attempt 2 while a pod of attempt 1 is left; then it queues first, is admitted
+  // into three pools and creates all six pods again.
+  sim.FinishDeletionsExcept(sim.Worker(5).uid);
+  EXPECT_TRUE(StepWith(sim, nodes).create.empty());
+  sim.FinishDeletions();
+  const Plan queued = StepWith(sim, nodes);
+  EXPECT_EQ(queued.status.phase, Phase::kQueued);
+  EXPECT_TRUE(queued.status.reissued);
+  EXPECT_TRUE(queued.status.node_pools.empty());
+  EXPECT_EQ(AdmitInto(sim, {"pool-b", "pool-c", "pool-d"}).create.size(), 6u);
+  EXPECT_TRUE(sim.violations.empty()) << sim.violations.front();
+}
+
+TEST(PolicyMultisliceFaultsTest, MaintenanceOnOneSliceReissuesWithoutUsingARetry) {
+  PodSim sim = MultisliceJob();
+  RunMultislice(sim);
+  Nodes nodes;
+  nodes.Set("node-4", NodeVerdict::kMaintenance, "Maintenance");  // slice 2, host 0
+  const Plan plan = StepWith(sim, nodes);
+  EXPECT_EQ(plan.status.attempt, 2);
+  EXPECT_EQ(plan.status.job_retries, 0);
+  EXPECT_TRUE(plan.cordon.empty());
+  ASSERT_EQ(plan.remove.size(), 6u);
+  for (const PodToDelete& d : plan.remove) EXPECT_EQ(d.grace_period_seconds, 60) << d.name;
+  EXPECT_EQ(plan.status.faults.back().kind, "Maintenance");
+  EXPECT_EQ(plan.status.faults.back().slice, 2);
+}
+
+TEST(PolicyMultisliceFaultsTest, AllWorkersSuccessCountsEverySlice) {
+  Json spec = SpecJson(2);
+  spec["tpu"]["slices"] = 2;
+  spec["successPolicy"] = "AllWorkers";
+  PodSim sim(spec);
+  ASSERT_EQ(sim.Step(false).status.phase, Phase::kQueued);
+  AdmitInto(sim, {"pool-a", "pool-b"});
+  sim.AllReady();
+  sim.Step();
+  for (int32_t i = 0; i < 2; ++i) SetExited(sim.Worker(i), 0);  // slice 0 done
+  EXPECT_EQ(sim.Step().status.phase, Phase::kRunning);
+  for (int32_t i = 2; i < 4; ++i) SetExited(sim.Worker(i), 0);
+  const Plan done = sim.Step();
+  EXPECT_EQ(done.status.phase, Phase::kSucceeded);
+  const Condition* succeeded = done.status.FindCondition(condition::kSucceeded);
+  ASSERT_NE(succeeded, nullptr);
+  EXPECT_EQ(succeeded->message, "all 4 workers exited 0");
+}
+
 }  // namespace
 }  // namespace tpujob::policy

@@ -14,7 +14,7 @@ using std::chrono::seconds;
 Plan StepQueue(PodSim& sim, bool admit, std::string pool = "",
                std::optional<int32_t> position = std::nullopt, std::string message = "") {
   LifecycleInput in = sim.Input(admit);
-  in.admit_pool = std::move(pool);
+  in.admit_pools = {std::move(pool)};
   in.queue_position = position;
   if (!message.empty()) {
     in.not_admitted_reason = "WaitingForCapacity";
@@ -45,7 +45,7 @@ TEST(PolicyQueueLifecycleTest, AdmissionPinsThePoolAndClearsThePosition) {
   StepQueue(sim, false, "", 1, "waiting");
   const Plan plan = StepQueue(sim, true, "pool-b");
   EXPECT_EQ(plan.status.phase, Phase::kStarting);
-  EXPECT_EQ(plan.status.node_pool, "pool-b");
+  EXPECT_EQ(plan.status.node_pools, std::vector<std::string>{"pool-b"});
   EXPECT_FALSE(plan.status.queue_position.has_value());
   EXPECT_EQ(plan.status.ToJson()["nodePool"], "pool-b");
   EXPECT_EQ(plan.create.size(), 2u);
@@ -116,7 +116,7 @@ TEST(PolicyQueueLifecycleTest, UnschedulablePodsReleaseTheAdmissionAfterTheGrace
   EXPECT_EQ(plan.status.attempt, 1) << "a released admission is not a new attempt";
   EXPECT_EQ(plan.status.job_retries, 0);
   EXPECT_TRUE(plan.status.reissued) << "it queues again first";
-  EXPECT_TRUE(plan.status.node_pool.empty());
+  EXPECT_TRUE(plan.status.node_pools.empty());
   EXPECT_EQ(plan.remove.size(), 2u);
   const EventToRecord* released = FindEvent(plan, "AdmissionReleased");
   ASSERT_NE(released, nullptr);
@@ -131,7 +131,7 @@ TEST(PolicyQueueLifecycleTest, UnschedulablePodsReleaseTheAdmissionAfterTheGrace
   EXPECT_EQ(plan.status.phase, Phase::kQueued);
   plan = StepQueue(sim, true, "pool-c");
   EXPECT_EQ(plan.status.phase, Phase::kStarting);
-  EXPECT_EQ(plan.status.node_pool, "pool-c");
+  EXPECT_EQ(plan.status.node_pools, std::vector<std::string>{"pool-c"});
   EXPECT_EQ(plan.create.size(), 2u);
 }
 

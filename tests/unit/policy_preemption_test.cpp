@@ -290,5 +290,63 @@ TEST(PreemptionTest, NothingToDoWithoutQueuedOrRunningJobs) {
   EXPECT_THAT(PlanPreemptions(CapacityOf(kFullPool), {Head("a/b", 1, 5)}, {}, {}), IsEmpty());
 }
 
+// --- Multislice ---------------------------------------------------------------------------------
+
+TEST(MultislicePreemptionTest, MultisliceHeadTakesVictimsAcrossPools) {
+  // Three full pools of two hosts; a 2-slice head of 2 hosts per slice needs two whole pools.
+  const Capacity capacity = CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}},
+                                        {"pool-b", {{"b1", 0}, {"b2", 0}}},
+                                        {"pool-c", {{"c1", 0}, {"c2", 0}}}});
+  GangRequest head = Head("ns/ms", 2, 100);
+  head.slices = 2;
+  const std::vector<RunningGang> running = {Running("ns/a", 10, 1, {"a1", "a2"}),
+                                            Running("ns/b", 5, 2, {"b1", "b2"}),
+                                            Running("ns/c", 1, 3, {"c1", "c2"})};
+  const auto plan = PlanPreemptions(capacity, {head}, {}, running);
+  ASSERT_EQ(plan.size(), 1u);
+  // The two lowest priorities, in the order chosen; the pools named together.
+  EXPECT_THAT(plan[0].victims, ElementsAre("ns/c", "ns/b"));
+  EXPECT_EQ(plan[0].pool, "pool-b, pool-c");
+  EXPECT_THAT(plan[0].message, HasSubstr("in node pools pool-b, pool-c: needs 2 node pools"));
+}
+
+TEST(MultislicePreemptionTest, MultisliceVictimIsACandidateInEachOfItsPools) {
+  // A 2-slice victim in pool-a and pool-b; a single-slice head of 2 hosts fits in either pool
+  // once it is gone. The other candidate, in pool-b only, has a higher priority.
+  const Capacity capacity = CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}},
+                                        {"pool-b", {{"b1", 0}, {"b2", 0}, {"b3", 0}, {"b4", 0}}}});
+  const std::vector<RunningGang> running = {Running("ns/ms", 1, 1, {"a1", "a2", "b1", "b2"}),
+                                            Running("ns/mid", 50, 1, {"b3", "b4"})};
+  const auto plan = PlanPreemptions(capacity, {Head("ns/head", 2, 100)}, {}, running);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_THAT(plan[0].victims, ElementsAre("ns/ms"));
+}
+
+TEST(MultislicePreemptionTest, NoPreemptionWhenEvenAllCandidatesLeaveTooFewPools) {
+  const Capacity capacity =
+      CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}}, {"pool-b", {{"b1", 0}, {"b2", 0}}}});
+  GangRequest head = Head("ns/ms", 2, 100);
+  head.slices = 3;
+  const std::vector<RunningGang> running = {Running("ns/a", 1, 1, {"a1", "a2"}),
+                                            Running("ns/b", 1, 2, {"b1", "b2"})};
+  EXPECT_THAT(PlanPreemptions(capacity, {head}, {}, running), IsEmpty());
+}
+
+TEST(MultislicePreemptionTest, AdmittedMultisliceJobAheadKeepsAllItsPools) {
+  // ns/first (re-issued, so ahead of the head) is admitted into pool-a and pool-b, which are
+  // free; the head must then take its victim in pool-c, not in the pools ns/first was given.
+  const Capacity capacity = CapacityOf({{"pool-a", {{"a1", 4}, {"a2", 4}}},
+                                        {"pool-b", {{"b1", 4}, {"b2", 4}}},
+                                        {"pool-c", {{"c1", 0}, {"c2", 0}}}});
+  GangRequest first = Head("ns/first", 2, 0);
+  first.slices = 2;
+  first.reissued = true;
+  const std::vector<RunningGang> running = {Running("ns/low", 1, 1, {"c1", "c2"})};
+  const auto plan = PlanPreemptions(capacity, {first, Head("ns/head", 2, 100)}, {}, running);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].preemptor, "ns/head");
+  EXPECT_EQ(plan[0].pool, "pool-c");
+}
+
 }  // namespace
 }  // namespace tpujob::policy

@@ -111,8 +111,11 @@ std::map<std::string, int64_t> FreeByNode(const Capacity& capacity) {
   return out;
 }
 
+// The pool of the first slice ("" when none: not admitted, or not pinned).
+std::string FirstPool(const Admission& a) { return a.pools.empty() ? "" : a.pools.front(); }
+
 std::string Show(const Admission& a) {
-  return std::string(a.admit ? "admit" : "wait") + " pool=" + a.pool + " reason=" + a.reason +
+  return std::string(a.admit ? "admit" : "wait") + " pool=" + FirstPool(a) + " reason=" + a.reason +
          " position=" + std::to_string(a.position) + " message=" + a.message;
 }
 
@@ -454,7 +457,7 @@ TEST(QueueAdmissionTest, MultiHostGangGoesToOnePoolNeverSplit) {
   const auto plan = PlanAdmissions(Build(nodes), {Gang("team/big", 4)});
   const Admission& a = plan.at("team/big");
   EXPECT_FALSE(a.admit);
-  EXPECT_EQ(a.pool, "");
+  EXPECT_EQ(FirstPool(a), "");
   EXPECT_EQ(a.reason, "WaitingForCapacity");
   EXPECT_EQ(a.message,
             "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool; the best "
@@ -468,7 +471,7 @@ TEST(QueueAdmissionTest, AdmittedMultiHostGangIsPinnedToItsPool) {
   AddPool(nodes, "pool-b", 4, 4);
   const auto plan = PlanAdmissions(Build(nodes), {Gang("team/big", 4)});
   EXPECT_TRUE(plan.at("team/big").admit);
-  EXPECT_EQ(plan.at("team/big").pool, "pool-b");
+  EXPECT_EQ(FirstPool(plan.at("team/big")), "pool-b");
   EXPECT_EQ(plan.at("team/big").reason, "");
   EXPECT_EQ(plan.at("team/big").message, "");
 }
@@ -481,11 +484,11 @@ TEST(QueueAdmissionTest, BestFitPicksThePoolLeftWithFewestSlotsTiesByName) {
   AddPool(nodes, "pool-d", 5, 4);
   // 4 workers: a leaves 4, b and d leave 1, c does not fit: b by name.
   auto plan = PlanAdmissions(Build(nodes), {Gang("ns/four", 4)});
-  EXPECT_EQ(plan.at("ns/four").pool, "pool-b");
+  EXPECT_EQ(FirstPool(plan.at("ns/four")), "pool-b");
   // Then 5 workers: b has 1 left, d 5, a 8: d.
   plan = PlanAdmissions(Build(nodes), {Gang("ns/four", 4), With(Gang("ns/five", 5), 0, 1)});
-  EXPECT_EQ(plan.at("ns/four").pool, "pool-b");
-  EXPECT_EQ(plan.at("ns/five").pool, "pool-d");
+  EXPECT_EQ(FirstPool(plan.at("ns/four")), "pool-b");
+  EXPECT_EQ(FirstPool(plan.at("ns/five")), "pool-d");
 }
 
 TEST(QueueAdmissionTest, EightChipNodeHoldsTwoFourChipWorkers) {
@@ -511,7 +514,7 @@ TEST(QueueAdmissionTest, SingleHostJobTakesAnyPoolAndIsNotPinned) {
                                     With(Gang("ns/s5", 1), 0, 4)});
   for (const char* job : {"ns/s1", "ns/s2", "ns/s3", "ns/s4"}) {
     EXPECT_TRUE(plan.at(job).admit) << job;
-    EXPECT_EQ(plan.at(job).pool, "") << job;
+    EXPECT_EQ(FirstPool(plan.at(job)), "") << job;
   }
   EXPECT_FALSE(plan.at("ns/s5").admit);
   EXPECT_EQ(plan.at("ns/s5").reason, "WaitingForCapacity");
@@ -531,7 +534,7 @@ TEST(QueueAdmissionTest, SingleHostJobsFillTheTightestPoolFirst) {
   EXPECT_TRUE(plan.at("ns/s1").admit);
   EXPECT_TRUE(plan.at("ns/s2").admit);
   EXPECT_TRUE(plan.at("ns/gang").admit);
-  EXPECT_EQ(plan.at("ns/gang").pool, "pool-big");
+  EXPECT_EQ(FirstPool(plan.at("ns/gang")), "pool-big");
 }
 
 TEST(QueueAdmissionTest, UnlabelledNodesFormAPoolOfTheirOwn) {
@@ -539,7 +542,7 @@ TEST(QueueAdmissionTest, UnlabelledNodesFormAPoolOfTheirOwn) {
                                  TpuNode("a-1", "pool-a", 4)};
   auto plan = PlanAdmissions(Build(nodes), {Gang("ns/two", 2)});
   EXPECT_TRUE(plan.at("ns/two").admit);
-  EXPECT_EQ(plan.at("ns/two").pool, "");
+  EXPECT_EQ(FirstPool(plan.at("ns/two")), "");
   plan = PlanAdmissions(Build(nodes), {Gang("ns/three", 3)});
   EXPECT_FALSE(plan.at("ns/three").admit);
   EXPECT_THAT(plan.at("ns/three").message,
@@ -606,9 +609,9 @@ TEST(QueueAdmissionTest, OtherClassesAreNotHeldUp) {
   EXPECT_FALSE(plan.at("ns/big").admit);
   EXPECT_EQ(plan.at("ns/small").reason, "WaitingInLine");
   EXPECT_TRUE(plan.at("ns/square").admit);
-  EXPECT_EQ(plan.at("ns/square").pool, "pool-16");
+  EXPECT_EQ(FirstPool(plan.at("ns/square")), "pool-16");
   EXPECT_TRUE(plan.at("ns/v4").admit);
-  EXPECT_EQ(plan.at("ns/v4").pool, "pool-v4");
+  EXPECT_EQ(FirstPool(plan.at("ns/v4")), "pool-v4");
 }
 
 TEST(QueueAdmissionTest, ClassWithoutNodesSaysSo) {
@@ -646,7 +649,7 @@ TEST(QueueAdmissionTest, MixedWorkerSizesInOneClassShareTheChips) {
                                     With(Gang("ns/one-more", 1, 2), 0, 2)});
   EXPECT_TRUE(plan.at("ns/four").admit);
   EXPECT_TRUE(plan.at("ns/twos").admit);
-  EXPECT_EQ(plan.at("ns/twos").pool, "pool-a");
+  EXPECT_EQ(FirstPool(plan.at("ns/twos")), "pool-a");
   EXPECT_FALSE(plan.at("ns/one-more").admit);
 }
 
@@ -802,12 +805,14 @@ TEST_F(QueuePropertyTest, AdmittedGangsFitTogetherAndMultiHostOnesInOnePool) {
       if (a.admit && job.workers > 1) {
         ++admitted_multi;
         // (b) its pool exists and, after the gangs pinned there before it, holds all of it.
-        ASSERT_TRUE(slots.contains(a.pool)) << "case " << i << " " << job.job << " " << Show(a);
-        multi[cls][a.pool] += job.workers;
-        ASSERT_LE(multi[cls][a.pool], slots.at(a.pool)) << "case " << i << " " << job.job;
+        ASSERT_TRUE(slots.contains(FirstPool(a)))
+            << "case " << i << " " << job.job << " " << Show(a);
+        multi[cls][FirstPool(a)] += job.workers;
+        ASSERT_LE(multi[cls][FirstPool(a)], slots.at(FirstPool(a)))
+            << "case " << i << " " << job.job;
       } else if (a.admit) {
         ++admitted_single;
-        ASSERT_EQ(a.pool, "") << "case " << i;
+        ASSERT_EQ(FirstPool(a), "") << "case " << i;
         single[cls] += 1;
       }
       // (a) Everything admitted so far fits at once: the pinned gangs in their pools, the
@@ -909,6 +914,201 @@ TEST_F(QueuePropertyTest, SameInputInAnyOrderSamePlan) {
     ASSERT_EQ(FreeByNode(again), FreeByNode(capacity)) << "case " << i;
     ASSERT_EQ(ShowAll(PlanAdmissions(again, c.queued)), plan) << "case " << i;
   }
+}
+
+// --- Multislice ---------------------------------------------------------------------------------
+
+GangRequest Slices(GangRequest g, int32_t slices) {
+  g.slices = slices;
+  return g;
+}
+
+// One row of the multislice admission table: the pools (nodes of 4 chips each, by pool), the
+// queued jobs and what each one gets.
+struct MultisliceCase {
+  std::string name;
+  std::map<std::string, int> pools;  // pool -> nodes of 4 chips
+  std::vector<GangRequest> queued;
+  // job -> "admit pool-a,pool-b" or "wait <reason>: <message>"
+  std::map<std::string, std::string> want;
+};
+
+std::string Outcome(const Admission& a) {
+  if (!a.admit) return "wait " + a.reason + ": " + a.message;
+  std::string pools;
+  for (const std::string& p : a.pools) pools += (pools.empty() ? "" : ",") + p;
+  return "admit " + pools;
+}
+
+class MultisliceAdmissionTest : public ::testing::TestWithParam<MultisliceCase> {};
+
+TEST_P(MultisliceAdmissionTest, AdmitsOnlyWhenEverySliceHasAPoolOfItsOwn) {
+  const MultisliceCase& c = GetParam();
+  std::vector<NodeInfo> nodes;
+  for (const auto& [pool, count] : c.pools) AddPool(nodes, pool, count, 4);
+  const auto plan = PlanAdmissions(Build(nodes), c.queued);
+  std::map<std::string, std::string> got;
+  for (const auto& [job, a] : plan) got[job] = Outcome(a);
+  EXPECT_EQ(got, c.want);
+}
+
+const std::string kNeeds3x4 =
+    "needs 3 node pools with 4 hosts each of tpu-v5-lite-podslice 2x4 (4 chips each), one per "
+    "slice";
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, MultisliceAdmissionTest,
+    ::testing::Values(
+        MultisliceCase{"Fits",
+                       {{"pool-a", 4}, {"pool-b", 4}, {"pool-c", 4}, {"pool-d", 4}},
+                       {Slices(Gang("ns/ms", 4), 3)},
+                       {{"ns/ms", "admit pool-a,pool-b,pool-c"}}},
+        MultisliceCase{"DoesNotFitTwoPoolsFree",
+                       {{"pool-a", 4}, {"pool-b", 4}, {"pool-c", 3}},
+                       {Slices(Gang("ns/ms", 4), 3)},
+                       {{"ns/ms", "wait WaitingForCapacity: " + kNeeds3x4 +
+                                      "; 2 pools have room (pool-a, pool-b)"}}},
+        MultisliceCase{
+            "NoPoolAtAll",
+            {},
+            {Slices(Gang("ns/ms", 4), 3)},
+            {{"ns/ms", "wait WaitingForCapacity: " + kNeeds3x4 + "; 0 pools have room"}}},
+        // 12 free hosts in all, but no slice may span two pools: fragmentation keeps it out.
+        MultisliceCase{
+            "FragmentedCapacityIsNotEnough",
+            {{"pool-a", 6}, {"pool-b", 3}, {"pool-c", 3}},
+            {Slices(Gang("ns/ms", 4), 3)},
+            {{"ns/ms", "wait WaitingForCapacity: " + kNeeds3x4 + "; 1 pool has room (pool-a)"}}},
+        // Two slices never share a pool, even one with room for both.
+        MultisliceCase{"TwoSlicesNeverShareAPool",
+                       {{"pool-big", 8}},
+                       {Slices(Gang("ns/ms", 4), 2)},
+                       {{"ns/ms",
+                         "wait WaitingForCapacity: needs 2 node pools with 4 hosts each of "
+                         "tpu-v5-lite-podslice 2x4 (4 chips each), one per slice; 1 pool has "
+                         "room (pool-big)"}}},
+        // Best fit per slice: the pools left with the fewest free hosts, then the name; the
+        // slices get them in name order.
+        MultisliceCase{"BestFitThenNameSlicesInNameOrder",
+                       {{"pool-a", 8}, {"pool-b", 5}, {"pool-c", 4}, {"pool-d", 4}},
+                       {Slices(Gang("ns/ms", 4), 3)},
+                       {{"ns/ms", "admit pool-b,pool-c,pool-d"}}},
+        // Single-host slices are pinned too, each to a pool of its own.
+        MultisliceCase{"SingleHostSlicesArePinned",
+                       {{"pool-a", 1}, {"pool-b", 1}},
+                       {Slices(Gang("ns/ms", 1), 2)},
+                       {{"ns/ms", "admit pool-a,pool-b"}}},
+        // Priority order with mixed slice counts: the 2-slice job of priority 10 goes first and
+        // takes two pools; the 3-slice job (priority 5) then finds two left and waits; the
+        // single-slice job behind it waits in line although a pool would fit it.
+        MultisliceCase{
+            "PriorityOrderWithMixedSliceCounts",
+            {{"pool-a", 4}, {"pool-b", 4}, {"pool-c", 4}, {"pool-d", 4}},
+            {With(Slices(Gang("ns/three", 4), 3), 5, 0), With(Slices(Gang("ns/two", 4), 2), 10, 1),
+             With(Gang("ns/one", 4), 1, 2)},
+            {{"ns/two", "admit pool-a,pool-b"},
+             {"ns/three",
+              "wait WaitingForCapacity: " + kNeeds3x4 + "; 2 pools have room (pool-c, pool-d)"},
+             {"ns/one", "wait WaitingInLine: waiting behind ns/three (position 2), which " +
+                            kNeeds3x4 + "; 2 pools have room (pool-c, pool-d)"}}},
+        // A re-issued multislice attempt goes first, before higher priority.
+        MultisliceCase{"ReissuedFirst",
+                       {{"pool-a", 4}, {"pool-b", 4}, {"pool-c", 4}},
+                       {With(Gang("ns/high", 4), 100, 0),
+                        With(Slices(Gang("ns/ms", 4), 3), 0, 5, /*reissued=*/true)},
+                       {{"ns/ms", "admit pool-a,pool-b,pool-c"},
+                        {"ns/high",
+                         "wait WaitingForCapacity: needs 4 hosts of tpu-v5-lite-podslice 2x4 "
+                         "(4 chips each) in one node pool; the best pool, pool-a, has 0 free"}}}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(MultisliceAdmissionTest, NodesWithoutAPoolLabelHoldNoSlice) {
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 4, 4);
+  for (int i = 0; i < 4; ++i) nodes.push_back(TpuNode("bare-" + std::to_string(i), "", 4));
+  const auto plan = PlanAdmissions(Build(nodes), {Slices(Gang("ns/ms", 4), 2)});
+  EXPECT_FALSE(plan.at("ns/ms").admit);
+  EXPECT_THAT(plan.at("ns/ms").message, HasSubstr("1 pool has room (pool-a)"));
+  // The same nodes serve a single-slice gang.
+  EXPECT_TRUE(PlanAdmissions(Build(nodes), {Gang("ns/one", 4)}).at("ns/one").admit);
+}
+
+TEST(MultisliceAdmissionTest, ReservationsHoldEachSliceInItsOwnPool) {
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 4, 4);
+  AddPool(nodes, "pool-b", 4, 4);
+  AddPool(nodes, "pool-c", 4, 4);
+  // An admitted 2-slice job whose pods are not bound yet: slice 0 in pool-a, slice 1 in pool-c.
+  const std::vector<Reservation> held = {{.job = "ns/ms",
+                                          .accelerator = kV5e,
+                                          .topology = "2x4",
+                                          .pool = "pool-a",
+                                          .workers = 4,
+                                          .chips_per_worker = 4,
+                                          .slice = 0},
+                                         {.job = "ns/ms",
+                                          .accelerator = kV5e,
+                                          .topology = "2x4",
+                                          .pool = "pool-c",
+                                          .workers = 3,
+                                          .chips_per_worker = 4,
+                                          .slice = 1}};
+  const Capacity capacity = Build(nodes, {}, held);
+  const auto free = FreeByNode(capacity);
+  EXPECT_EQ(free.at("pool-a-3"), 0);
+  EXPECT_EQ(free.at("pool-b-0"), 4);
+  EXPECT_EQ(free.at("pool-c-2"), 0);
+  EXPECT_EQ(free.at("pool-c-3"), 4);  // slice 1 has a worker bound already
+  const auto plan = PlanAdmissions(capacity, {Slices(Gang("ns/next", 4), 2)});
+  EXPECT_FALSE(plan.at("ns/next").admit);
+  EXPECT_THAT(plan.at("ns/next").message, HasSubstr("1 pool has room (pool-b)"));
+}
+
+TEST(MultisliceAdmissionTest, DescribeNeedsNamesSlicesAndHosts) {
+  EXPECT_EQ(DescribeNeeds(Slices(Gang("ns/ms", 1), 4)),
+            "needs 4 node pools with 1 host each of tpu-v5-lite-podslice 2x4 (4 chips each), one "
+            "per slice");
+  EXPECT_EQ(DescribeNeeds(Gang("ns/one", 4)),
+            "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool");
+}
+
+TEST(QueueAdmissionTest, ReissuedAttemptTakesPoolsWithoutAFaultyNodeFirst) {
+  // pool-a: 5 nodes, one cordoned (4 free hosts: the tightest fit for 4 workers); pool-b: 6
+  // healthy nodes.
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 5, 4);
+  nodes.back().unschedulable = true;
+  AddPool(nodes, "pool-b", 6, 4);
+  const Capacity capacity = Build(nodes);
+  EXPECT_EQ(capacity.faulty_pools.at({kV5e, "2x4"}), (std::set<std::string>{"pool-a"}));
+  // A new job keeps best fit; a re-issued one goes to the clean pool.
+  EXPECT_EQ(FirstPool(PlanAdmissions(capacity, {Gang("ns/new", 4)}).at("ns/new")), "pool-a");
+  EXPECT_EQ(
+      FirstPool(PlanAdmissions(capacity, {With(Gang("ns/again", 4), 0, 0, true)}).at("ns/again")),
+      "pool-b");
+  // When only the faulty pool fits, a re-issued job still takes it.
+  std::vector<NodeInfo> small;
+  AddPool(small, "pool-a", 5, 4);
+  small.back().unschedulable = true;
+  EXPECT_TRUE(
+      PlanAdmissions(Build(small), {With(Gang("ns/again", 4), 0, 0, true)}).at("ns/again").admit);
+}
+
+TEST(MultisliceAdmissionTest, ReissuedAttemptPrefersPoolsWithoutAnUnhealthyNode) {
+  // Five pools of 5 nodes; pool-b has a NotReady node and still holds a 4-host slice (the
+  // tightest fit). A re-issued 3-slice job leaves it out; a new one does not.
+  std::vector<NodeInfo> nodes;
+  for (const char* pool : {"pool-a", "pool-b", "pool-c", "pool-d", "pool-e"}) {
+    AddPool(nodes, pool, 5, 4);
+  }
+  nodes[9].ready = cache::ConditionStatus::kFalse;  // pool-b-4
+  nodes[9].conditions.front().status = cache::ConditionStatus::kFalse;
+  const Capacity capacity = Build(nodes);
+  const auto again =
+      PlanAdmissions(capacity, {With(Slices(Gang("ns/ms", 4), 3), 0, 0, /*reissued=*/true)});
+  EXPECT_EQ(again.at("ns/ms").pools, (std::vector<std::string>{"pool-a", "pool-c", "pool-d"}));
+  const auto fresh = PlanAdmissions(capacity, {Slices(Gang("ns/ms", 4), 3)});
+  EXPECT_EQ(fresh.at("ns/ms").pools, (std::vector<std::string>{"pool-a", "pool-b", "pool-c"}));
 }
 
 }  // namespace

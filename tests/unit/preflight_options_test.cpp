@@ -310,5 +310,20 @@ TEST(PreflightLogLineTest, OneLogfmtLinePerItem) {
   EXPECT_LT(FormatItemLine(ulimit).size(), 1200u);
 }
 
+TEST(PreflightOptionsTest, TheMultisliceCoordinatorIsResolvedWithThePeers) {
+  EXPECT_THAT(LoadOk({}, Env({{"TPU_WORKER_HOSTNAMES", "j-worker-1-0.j,j-worker-1-1.j"},
+                              {"MEGASCALE_COORDINATOR_ADDRESS", "j-worker-0-0.j"}}))
+                  .dns.hostnames,
+              ElementsAre("j-worker-1-0.j", "j-worker-1-1.j", "j-worker-0-0.j"));
+  // host:port and [IPv6]:port give the host; a bare IPv6 address is kept whole.
+  EXPECT_THAT(LoadOk({{"--coordinator", "coord.j:8080"}}, Env({})).dns.hostnames,
+              ElementsAre("coord.j"));
+  EXPECT_THAT(LoadOk({{"--coordinator", "[fd00::1]:8080"}}, Env({})).dns.hostnames,
+              ElementsAre("fd00::1"));
+  EXPECT_THAT(LoadOk({{"--coordinator", "fd00::1"}}, Env({})).dns.hostnames,
+              ElementsAre("fd00::1"));
+  EXPECT_THAT(LoadOk({}, Env({})).dns.hostnames, IsEmpty());
+}
+
 }  // namespace
 }  // namespace tpujob::preflight

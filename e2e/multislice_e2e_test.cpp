@@ -1,0 +1,361 @@
+// Multislice TPUJobs (spec.tpu.slices) end to end: several slices of one job admitted together,
+// each in a node pool of its own, with the MEGASCALE_* environment JAX and libtpu read to join
+// them; the fault table applied to the job as a whole. KWOK plays the TPU nodes (four pools per
+// test, with an accelerator name of their own so no other test competes for them) and the real
+// kube-scheduler places the pods by the node selectors the operator writes. Every assertion
+// reads the cluster through kubectl.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+using nlohmann::json;
+
+class MultisliceE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { InstallCrd(); }
+
+  void SetUp() override {
+    static int counter = 0;
+    prefix_ = "ms" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
+    accelerator_ = "tpu-" + prefix_;
+  }
+  void TearDown() override {
+    for (const std::string& set : node_sets_) DeleteTpuNodes(set);
+  }
+
+  // `pools` node pools ("pool-<prefix>-a", ...) of `hosts` KWOK nodes with 4 chips each.
+  void CreatePools(int pools, int hosts, const std::string& topology) {
+    for (int p = 0; p < pools; ++p) {
+      const std::string set = prefix_ + "-" + std::string(1, static_cast<char>('a' + p));
+      node_sets_.push_back(set);
+      CreateTpuNodes(set, hosts, accelerator_, topology, "pool-" + set);
+    }
+  }
+  std::string Pool(char letter) const { return "pool-" + prefix_ + "-" + letter; }
+
+  // A TPUJob of `slices` slices of `hosts` workers with 4 chips each.
+  std::string Job(const std::string& name, int slices, int hosts, const std::string& topology,
+                  const std::string& extra_spec = "") const {
+    return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
+           "\nspec:\n  tpu: {accelerator: " + accelerator_ + ", topology: " + topology +
+           ", chipsPerWorker: 4, slices: " + std::to_string(slices) +
+           "}\n  replicaSpecs:\n    Worker:\n      replicas: " + std::to_string(hosts) +
+           "\n      template:\n        spec:\n          containers:\n"
+           "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n" +
+           extra_spec;
+  }
+
+  // Nodes of this test that are cordoned.
+  std::string CordonedNodes() const {
+    std::string out;
+    for (const std::string& set : node_sets_) {
+      const std::string nodes = UnschedulableNodes(set);
+      if (!nodes.empty()) out += (out.empty() ? "" : " ") + nodes;
+    }
+    return out;
+  }
+
+  static std::vector<std::string> NodePools(const std::string& ns, const std::string& job) {
+    const json status = JobJson(ns, job).value("status", json::object());
+    return status.value("nodePools", std::vector<std::string>{});
+  }
+
+  static std::string Worker(const std::string& job, int slice, int host) {
+    return job + "-worker-" + std::to_string(slice) + "-" + std::to_string(host);
+  }
+
+  std::string prefix_;
+  std::string accelerator_;
+  std::vector<std::string> node_sets_;
+};
+
+std::map<std::string, std::string> EnvOf(const json& pod) {
+  std::map<std::string, std::string> env;
+  for (const json& var : pod["spec"]["containers"][0].value("env", json::array())) {
+    env[var.value("name", "")] = var.value("value", "");
+  }
+  return env;
+}
+
+TEST_F(MultisliceE2E, ThreeSlicesOfFourRunOnThreeDistinctPoolsWithTheirEnvironment) {
+  CreatePools(4, 4, "2x8");
+  TestNamespace ns("ms-run");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("ms", 3, 4, "2x8")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.readyWorkers}"), "12/12");
+
+  std::vector<std::string> want_pods;
+  for (int s = 0; s < 3; ++s) {
+    for (int h = 0; h < 4; ++h) want_pods.push_back(Worker("ms", s, h));
+  }
+  std::sort(want_pods.begin(), want_pods.end());
+  EXPECT_EQ(JobPods(n, "ms"), want_pods);
+
+  const std::vector<std::string> pools = NodePools(n, "ms");
+  ASSERT_EQ(pools.size(), 3u) << JobJson(n, "ms").dump();
+  EXPECT_EQ(std::set<std::string>(pools.begin(), pools.end()).size(), 3u);
+  const std::set<std::string> ours = {Pool('a'), Pool('b'), Pool('c'), Pool('d')};
+  for (const std::string& pool : pools) EXPECT_TRUE(ours.contains(pool)) << pool;
+
+  for (int s = 0; s < 3; ++s) {
+    std::string peers;
+    for (int h = 0; h < 4; ++h) peers += (h == 0 ? "" : ",") + Worker("ms", s, h) + ".ms";
+    for (int h = 0; h < 4; ++h) {
+      const std::string name = Worker("ms", s, h);
+      SCOPED_TRACE(name);
+      const json pod = json::parse(
+          Kubectl("get pod " + name + " -n " + n + " -o json", false).output, nullptr, false);
+      ASSERT_TRUE(pod.is_object());
+      const json labels = pod["metadata"]["labels"];
+      EXPECT_EQ(labels.value("tpujob.dev/slice-index", ""), std::to_string(s));
+      EXPECT_EQ(labels.value("tpujob.dev/replica-index", ""), std::to_string(s * 4 + h));
+      EXPECT_EQ(labels.value("tpujob.dev/attempt", ""), "1");
+      // Pinned to its slice's pool, and the scheduler put it there.
+      EXPECT_EQ(pod["spec"]["nodeSelector"].value("cloud.google.com/gke-nodepool", ""),
+                pools[static_cast<size_t>(s)]);
+      const std::string node = pod["spec"].value("nodeName", "");
+      EXPECT_EQ(NodeField(node, "{.metadata.labels.cloud\\.google\\.com/gke-nodepool}"),
+                pools[static_cast<size_t>(s)]);
+      EXPECT_EQ(pod["spec"].value("hostname", ""), name);
+      EXPECT_EQ(pod["spec"].value("subdomain", ""), "ms");
+
+      const auto env = EnvOf(pod);
+      EXPECT_EQ(env.at("TPU_WORKER_ID"), std::to_string(h));
+      EXPECT_EQ(env.at("TPU_WORKER_HOSTNAMES"), peers);
+      EXPECT_EQ(env.at("TPUJOB_REPLICA_INDEX"), std::to_string(s * 4 + h));
+      EXPECT_EQ(env.at("MEGASCALE_COORDINATOR_ADDRESS"), "ms-worker-0-0.ms");
+      EXPECT_EQ(env.at("MEGASCALE_NUM_SLICES"), "3");
+      EXPECT_EQ(env.at("MEGASCALE_SLICE_ID"), std::to_string(s));
+      EXPECT_EQ(env.at("MEGASCALE_PORT"), "8080");
+      const json config = json::parse(env.at("TPU_CONFIG"), nullptr, false);
+      ASSERT_TRUE(config.is_object()) << env.at("TPU_CONFIG");
+      EXPECT_EQ(config.value("worker_id", -1), h);
+      EXPECT_EQ(config.value("worker_count", -1), 4);
+      EXPECT_EQ(config.value("slice_id", -1), s);
+      EXPECT_EQ(config.value("num_slices", -1), 3);
+      EXPECT_EQ(config.value("coordinator_address", ""), "ms-worker-0-0.ms");
+      EXPECT_EQ(config.value("megascale_port", -1), 8080);
+    }
+  }
+
+  // kubectl get shows the slices.
+  const std::string table = Kubectl("get tpujob ms -n " + n, false).output;
+  EXPECT_NE(table.find("SLICES"), std::string::npos) << table;
+  EXPECT_EQ(
+      Trim(Kubectl("get tpujob ms -n " + n + " -o custom-columns=S:.spec.tpu.slices --no-headers",
+                   false)
+               .output),
+      "3");
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, QueuedWhileOnlyTwoPoolsAreFreeAndAdmittedWhenAThirdFrees) {
+  CreatePools(3, 4, "2x8");
+  TestNamespace ns("ms-queue");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  // A single-slice job of 4 hosts takes one pool (best fit, then the first by name: pool a).
+  ASSERT_EQ(ApplyYaml(n, Job("one", 1, 4, "2x8")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "one", "{.status.phase}", "Running")) << op.Log();
+  EXPECT_EQ(JobField(n, "one", "{.status.nodePool}"), Pool('a'));
+  EXPECT_EQ(JobPods(n, "one").front(), "one-worker-0");  // single-slice names unchanged
+
+  ASSERT_EQ(ApplyYaml(n, Job("ms", 3, 4, "2x8")).exit_code, 0);
+  const std::string want = "needs 3 node pools with 4 hosts each of " + accelerator_ +
+                           " 2x8 (4 chips each), one per slice; 2 pools have room (" + Pool('b') +
+                           ", " + Pool('c') + ")";
+  ASSERT_TRUE(
+      JobFieldBecomes(n, "ms", "{.status.conditions[?(@.type==\"Admitted\")].message}", want))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.phase}"), "Queued");
+  EXPECT_EQ(JobField(n, "ms", "{.status.conditions[?(@.type==\"Admitted\")].reason}"),
+            "WaitingForCapacity");
+  EXPECT_TRUE(JobPods(n, "ms").empty());
+
+  // The first pool frees up: all three slices are admitted at once.
+  ASSERT_EQ(Kubectl("delete tpujob one -n " + n).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> pools = NodePools(n, "ms");
+  EXPECT_EQ(pools, (std::vector<std::string>{Pool('a'), Pool('b'), Pool('c')}));
+  EXPECT_EQ(JobPods(n, "ms").size(), 12u);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, HardwareFaultInSliceOneReissuesEverySliceOnPoolsWithoutTheFaultyNode) {
+  // Pools of 5 hosts: the faulty node's pool still holds a slice of 4 afterwards (the tightest
+  // fit, even), yet the re-issue takes the three other pools.
+  CreatePools(4, 5, "2x8");
+  TestNamespace ns("ms-fault");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(
+      ApplyYaml(n, Job("ms", 3, 4, "2x8", "  faultTolerance: {maxJobRetries: 2}\n")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> first_pools = NodePools(n, "ms");
+  ASSERT_EQ(first_pools.size(), 3u);
+  const std::string node = NodeOf(n, Worker("ms", 1, 2));
+  ASSERT_FALSE(node.empty());
+  ASSERT_EQ(NodeField(node, "{.metadata.labels.cloud\\.google\\.com/gke-nodepool}"),
+            first_pools[1]);
+
+  ASSERT_EQ(
+      SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 1: ECC errors").exit_code,
+      0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.jobRetries}"), "1");
+  EXPECT_EQ(JobField(n, "ms",
+                     "{.status.faults[0].kind}/{.status.faults[0].action}/"
+                     "{.status.faults[0].slice}/{.status.faults[0].node}"),
+            "NodeUnhealthy/ReissueJob/1/" + node);
+  // Only the faulty node is cordoned.
+  EXPECT_EQ(CordonedNodes(), node);
+  // Attempt 2: three pools, none of them the faulty node's, 12 pods of attempt 2.
+  const std::vector<std::string> pools = NodePools(n, "ms");
+  ASSERT_EQ(pools.size(), 3u);
+  EXPECT_EQ(std::count(pools.begin(), pools.end(), first_pools[1]), 0)
+      << first_pools[1] << " is in " << JobJson(n, "ms")["status"].dump();
+  const std::vector<std::string> pods = JobPods(n, "ms");
+  EXPECT_EQ(pods.size(), 12u);
+  for (const std::string& pod : pods) {
+    EXPECT_EQ(Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/attempt}"), "2") << pod;
+    EXPECT_NE(NodeOf(n, pod), node) << pod;
+  }
+  // Every pod of attempt 1 was gone before any pod of attempt 2 existed; no worker id twice.
+  const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  EXPECT_EQ(report.creations, 24);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, MaintenanceOnSliceTwoReissuesWithoutUsingARetry) {
+  CreatePools(4, 4, "2x8");
+  TestNamespace ns("ms-maint");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("ms", 3, 4, "2x8",
+                             "  faultTolerance: {maxJobRetries: 1, "
+                             "maintenanceGracePeriodSeconds: 120}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::string node = NodeOf(n, Worker("ms", 2, 0));
+  ASSERT_FALSE(node.empty());
+  // GKE's notice: the impending-termination taint.
+  ASSERT_EQ(
+      Kubectl("taint node " + node + " cloud.google.com/impending-node-termination=true:NoSchedule")
+          .exit_code,
+      0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.jobRetries}"), "");  // no retry used
+  EXPECT_EQ(JobField(n, "ms",
+                     "{.status.faults[0].kind}/{.status.faults[0].action}/"
+                     "{.status.faults[0].slice}/{.status.faults[0].node}"),
+            "Maintenance/ReissueJob/2/" + node);
+  EXPECT_EQ(CordonedNodes(), "");
+  for (const std::string& pod : JobPods(n, "ms")) EXPECT_NE(NodeOf(n, pod), node) << pod;
+  // Every slice's pods were stopped with the maintenance grace period.
+  EXPECT_NE(watch.Raw().find("grace=120"), std::string::npos) << watch.Raw();
+  const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+// The pre-flight dns item of a multislice worker resolves the hosts of its own slice and the
+// coordinator: run here with the environment the operator gave the pod's init container and a
+// hosts file standing in for cluster DNS.
+TEST_F(MultisliceE2E, PreflightDnsChecksTheSlicesPeersAndTheCoordinator) {
+  CreatePools(2, 2, "2x4");
+  TestNamespace ns("ms-dns");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("pf", 2, 2, "2x4",
+                             "  faultTolerance: {preflight: {enabled: true, checks: [dns]}}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "pf", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::string pod = Worker("pf", 1, 1);
+  const std::string hosts = ClusterDir() + "/hosts-" + n;
+  const auto run = [&](const std::string& names) {
+    std::ofstream(hosts) << "10.0.0.1 " << names << "\n";
+    return RunPreflightFor(n, pod, NodeOf(n, pod), {"--dns-timeout", "0", "--hosts-file", hosts});
+  };
+  // The slice's two hosts resolve; the coordinator (slice 0's worker 0) does not.
+  PreflightRun missing = run("pf-worker-1-0.pf pf-worker-1-1.pf");
+  EXPECT_NE(missing.exit_code, 0) << missing.output;
+  const json report = json::parse(missing.report, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << missing.output;
+  EXPECT_EQ(report["items"][0].value("item", ""), "dns");
+  EXPECT_EQ(report["items"][0].value("value", ""), "2/3 resolved");
+  EXPECT_NE(report["items"][0].value("message", "").find("pf-worker-0-0.pf"), std::string::npos)
+      << report.dump();
+  // With the coordinator it passes; slice 0's other host is not among the names checked.
+  PreflightRun passed = run("pf-worker-1-0.pf pf-worker-1-1.pf pf-worker-0-0.pf");
+  EXPECT_EQ(passed.exit_code, 0) << passed.output;
+  const json ok = json::parse(passed.report, nullptr, false);
+  ASSERT_TRUE(ok.is_object()) << passed.output;
+  EXPECT_EQ(ok["items"][0].value("value", ""), "3/3 resolved");
+}
+
+// The operator is SIGKILLed while it creates the 64 pods of a 4 x 16 job (its API client held
+// to a few requests per second so the creation is caught in the middle), then started again:
+// the job runs with exactly one pod per worker of attempt 1, each created once.
+TEST_F(MultisliceE2E, OperatorKilledDuringTheCreationOfFourSlicesOfSixteenLeavesExactly64Pods) {
+  CreatePools(4, 16, "8x8");
+  TestNamespace ns("ms-kill");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  ASSERT_EQ(ApplyYaml(n, Job("big", 4, 16, "8x8")).exit_code, 0);
+  size_t at_kill = 0;
+  {
+    OperatorProcess op({"--namespace", n, "--kube-api-qps", "4", "--kube-api-burst", "1"});
+    ASSERT_TRUE(Eventually([&] { return JobPods(n, "big").size() >= 4; }, std::chrono::seconds(60),
+                           std::chrono::milliseconds(50)))
+        << op.Log();
+    op.Kill();
+    at_kill = JobPods(n, "big").size();
+  }
+  EXPECT_LT(at_kill, 64u) << "the creation was not caught in the middle";
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "big", "{.status.phase}", "Running", std::chrono::seconds(120)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "big", "{.status.attempt}"), "1");
+  EXPECT_EQ(JobField(n, "big", "{.status.readyWorkers}"), "64/64");
+  EXPECT_EQ(NodePools(n, "big").size(), 4u);
+  const std::vector<std::string> pods = JobPods(n, "big");
+  EXPECT_EQ(pods.size(), 64u);
+  const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  EXPECT_EQ(report.creations, 64) << "killed with " << at_kill << " pods made";
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+}  // namespace
+}  // namespace tpujob::e2e
