@@ -44,26 +44,30 @@ start_operator() {
   exit 1
 }
 
-say "Adding four fake TPU hosts: tpu-v5-lite-podslice, 4x4 slice, 4 chips each"
-for i in 0 1 2 3; do
+# tpu_host NAME TOPOLOGY POOL: a fake TPU host (KWOK keeps it Ready) with 4 chips, labelled and
+# tainted as GKE labels and taints TPU nodes.
+tpu_host() {
   cat <<EOF
 ---
 apiVersion: v1
 kind: Node
 metadata:
-  name: tpu-host-$i
+  name: $1
   annotations: {kwok.x-k8s.io/node: fake}
   labels:
     cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice
-    cloud.google.com/gke-tpu-topology: 4x4
-    cloud.google.com/gke-nodepool: tpu-pool
+    cloud.google.com/gke-tpu-topology: $2
+    cloud.google.com/gke-nodepool: $3
 spec:
   taints: [{key: google.com/tpu, value: present, effect: NoSchedule}]
 status:
   capacity: &r {cpu: "32", memory: 128Gi, pods: "110", google.com/tpu: "4"}
   allocatable: *r
 EOF
-done | kubectl apply -f -
+}
+
+say "Adding four fake TPU hosts: tpu-v5-lite-podslice, 4x4 slice, 4 chips each"
+for i in 0 1 2 3; do tpu_host "tpu-host-$i" 4x4 tpu-pool; done | kubectl apply -f -
 kubectl wait --for=condition=Ready node -l cloud.google.com/gke-nodepool=tpu-pool --timeout=60s
 kubectl get nodes -L cloud.google.com/gke-tpu-topology | cut -c1-100
 
@@ -145,6 +149,24 @@ echo
 echo "where the job's time went (status.goodput; kubectl tpujob describe shows the same):"
 kubectl get tpujob "$job" -o wide
 kubectl get tpujob "$job" -o jsonpath='productive {.status.goodput.productiveSeconds} s, lost {.status.goodput.lostSeconds} (seconds by cause){"\n"}'
+
+say "Multislice: three node pools of two 2x4 hosts, and examples/multislice.yaml (3 slices x 2 hosts)"
+for pool in a b c; do
+  for i in 0 1; do tpu_host "slice-host-$pool-$i" 2x4 "slice-pool-$pool"; done
+done | kubectl apply -f -
+kubectl wait --for=condition=Ready node -l cloud.google.com/gke-tpu-topology=2x4 --timeout=60s
+kubectl apply -f "$root/examples/multislice.yaml"
+job=multislice
+wait_for "the multislice job Running" is Running phase
+kubectl get tpujob "$job"
+kubectl get tpujob "$job" -o jsonpath='node pools, one per slice: {.status.nodePools}{"\n"}'
+kubectl get pods -l tpujob.dev/job-name=$job \
+  -o custom-columns='POD:.metadata.name,SLICE:.metadata.labels.tpujob\.dev/slice-index,NODE:.spec.nodeName,POOL:.spec.nodeSelector.cloud\.google\.com/gke-nodepool'
+echo "the environment of $job-worker-1-1 (slice 1, host 1):"
+kubectl get pod $job-worker-1-1 \
+  -o jsonpath='{range .spec.containers[0].env[*]}  {.name}={.value}{"\n"}{end}' |
+  grep -E '^  (TPU_WORKER|MEGASCALE)'
+kubectl delete tpujob "$job" --wait=false
 
 say "Stopping the operator with SIGTERM"
 kill -TERM "$op_pid"
