@@ -5,11 +5,12 @@
 //     bench-node-0..M-1, with 16 threads and no client-side rate limit, and prints the rate.
 //   tpujob-bench create-nodes --kubeconfig K --count M
 //     creates M KWOK-managed fake TPU nodes.
-//   tpujob-bench gang --kubeconfig K --namespace NS --name J --workers W --topology T [--finish]
-//     creates a TPUJob of W workers and reports the time until the operator created all its
-//     pods (seen through a watch opened before the create); with --finish it then drives the
-//     job to success (worker 0 exits 0), waits for Succeeded, deletes it and waits until its
-//     pods are gone: one job's whole life
+//   tpujob-bench gang --kubeconfig K --namespace NS --name J --workers W --topology T
+//       [--slices S] [--finish]
+//     creates a TPUJob of W workers (per slice, S slices) and reports the time until the operator
+//     created all its pods (seen through a watch opened before the create); with --finish it then
+//     drives the job to success (worker 0 exits 0), waits for Succeeded, deletes it and waits until
+//     its pods are gone: one job's whole life
 //   tpujob-bench fault-latency --kubeconfig K --namespace NS --faults F [--workers W]
 //     creates F + 4W fake TPU nodes of an accelerator of their own, then F times: runs a
 //     W-worker TPUJob until Running, writes the hardware condition TPUUnhealthy=True on worker
@@ -19,12 +20,14 @@
 //   tpujob-bench admission --nodes 5000 --jobs 1000 [--runs 21] [--seed S]
 //     needs no cluster: builds a random cluster in memory (several accelerators and topologies,
 //     node pools of 4-64 nodes with 4 or 8 chips, about 70% of the chips used by pods, a few
-//     nodes cordoned or unhealthy, a few reservations) and a queue of mixed gangs, then times
+//     nodes cordoned or unhealthy, a few reservations) and a queue of mixed gangs (a quarter of
+//     the multi-host ones multislice, 2-8 slices), then times
 //     the queue's BuildCapacity + PlanAdmissions per run: median, p90, min, max, and how many
 //     jobs were admitted.
 //   tpujob-bench preemption --nodes 5000 --running 500 --jobs 1000 [--runs 21] [--seed S]
 //     needs no cluster: 5,000 nodes in memory held by 500 running gangs (whole nodes, ~90% of
-//     them), 1,000 queued gangs of mixed priority; times the queue's victim selection
+//     them), 1,000 queued gangs of mixed priority (a quarter of the multi-host ones multislice,
+//     2-8 slices); times the queue's victim selection
 //     (PlanPreemptions) per run beside PlanAdmissions on the same queue: median, p99.
 
 #include <CLI/CLI.hpp>
@@ -101,7 +104,8 @@ bool WaitFor(const std::function<bool()>& condition, int seconds,
 }
 
 int Gang(const std::string& kubeconfig, const std::string& ns, const std::string& name, int workers,
-         const std::string& topology, int chips, bool finish) {
+         const std::string& topology, int chips, int slices, bool finish) {
+  const int pods_wanted = workers * slices;
   auto client = Connect(kubeconfig);
   tpujob::kube::ListOptions by_job;
   by_job.label_selector = "tpujob.dev/job-name=" + name;
@@ -127,7 +131,8 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
                {{"tpu",
                  {{"accelerator", "tpu-v5-lite-podslice"},
                   {"topology", topology},
-                  {"chipsPerWorker", chips}}},
+                  {"chipsPerWorker", chips},
+                  {"slices", slices}}},
                 {"replicaSpecs",
                  {{"Worker",
                    {{"replicas", workers},
@@ -139,14 +144,14 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
     return 1;
   }
   std::set<std::string> seen;
-  while (static_cast<int>(seen.size()) < workers) {
+  while (static_cast<int>(seen.size()) < pods_wanted) {
     auto event = (*watch)->Next();
     if (!event || !*event) {
       // The watch broke (a busy server may drop it): count by listing instead.
       const bool all = WaitFor(
           [&] {
             auto pods = client->List(Resource::Pods(), ns, by_job);
-            return pods && static_cast<int>((*pods)["items"].size()) >= workers;
+            return pods && static_cast<int>((*pods)["items"].size()) >= pods_wanted;
           },
           120);
       if (!all) {
@@ -159,8 +164,8 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
       seen.insert((*event)->object.value("/metadata/name"_json_pointer, ""));
     }
   }
-  std::printf("%s: all %d pods created %.0f ms after the TPUJob was created\n", name.c_str(),
-              workers, MsSince(start));
+  std::printf("%s: all %d pods (%d x %d) created %.0f ms after the TPUJob was created\n",
+              name.c_str(), pods_wanted, slices, workers, MsSince(start));
   if (!finish) return 0;
 
   const auto phase = [&] {
@@ -184,8 +189,9 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
                {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}}})}}}};
   tpujob::kube::PatchOptions status_options;
   status_options.subresource = "status";
-  auto patched = client->Patch(Resource::Pods(), ns, name + "-worker-0",
-                               tpujob::kube::PatchType::kMerge, status, status_options);
+  auto patched =
+      client->Patch(Resource::Pods(), ns, name + (slices > 1 ? "-worker-0-0" : "-worker-0"),
+                    tpujob::kube::PatchType::kMerge, status, status_options);
   if (!patched) {
     std::fprintf(stderr, "error: %s\n", patched.error().ToString().c_str());
     return 1;
@@ -691,6 +697,8 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
     job.topology = kind.topology;
     job.workers = kind.workers[pick(0, static_cast<int>(kind.workers.size()) - 1)];
     job.chips_per_worker = kind.chips;
+    // A quarter of the multi-host jobs are multislice, of 2-8 slices.
+    if (job.workers > 1 && chance(0.25)) job.slices = pick(2, 8);
     job.reissued = chance(0.05);
     job.priority = pick(0, 3);
     job.queued_at = now - std::chrono::seconds(pick(0, 3600));
@@ -713,7 +721,9 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
   const policy::NodeHealthConfig health;
 
   std::vector<double> total_ms, build_ms, plan_ms;
-  int admitted = 0, for_capacity = 0, in_line = 0;
+  int admitted = 0, for_capacity = 0, in_line = 0, admitted_multislice = 0;
+  const auto multislice = std::count_if(queued.begin(), queued.end(),
+                                        [](const policy::GangRequest& j) { return j.slices > 1; });
   size_t classes = 0;
   for (int run = 0; run < runs; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -726,9 +736,10 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
     build_ms.push_back(ms(t1 - t0));
     plan_ms.push_back(ms(t2 - t1));
     total_ms.push_back(ms(t2 - t0));
-    admitted = for_capacity = in_line = 0;
+    admitted = for_capacity = in_line = admitted_multislice = 0;
     for (const auto& [key, a] : plan) {
       admitted += a.admit;
+      admitted_multislice += a.admit && a.pools.size() > 1;
       for_capacity += a.reason == "WaitingForCapacity";
       in_line += a.reason == "WaitingInLine";
     }
@@ -737,11 +748,13 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
 
   std::printf(
       "admission planning: %zu nodes in %d pools (%zu classes offering chips), %zu pods, %.0f%% "
-      "of %lld chips used, %zu reservations, %zu queued jobs; %d runs\n",
+      "of %lld chips used, %zu reservations, %zu queued jobs (%lld multislice, 2-8 slices); %d "
+      "runs\n",
       nodes.size(), pool_count, classes, pods.size(),
       chips_total > 0 ? 100.0 * static_cast<double>(chips_used) / static_cast<double>(chips_total)
                       : 0.0,
-      static_cast<long long>(chips_total), reservations.size(), queued.size(), runs);
+      static_cast<long long>(chips_total), reservations.size(), queued.size(),
+      static_cast<long long>(multislice), runs);
   const auto print = [](const char* label, std::vector<double> ms) {
     std::sort(ms.begin(), ms.end());
     std::printf("  %-34s median %.2f ms  p90 %.2f ms  min %.2f ms  max %.2f ms\n", label,
@@ -750,8 +763,10 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
   print("BuildCapacity + PlanAdmissions:", total_ms);
   print("  BuildCapacity:", build_ms);
   print("  PlanAdmissions:", plan_ms);
-  std::printf("  admitted %d of %zu jobs (waiting for capacity: %d, waiting in line: %d)\n",
-              admitted, queued.size(), for_capacity, in_line);
+  std::printf(
+      "  admitted %d of %zu jobs, %d of them multislice (waiting for capacity: %d, waiting in "
+      "line: %d)\n",
+      admitted, queued.size(), admitted_multislice, for_capacity, in_line);
   return 0;
 }
 
@@ -849,6 +864,7 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
     job.topology = kind.topology;
     job.workers = kind.workers[pick(0, static_cast<int>(kind.workers.size()) - 1)];
     job.chips_per_worker = kind.chips;
+    if (job.workers > 1 && chance(0.25)) job.slices = pick(2, 8);  // multislice heads too
     job.priority = pick(0, 5);
     job.queued_at = now - std::chrono::seconds(pick(0, 3600));
     queued.push_back(std::move(job));
@@ -907,7 +923,7 @@ int main(int argc, char** argv) {
   pods->add_option("--nodes", nodes)->capture_default_str();
   pods->add_option("--threads", threads)->capture_default_str();
   std::string name = "gang", topology = "16x16";
-  int workers = 64, chips = 4;
+  int workers = 64, chips = 4, slices = 1;
   bool finish = false;
   auto* gang = app.add_subcommand("gang", "Time a TPUJob's gang creation (and its whole life).");
   gang->add_option("--kubeconfig", kubeconfig)->required();
@@ -916,6 +932,8 @@ int main(int argc, char** argv) {
   gang->add_option("--workers", workers)->capture_default_str();
   gang->add_option("--topology", topology)->capture_default_str();
   gang->add_option("--chips-per-worker", chips)->capture_default_str();
+  gang->add_option("--slices", slices, "Slices of --workers hosts each (spec.tpu.slices).")
+      ->capture_default_str();
   gang->add_flag("--finish", finish, "Drive the job to success and delete it.");
   auto* node_cmd = app.add_subcommand("create-nodes", "Create KWOK-managed fake TPU nodes.");
   node_cmd->add_option("--kubeconfig", kubeconfig)->required();
@@ -973,7 +991,7 @@ int main(int argc, char** argv) {
   if (preemption_cmd->parsed()) {
     return PreemptionBench(admission_nodes, preemption_running, admission_jobs, runs, seed);
   }
-  if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, finish);
+  if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, slices, finish);
   if (fault_cmd->parsed()) {
     return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, condition, timeout_seconds);
   }

@@ -3,6 +3,8 @@
 #   - gang creation: time from creating a 64-worker TPUJob to all its pods created by the
 #     operator (5 runs, median), and the API requests the operator made for each job's whole
 #     life (create, Running, success, delete);
+#   - multislice gang creation: 4 slices x 16 hosts (64 pods) and 4 x 64 (256 pods) beside one
+#     slice of the same pod count, 3 runs each interleaved (median, and the ratio);
 #   - fault-to-action latency: from writing the node condition TPUUnhealthy=True to that node
 #     cordoned and the job's pods deleted, seen through watches, over FAULT_COUNT (50) faults,
 #     one 2-worker TPUJob each (p50, p90, p99, max; the target is p99 <= 200 ms);
@@ -99,6 +101,55 @@ for run in 1 2 3 4 5; do
 done
 median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 3p)
 echo "gang creation, 64 workers: median ${median} ms over 5 runs (${times[*]} ms)"
+echo
+
+echo "== multislice gang creation: 4 slices x 16 hosts and 4 x 64 beside one slice of 64 and of 256, 3 runs each, interleaved"
+# KWOK nodes of 16 chips (four 4-chip workers each): four pools of 4 (8x8 slices of 16 hosts),
+# four pools of 16 (16x16 slices of 64 hosts), and 64 nodes for one 32x32 slice of 256 hosts.
+tpu_nodes() {  # tpu_nodes NAME_PREFIX COUNT TOPOLOGY POOL
+  for i in $(seq 0 $(($2 - 1))); do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1-$i
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice, cloud.google.com/gke-tpu-topology: $3, cloud.google.com/gke-nodepool: $4}
+status:
+  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
+  allocatable: *r
+EOF
+  done
+}
+{
+  for p in a b c d; do tpu_nodes "ms8-$p" 4 8x8 "ms8-$p"; tpu_nodes "ms16-$p" 16 16x16 "ms16-$p"; done
+  tpu_nodes big-host 64 32x32 big-pool
+} | kubectl apply -f - >/dev/null
+kubectl wait --for=condition=Ready node -l cloud.google.com/gke-tpu-topology=32x32 --timeout=120s >/dev/null
+kubectl create namespace slices >/dev/null
+"$operator" run --kubeconfig "$kubeconfig" --namespace slices --health-address 127.0.0.1:0 \
+  >"$dir/operator-slices.log" 2>&1 &
+op_pid=$!
+declare -A slice_times=()
+for run in 1 2 3; do
+  for shape in "1 64 16x16" "4 16 8x8" "1 256 32x32" "4 64 16x16"; do
+    read -r n_slices hosts topology <<<"$shape"
+    out=$("$bench" gang --kubeconfig "$kubeconfig" --namespace slices \
+      --name "s$n_slices-h$hosts-$run" --workers "$hosts" --slices "$n_slices" \
+      --topology "$topology" --finish)
+    echo "$out" | head -1
+    slice_times["$n_slices x $hosts"]+="$(sed -nE 's/.*created ([0-9]+) ms.*/\1/p' <<<"$out") "
+  done
+done
+stop_operator
+slice_median() { tr ' ' '\n' <<<"${slice_times[$1]}" | grep . | sort -n | sed -n 2p; }
+for pair in "4 x 16|1 x 64|64" "4 x 64|1 x 256|256"; do
+  IFS='|' read -r multi single count <<<"$pair"
+  m=$(slice_median "$multi") s=$(slice_median "$single")
+  echo "multislice creation, $count pods: $multi ${m} ms vs $single ${s} ms (median of 3):" \
+    "ratio $(awk -v m="$m" -v s="$s" 'BEGIN { printf "%.2f", m / s }')"
+done
 echo
 
 echo "== fault-to-action latency: $faults faults, one 2-worker TPUJob each"
