@@ -188,6 +188,13 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       if (!best || choice.Cost() < best->Cost()) best = std::move(choice);
     }
     if (!best) continue;
+    // A single-slice head lands in the pool where the plan places it once the victims are gone:
+    // that is the pool to name (a multislice victim counted under one of its pools frees the
+    // others too).
+    if (head.slices <= 1) {
+      const Admission placed = PlanAdmissions(capacity.Without(best->victims), alone).at(head.job);
+      if (placed.admit && !placed.placed_pools.empty()) best->pool = placed.placed_pools.front();
+    }
 
     Preemption p;
     p.preemptor = head.job;

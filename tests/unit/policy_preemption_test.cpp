@@ -322,6 +322,20 @@ TEST(MultislicePreemptionTest, MultisliceVictimIsACandidateInEachOfItsPools) {
   EXPECT_THAT(plan[0].victims, ElementsAre("ns/ms"));
 }
 
+TEST(MultislicePreemptionTest, TheNamedPoolIsWhereTheHeadLandsOnceTheVictimIsGone) {
+  // The 2-slice victim holds a1 (pool-a) and b1, b2 (pool-b); a2 is held by a job of higher
+  // priority. Stopping the victim makes room only in pool-b, which the plan names.
+  const Capacity capacity =
+      CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}}, {"pool-b", {{"b1", 0}, {"b2", 0}}}});
+  const std::vector<RunningGang> running = {Running("ns/ms", 1, 1, {"a1", "b1", "b2"}),
+                                            Running("ns/mid", 50, 1, {"a2"})};
+  const auto plan = PlanPreemptions(capacity, {Head("ns/head", 2, 100)}, {}, running);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_THAT(plan[0].victims, ElementsAre("ns/ms"));
+  EXPECT_EQ(plan[0].pool, "pool-b");
+  EXPECT_THAT(plan[0].message, HasSubstr("in node pool pool-b:"));
+}
+
 TEST(MultislicePreemptionTest, NoPreemptionWhenEvenAllCandidatesLeaveTooFewPools) {
   const Capacity capacity =
       CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}}, {"pool-b", {{"b1", 0}, {"b2", 0}}}});
