@@ -329,10 +329,13 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
     }
     case WatchEventType::kBookmark: {
       std::string_view version = MetadataString(event.object, "resourceVersion");
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!version.empty()) last_resource_version_ = version;
-      ++stats_.bookmarks;
-      stats_.last_activity = clock_.Now();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!version.empty()) last_resource_version_ = version;
+        ++stats_.bookmarks;
+        stats_.last_activity = clock_.Now();
+      }
+      store_.Observe(version);
       break;
     }
     case WatchEventType::kAdded:
@@ -362,6 +365,8 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
       } else if (decoded) {
         ApplyUpsert(std::make_shared<const T>(std::move(*decoded)));
       }
+      // After the store holds the event: ResourceVersion() never runs ahead of the content.
+      store_.Observe(MetadataString(event.object, "resourceVersion"));
       break;
     }
   }

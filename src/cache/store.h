@@ -192,10 +192,21 @@ class Store {
     return delta;  // `old` is destroyed outside the lock
   }
 
-  // The resourceVersion given to the last Replace.
+  // The resourceVersion the content reflects: the last Replace's, advanced by Observe as the
+  // reflector applies each watch event after it. Every write the API server answered with a
+  // resourceVersion at or below this one has reached the store (or was undone since): a pod
+  // created at version 7 is in the store once this reads 7 or more, unless it was deleted again.
   std::string ResourceVersion() const {
     std::shared_lock lock(mu_);
     return resource_version_;
+  }
+
+  // Records that the store now reflects `resource_version` (called after the event of that
+  // version was applied). An empty version changes nothing.
+  void Observe(std::string_view resource_version) {
+    if (resource_version.empty()) return;
+    std::unique_lock lock(mu_);
+    resource_version_ = resource_version;
   }
 
   size_t Size() const {

@@ -94,8 +94,14 @@ std::optional<Duration> TPUJobReconciler::Pending(const std::string& key,
   const TimePoint now = clock_.Now();
   bool met =
       e.job_resource_version.empty() || AtLeast(job.resource_version, e.job_resource_version);
-  for (auto name = e.created.begin(); met && name != e.created.end(); ++name) {
-    met = pods_.Get(cache::ObjectKey(job.ns, *name)) != nullptr;
+  // A created pod counts as seen once the cache has it, or once the cache has moved past its
+  // creation: then it was deleted again already (by whoever), and waiting for it would only stall
+  // the job until the deadline.
+  const std::string cache_version = pods_.ResourceVersion();
+  for (auto it = e.created.begin(); met && it != e.created.end(); ++it) {
+    const auto& [name, version] = *it;
+    met = pods_.Get(cache::ObjectKey(job.ns, name)) != nullptr ||
+          (!version.empty() && AtLeast(cache_version, version));
   }
   if (met && !e.deleted.empty()) {
     std::set<std::string> still;
@@ -396,6 +402,7 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   // One byte per pod, not std::vector<bool>: the creating threads write neighbouring elements at
   // once, and vector<bool> packs them into shared words (a data race that loses bits).
   std::vector<char> made(plan.create.size(), 0);
+  std::vector<std::string> versions(plan.create.size());  // of each creation
   ParallelFor(plan.create.size(), options_.create_parallelism, [&](size_t i) {
     const auto& want = plan.create[i];
     // A worker is pinned to its slice's pool (a master to none).
@@ -408,6 +415,7 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
                        BuildPod(job, spec, want.type, want.index, attempt, pod_options, pool));
     if (created) {
       made[i] = 1;
+      versions[i] = created->value("/metadata/resourceVersion"_json_pointer, std::string());
     } else if (!created.error().IsAlreadyExists()) {
       errors[i] = created.error();
     }
@@ -417,7 +425,8 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
   for (size_t i = 0; i < plan.create.size(); ++i) {
     if (made[i] != 0) {
       ++count;
-      expect.created.insert(PodName(job.name, spec, plan.create[i].type, plan.create[i].index));
+      expect.created.insert_or_assign(
+          PodName(job.name, spec, plan.create[i].type, plan.create[i].index), versions[i]);
     }
     if (errors[i] && !first_error) first_error = errors[i];
   }

@@ -79,8 +79,9 @@ class TPUJobReconciler {
  private:
   struct Expectations {
     std::string job_resource_version;  // the status write's answer
-    std::set<std::string> created;     // pod names
-    std::set<std::string> deleted;     // pod uids
+    // Pod names, each with the resourceVersion the API server gave its creation.
+    std::map<std::string, std::string> created;
+    std::set<std::string> deleted;  // pod uids
     TimePoint deadline{};
   };
   // True when the caches reflect what this reconciler last wrote for `key` (or it waited long

@@ -218,6 +218,10 @@ TEST_F(CacheReflectorTest, WatchEventsAppliedInOrder) {
   EXPECT_EQ(store_.ByIndex(kPodsByJobIndex, "team/other-job").size(), 1u);
   EXPECT_EQ(store_.ByIndex(kPodsByJobIndex, "team/job").size(), 1u);
   EXPECT_EQ(reflector_->LastSyncResourceVersion(), fake_.CurrentResourceVersion());
+  // The store says which version it reflects: that of the last event, once it is applied.
+  EXPECT_TRUE(Eventually([&] {
+    return store_.ResourceVersion() == fake_.CurrentResourceVersion();
+  })) << store_.ResourceVersion();
   EXPECT_EQ(reflector_->stats().events, 4u);
   EXPECT_EQ(fake_.watch_calls().size(), 1u);  // one watch did it all
 }
@@ -230,6 +234,8 @@ TEST_F(CacheReflectorTest, BookmarkAdvancesResourceVersionWithoutTouchingStore) 
 
   fake_.SendBookmark(pods_, "5000");
   ASSERT_TRUE(Eventually([&] { return reflector_->LastSyncResourceVersion() == "5000"; }));
+  EXPECT_TRUE(Eventually([&] { return store_.ResourceVersion() == "5000"; }))
+      << store_.ResourceVersion();
   EXPECT_EQ(store_.Get("team/a"), before);  // the very same snapshot
   EXPECT_EQ(store_.Size(), 1u);
   EXPECT_EQ(recorder_.events().size(), 1u);

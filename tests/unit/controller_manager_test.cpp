@@ -120,6 +120,29 @@ TEST(ManagerTest, SyncsThenReconcilesAJobIntoItsWorkersAndStopsCleanly) {
   EXPECT_FALSE(running.manager().Ready());
 }
 
+// A pod deleted right after its creation (by a kubelet that deletes by name, say, hitting the pod
+// that took the name of one it was removing) is created again at once. The reconciler waits for
+// the cache to show its creations before deciding again, but a creation the cache has already
+// seen come and go counts as shown; waiting for the pod to appear would stall the job until the
+// expectation deadline (30 s).
+TEST(ManagerTest, APodDeletedRightAfterItsCreationIsCreatedAgainWithoutWaitingForTheDeadline) {
+  kube::FakeClient fake;
+  fake.Upsert(Resource::Nodes(), Node("n0"));
+  fake.Upsert(Resource::Nodes(), Node("n1"));
+  fake.RemoveRightAfterCreate(Resource::Pods(), "team", "llm-worker-1");
+  Running running(fake, Options());
+  ASSERT_TRUE(Eventually([&] { return running.manager().Ready(); }));
+
+  fake.Upsert(Resource::TPUJobs(), Job("llm"));
+  EXPECT_TRUE(Eventually([&] { return PodsOf(fake, "llm") == 2; }, seconds(10)))
+      << PodsOf(fake, "llm") << " pods";
+  int creations = 0;
+  for (const auto& action : fake.actions()) {
+    creations += action.verb == "create" && action.name == "llm-worker-1";
+  }
+  EXPECT_EQ(creations, 2);
+}
+
 TEST(ManagerTest, WithLeaderElectionTheSecondStandsByUntilTheFirstReleasesTheLease) {
   kube::FakeClient fake;
   fake.Upsert(Resource::Nodes(), Node("n0"));

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,6 +106,14 @@ class FakeClient : public Client {
   std::string CurrentResourceVersion() const {
     std::lock_guard<std::mutex> lock(mu_);
     return std::to_string(resource_version_);
+  }
+
+  // The next successful create of `name` in `r` is followed at once by its deletion (as a fake
+  // kubelet that deletes by name, without a UID precondition, can do to a pod that replaced one
+  // of the same name): the creator gets 201 and watchers see ADDED then DELETED.
+  void RemoveRightAfterCreate(const Resource& r, const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    remove_after_create_.insert(ResourceId(r) + "|" + Key(ns, name));
   }
 
   // Forgets the history up to now: a watch from an older resourceVersion gets 410 Gone.
@@ -340,7 +349,11 @@ class FakeClient : public Client {
     if (auto error = TakeFailure("create")) return std::unexpected(*error);
     if (Find(r, ns, name) != nullptr) return std::unexpected(ApiError(409, "AlreadyExists"));
     body["metadata"].erase("resourceVersion");
-    return UpsertLocked(r, std::move(body), true);
+    Json created = UpsertLocked(r, std::move(body), true);
+    if (remove_after_create_.erase(ResourceId(r) + "|" + Key(ns, name)) > 0) {
+      RemoveLocked(r, ns, name, true);
+    }
+    return created;
   }
 
   Result<Json> Update(const Resource& r, const std::string& ns, const Json& object,
@@ -645,6 +658,7 @@ class FakeClient : public Client {
   uint64_t token_generation_ = 0;
   bool gone_from_watch_call_ = false;
   std::map<std::string, std::deque<Error>> failures_;
+  std::set<std::string> remove_after_create_;   // "resource|ns/name"
   std::map<size_t, Error> list_call_failures_;  // by 1-based index into list_calls_
   std::deque<Json> list_answers_;
   std::vector<ListOptions> list_calls_;
