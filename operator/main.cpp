@@ -39,7 +39,7 @@ struct RunFlags {
   bool metrics_secure = true;
   std::string metrics_cert_dir;  // "" = a self-signed certificate made at start-up
   int workers = 4;
-  double qps = 50;
+  double qps = 0;  // off: the API server's Priority and Fairness protects it
   int burst = 100;
   int cache_sync_timeout_seconds = 120;
   int health_max_reconcile_seconds = 300;
@@ -294,11 +294,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   run->add_option("--kube-api-qps", flags.qps,
-                  "Client-side limit on API requests per second; 0 disables the limit.")
+                  "Client-side limit on API requests per second; 0 (the default) disables it and "
+                  "leaves throttling to the API server's Priority and Fairness, whose 429 "
+                  "answers are retried after their Retry-After.")
       ->check(CLI::Range(0.0, 100000.0))
       ->capture_default_str();
   run->add_option("--kube-api-burst", flags.burst,
-                  "Requests allowed above the QPS limit in a burst.")
+                  "Requests allowed above the QPS limit in a burst (with --kube-api-qps > 0).")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   run->add_option("--cache-sync-timeout", flags.cache_sync_timeout_seconds,

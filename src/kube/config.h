@@ -52,7 +52,7 @@ struct Config {
   std::string default_namespace = "default";
   std::string source;  // where this came from, for logs ("kubeconfig /x, context y")
 
-  double qps = 50;  // client-side limit; <= 0 disables it
+  double qps = 0;  // client-side limit; <= 0 disables it (the API server's APF throttles)
   int burst = 100;
   std::chrono::seconds request_timeout{30};
   // A watch that delivers nothing (no event, no bookmark, no end) for this long is given up as
