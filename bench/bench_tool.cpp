@@ -1,10 +1,18 @@
 // tpujob-bench: load generators for `make bench` (not part of the product).
 //
-//   tpujob-bench create-pods --kubeconfig K --namespace NS --count N --jobs J --nodes M
-//     creates N pods labelled as J TPUJobs' workers, bound round-robin to the KWOK nodes
+//   tpujob-bench create-pods --kubeconfig K --namespace NS --count N --jobs J --nodes M [--first F]
+//     creates pods F..N-1, labelled as J TPUJobs' workers, bound round-robin to the KWOK nodes
 //     bench-node-0..M-1, with 16 threads and no client-side rate limit, and prints the rate.
-//   tpujob-bench create-nodes --kubeconfig K --count M
-//     creates M KWOK-managed fake TPU nodes.
+//   tpujob-bench jobset --kubeconfig K --namespace NS --name J --workers W --topology T
+//     the JobSet peer of `gang`: one replicated Job of W indexed pods on the same nodes, timed
+//     from the JobSet's create until all its pods exist, then deleted.
+//   tpujob-bench create-nodes --kubeconfig K --count M [--first F]
+//     creates the KWOK-managed fake TPU nodes bench-node-F..M-1.
+//   tpujob-bench plain-gang --kubeconfig K --namespace NS --name J --workers W --topology T
+//     the raw ceiling for `gang`: creates a TPUJob no operator watches, then the very pods the
+//     operator would create for it (BuildPod) with a plain client, 16 threads, no client-side
+//     limit, connections warm; reports the time until all were created the way `gang` does,
+//     then deletes them.
 //   tpujob-bench gang --kubeconfig K --namespace NS --name J --workers W --topology T
 //       [--slices S] [--finish]
 //     creates a TPUJob of W workers (per slice, S slices) and reports the time until the operator
@@ -17,6 +25,10 @@
 //     0's node and times, through watches opened beforehand, how long until that node is
 //     cordoned and every pod of the job is being deleted; prints p50/p90/p99/max of both and
 //     of each, then deletes what it created.
+//   tpujob-bench reissue --kubeconfig K --namespace NS --workers W --runs R
+//     creates W + R fake TPU nodes of an accelerator of their own, then R times: runs a W-worker
+//     TPUJob (termination grace 0) until Running, writes TPUUnhealthy=True on worker 0's node and
+//     times until the job's attempt 2 has all W pods created and all Running; p50/p90/p99/max.
 //   tpujob-bench admission --nodes 5000 --jobs 1000 [--runs 21] [--seed S]
 //     needs no cluster: builds a random cluster in memory (several accelerators and topologies,
 //     node pools of 4-64 nodes with 4 or 8 chips, about 70% of the chips used by pods, a few
@@ -39,6 +51,7 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -50,8 +63,10 @@
 #include "cache/intern.h"
 #include "cache/objects.h"
 #include "cache/store.h"
+#include "controller/children.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "policy/job_spec.h"
 #include "policy/node_health.h"
 #include "policy/preemption.h"
 #include "policy/queue.h"
@@ -103,67 +118,238 @@ bool WaitFor(const std::function<bool()>& condition, int seconds,
   return false;
 }
 
+// The TPUJob both `gang` and `plain-gang` describe: W workers per slice, S slices.
+Json GangJob(const std::string& name, int workers, const std::string& topology, int chips,
+             int slices) {
+  Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
+  return {{"apiVersion", "tpujob.dev/v1alpha1"},
+          {"kind", "TPUJob"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"tpu",
+             {{"accelerator", "tpu-v5-lite-podslice"},
+              {"topology", topology},
+              {"chipsPerWorker", chips},
+              {"slices", slices}}},
+            {"replicaSpecs",
+             {{"Worker",
+               {{"replicas", workers},
+                {"template", {{"spec", {{"containers", Json::array({container})}}}}}}}}}}}};
+}
+
+// Opens a watch on the pods of `selector` in `ns` (from a LIST, so no earlier pod counts), for
+// AwaitPods.
+std::unique_ptr<tpujob::kube::WatchStream> WatchPods(tpujob::kube::Client& client,
+                                                     const std::string& ns,
+                                                     const std::string& selector) {
+  tpujob::kube::ListOptions by_job;
+  by_job.label_selector = selector;
+  auto listed = client.List(Resource::Pods(), ns, by_job);
+  if (!listed) {
+    std::fprintf(stderr, "error: %s\n", listed.error().ToString().c_str());
+    return nullptr;
+  }
+  tpujob::kube::WatchOptions watch_options;
+  watch_options.label_selector = by_job.label_selector;
+  watch_options.resource_version = listed->value("/metadata/resourceVersion"_json_pointer, "");
+  auto watch = client.Watch(Resource::Pods(), ns, watch_options);
+  if (!watch) {
+    std::fprintf(stderr, "error: %s\n", watch.error().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(*watch);
+}
+
+// Waits until `wanted` pods of `selector` were added, seen through `watch` (or, should the
+// watch break, by listing).
+bool AwaitPods(tpujob::kube::Client& client, tpujob::kube::WatchStream& watch,
+               const std::string& ns, const std::string& selector, int wanted) {
+  tpujob::kube::ListOptions by_job;
+  by_job.label_selector = selector;
+  std::set<std::string> seen;
+  while (static_cast<int>(seen.size()) < wanted) {
+    auto event = watch.Next();
+    if (!event || !*event) {
+      // The watch broke (a busy server may drop it): count by listing instead.
+      const bool all = WaitFor(
+          [&] {
+            auto pods = client.List(Resource::Pods(), ns, by_job);
+            return pods && static_cast<int>((*pods)["items"].size()) >= wanted;
+          },
+          120);
+      if (!all) std::fprintf(stderr, "error: only %zu pods were created\n", seen.size());
+      return all;
+    }
+    if ((*event)->type == tpujob::kube::WatchEventType::kAdded) {
+      seen.insert((*event)->object.value("/metadata/name"_json_pointer, ""));
+    }
+  }
+  return true;
+}
+
+// The JobSet peer: the equivalent JobSet (one replicated Job of W indexed pods, each asking for
+// `chips` google.com/tpu on the same nodes a TPUJob's workers would go to), created and timed the
+// way Gang times a TPUJob: from the create until all its pods were created (by the JobSet
+// controller's Job, through kube-controller-manager's Job controller). Every field JobSet's
+// defaulting webhook would set is given, so the controller runs without its webhooks. Then the
+// JobSet is deleted and its pods awaited gone.
+int JobSetGang(const std::string& kubeconfig, const std::string& ns, const std::string& name,
+               int workers, const std::string& topology, int chips) {
+  const tpujob::kube::Resource jobsets{"jobset.x-k8s.io", "v1alpha2", "jobsets", true};
+  const std::string selector = "jobset.sigs.k8s.io/jobset-name=" + name;
+  const Json tpu = {{"google.com/tpu", std::to_string(chips)}};
+  // The same TPU_WORKER_HOSTNAMES list every worker of a TPUJob carries (and GKE's TPU webhook
+  // adds to a JobSet's pods): one hostname per worker, so the pods are as large as ours.
+  std::string hostnames;
+  for (int i = 0; i < workers; ++i) {
+    hostnames += (i == 0 ? "" : ",") + name + "-worker-0-" + std::to_string(i) + "." + name;
+  }
+  Json pod_spec = {
+      {"restartPolicy", "Never"},
+      {"terminationGracePeriodSeconds", 0},
+      {"nodeSelector",
+       {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5-lite-podslice"},
+        {"cloud.google.com/gke-tpu-topology", topology}}},
+      {"containers",
+       Json::array(
+           {{{"name", "trainer"},
+             {"image", "trainer:latest"},
+             {"env", Json::array({{{"name", "TPU_WORKER_HOSTNAMES"}, {"value", hostnames}}})},
+             {"resources", {{"requests", tpu}, {"limits", tpu}}}}})}};
+  Json jobset = {
+      {"apiVersion", "jobset.x-k8s.io/v1alpha2"},
+      {"kind", "JobSet"},
+      {"metadata", {{"name", name}}},
+      {"spec",
+       {{"suspend", false},
+        {"successPolicy", {{"operator", "All"}}},
+        {"startupPolicy", {{"startupPolicyOrder", "AnyOrder"}}},
+        {"failurePolicy", {{"maxRestarts", 0}, {"restartStrategy", "Recreate"}}},
+        {"network", {{"enableDNSHostnames", true}, {"publishNotReadyAddresses", true}}},
+        {"replicatedJobs", Json::array({{{"name", "worker"},
+                                         {"groupName", "default"},
+                                         {"replicas", 1},
+                                         {"template",
+                                          {{"spec",
+                                            {{"parallelism", workers},
+                                             {"completions", workers},
+                                             {"completionMode", "Indexed"},
+                                             {"backoffLimit", 0},
+                                             {"template", {{"spec", pod_spec}}}}}}}}})}}}};
+  auto client = Connect(kubeconfig);
+  auto watch = WatchPods(*client, ns, selector);
+  if (!watch) return 1;
+  const auto start = std::chrono::steady_clock::now();
+  if (auto created = client->Create(jobsets, ns, jobset); !created) {
+    std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+    return 1;
+  }
+  if (!AwaitPods(*client, *watch, ns, selector, workers)) return 1;
+  std::printf("%s: all %d pods created %.0f ms after the JobSet was created\n", name.c_str(),
+              workers, MsSince(start));
+  tpujob::kube::DeleteOptions foreground;
+  foreground.propagation_policy = "Foreground";
+  client->Delete(jobsets, ns, name, foreground);
+  tpujob::kube::ListOptions by_jobset;
+  by_jobset.label_selector = selector;
+  const bool gone = WaitFor(
+      [&] {
+        auto pods = client->List(Resource::Pods(), ns, by_jobset);
+        return pods && (*pods)["items"].empty() && !client->Get(jobsets, ns, name);
+      },
+      120, std::chrono::milliseconds(100));
+  if (!gone)
+    std::fprintf(stderr, "error: %s and its pods not gone 120 s after its deletion\n",
+                 name.c_str());
+  return gone ? 0 : 1;
+}
+
+// The raw ceiling for a gang: the very pods the operator creates for GangJob (BuildPod, with the
+// operator's default options, owned by a TPUJob of the same spec in a namespace no operator
+// watches), created by a plain client on `threads` threads with no client-side limit, timed the
+// way Gang times the operator.
+int PlainGang(const std::string& kubeconfig, const std::string& ns, const std::string& name,
+              int workers, const std::string& topology, int chips, int slices, int threads) {
+  auto client = Connect(kubeconfig);
+  auto owner =
+      client->Create(Resource::TPUJobs(), ns, GangJob(name, workers, topology, chips, slices));
+  if (!owner) {
+    std::fprintf(stderr, "error: %s\n", owner.error().ToString().c_str());
+    return 1;
+  }
+  auto info = tpujob::cache::TPUJobInfo::FromJson(*owner);
+  if (!info) {
+    std::fprintf(stderr, "error: %s\n", info.error().ToString().c_str());
+    return 1;
+  }
+  auto spec = tpujob::policy::ParseJobSpec(*info);
+  if (!spec) {
+    std::fprintf(stderr, "error: %s\n", spec.error().c_str());
+    return 1;
+  }
+  std::vector<Json> pods;
+  for (int i = 0; i < spec->Replicas(tpujob::policy::ReplicaType::kWorker); ++i) {
+    Json pod =
+        tpujob::controller::BuildPod(*info, *spec, tpujob::policy::ReplicaType::kWorker, i, 1);
+    pods.push_back(std::move(pod));
+  }
+  auto watch = WatchPods(*client, ns, "tpujob.dev/job-name=" + name);
+  if (!watch) return 1;
+  // Warm, like a running operator's: a connection per thread is open before the clock starts.
+  tpujob::kube::ListOptions none;
+  none.label_selector = "tpujob.dev/job-name=" + name;
+  Parallel(threads, threads,
+           [&](int) { return client->List(Resource::Pods(), ns, none).has_value(); });
+  const auto start = std::chrono::steady_clock::now();
+  const int failures = Parallel(static_cast<int>(pods.size()), threads, [&](int i) {
+    auto created = client->Create(Resource::Pods(), ns, pods[static_cast<size_t>(i)]);
+    if (!created) std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+    return created.has_value();
+  });
+  if (failures > 0 || !AwaitPods(*client, *watch, ns, "tpujob.dev/job-name=" + name,
+                                 static_cast<int>(pods.size()))) {
+    return 1;
+  }
+  std::printf(
+      "%s: all %zu pods (%d x %d) created %.0f ms after the first create (plain client,"
+      " %d threads)\n",
+      name.c_str(), pods.size(), slices, workers, MsSince(start), threads);
+  // Gone again, and awaited gone, so that the next run starts from a quiet cluster.
+  tpujob::kube::DeleteOptions options;
+  options.grace_period_seconds = 0;
+  Parallel(static_cast<int>(pods.size()), threads, [&](int i) {
+    auto deleted = client->Delete(Resource::Pods(), ns,
+                                  pods[static_cast<size_t>(i)]["metadata"]["name"], options);
+    return deleted.has_value() || deleted.error().IsNotFound();
+  });
+  client->Delete(Resource::TPUJobs(), ns, name);
+  tpujob::kube::ListOptions by_job;
+  by_job.label_selector = "tpujob.dev/job-name=" + name;
+  const bool gone = WaitFor(
+      [&] {
+        auto left = client->List(Resource::Pods(), ns, by_job);
+        return left && (*left)["items"].empty() && !client->Get(Resource::TPUJobs(), ns, name);
+      },
+      120, std::chrono::milliseconds(100));
+  if (!gone)
+    std::fprintf(stderr, "error: %s and its pods not gone 120 s after deletion\n", name.c_str());
+  return gone ? 0 : 1;
+}
+
 int Gang(const std::string& kubeconfig, const std::string& ns, const std::string& name, int workers,
          const std::string& topology, int chips, int slices, bool finish) {
   const int pods_wanted = workers * slices;
   auto client = Connect(kubeconfig);
-  tpujob::kube::ListOptions by_job;
-  by_job.label_selector = "tpujob.dev/job-name=" + name;
-  const std::string selector = by_job.label_selector;
-  auto listed = client->List(Resource::Pods(), ns, by_job);
-  if (!listed) {
-    std::fprintf(stderr, "error: %s\n", listed.error().ToString().c_str());
-    return 1;
-  }
-  tpujob::kube::WatchOptions watch_options;
-  watch_options.label_selector = selector;
-  watch_options.resource_version = listed->value("/metadata/resourceVersion"_json_pointer, "");
-  auto watch = client->Watch(Resource::Pods(), ns, watch_options);
-  if (!watch) {
-    std::fprintf(stderr, "error: %s\n", watch.error().ToString().c_str());
-    return 1;
-  }
-  Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
-  Json job = {{"apiVersion", "tpujob.dev/v1alpha1"},
-              {"kind", "TPUJob"},
-              {"metadata", {{"name", name}}},
-              {"spec",
-               {{"tpu",
-                 {{"accelerator", "tpu-v5-lite-podslice"},
-                  {"topology", topology},
-                  {"chipsPerWorker", chips},
-                  {"slices", slices}}},
-                {"replicaSpecs",
-                 {{"Worker",
-                   {{"replicas", workers},
-                    {"template", {{"spec", {{"containers", Json::array({container})}}}}}}}}}}}};
+  auto watch = WatchPods(*client, ns, "tpujob.dev/job-name=" + name);
+  if (!watch) return 1;
+  const Json job = GangJob(name, workers, topology, chips, slices);
   const auto start = std::chrono::steady_clock::now();
   auto created = client->Create(Resource::TPUJobs(), ns, job);
   if (!created) {
     std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
     return 1;
   }
-  std::set<std::string> seen;
-  while (static_cast<int>(seen.size()) < pods_wanted) {
-    auto event = (*watch)->Next();
-    if (!event || !*event) {
-      // The watch broke (a busy server may drop it): count by listing instead.
-      const bool all = WaitFor(
-          [&] {
-            auto pods = client->List(Resource::Pods(), ns, by_job);
-            return pods && static_cast<int>((*pods)["items"].size()) >= pods_wanted;
-          },
-          120);
-      if (!all) {
-        std::fprintf(stderr, "error: only %zu pods were created\n", seen.size());
-        return 1;
-      }
-      break;
-    }
-    if ((*event)->type == tpujob::kube::WatchEventType::kAdded) {
-      seen.insert((*event)->object.value("/metadata/name"_json_pointer, ""));
-    }
-  }
+  if (!AwaitPods(*client, *watch, ns, "tpujob.dev/job-name=" + name, pods_wanted)) return 1;
   std::printf("%s: all %d pods (%d x %d) created %.0f ms after the TPUJob was created\n",
               name.c_str(), pods_wanted, slices, workers, MsSince(start));
   if (!finish) return 0;
@@ -203,6 +389,8 @@ int Gang(const std::string& kubeconfig, const std::string& ns, const std::string
   tpujob::kube::DeleteOptions foreground;
   foreground.propagation_policy = "Foreground";
   client->Delete(Resource::TPUJobs(), ns, name, foreground);
+  tpujob::kube::ListOptions by_job;
+  by_job.label_selector = "tpujob.dev/job-name=" + name;
   const bool gone = WaitFor(
       [&] {
         auto pods = client->List(Resource::Pods(), ns, by_job);
@@ -321,8 +509,6 @@ class Follower {
 
 // What one injected fault is waiting for, filled in by the watch threads.
 struct FaultProbe {
-  std::mutex mu;
-  std::condition_variable changed;
   std::string node;            // the node the condition was written on
   std::set<std::string> pods;  // uids of the job's pods not yet seen being deleted
   std::optional<std::chrono::steady_clock::time_point> cordoned;  // node seen unschedulable
@@ -357,16 +543,22 @@ void PrintLatencies(const char* label, std::vector<double> ms) {
               ms.size(), Percentile(ms, 50), Percentile(ms, 90), Percentile(ms, 99), ms.back());
 }
 
-int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
-                 int faults, int workers, const std::string& condition, int timeout_seconds) {
-  auto client = Connect(kubeconfig);
-  const std::string accelerator = "tpu-" + prefix;
-  const std::string topology = "2x" + std::to_string(2 * workers);  // 4 chips per worker
-  const std::string node_label = "tpujob.dev/bench-nodes";
-  const int node_count = faults + 4 * workers;  // one node cordoned per fault, plus room
+constexpr std::string_view kBenchNodesLabel = "tpujob.dev/bench-nodes";
 
-  // Fresh nodes of an accelerator no other job asks for, tainted as GKE taints TPU nodes.
-  const int node_failures = Parallel(node_count, 4, [&](int i) {
+// Deletes the nodes CreateFaultNodes made.
+void DeleteFaultNodes(tpujob::kube::Client& client, const std::string& prefix, int count) {
+  Parallel(count, 4, [&](int i) {
+    auto deleted = client.Delete(Resource::Nodes(), "", prefix + "-node-" + std::to_string(i));
+    return deleted.has_value() || deleted.error().IsNotFound();
+  });
+}
+
+// Creates `count` fresh fake TPU nodes `prefix`-node-N of 4 chips, of an accelerator no other job
+// asks for, in one pool, tainted as GKE taints TPU nodes, and waits until KWOK has them Ready.
+// On failure says why and removes them again.
+bool CreateFaultNodes(tpujob::kube::Client& client, const std::string& prefix,
+                      const std::string& accelerator, const std::string& topology, int count) {
+  const int node_failures = Parallel(count, 4, [&](int i) {
     Json node = {
         {"apiVersion", "v1"},
         {"kind", "Node"},
@@ -375,7 +567,7 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
           {"annotations", {{"kwok.x-k8s.io/node", "fake"}}},
           {"labels",
            {{"type", "kwok"},
-            {node_label, prefix},
+            {std::string(kBenchNodesLabel), prefix},
             {"cloud.google.com/gke-tpu-accelerator", accelerator},
             {"cloud.google.com/gke-tpu-topology", topology},
             {"cloud.google.com/gke-nodepool", prefix}}}}},
@@ -388,67 +580,103 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
            {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}, {"google.com/tpu", "4"}}},
           {"capacity",
            {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}, {"google.com/tpu", "4"}}}}}};
-    auto created = client->Create(Resource::Nodes(), "", node);
+    auto created = client.Create(Resource::Nodes(), "", node);
     return created.has_value() || created.error().IsAlreadyExists();
   });
-  const auto delete_nodes = [&] {
-    Parallel(node_count, 4, [&](int i) {
-      auto deleted = client->Delete(Resource::Nodes(), "", prefix + "-node-" + std::to_string(i));
-      return deleted.has_value() || deleted.error().IsNotFound();
-    });
-  };
   if (node_failures > 0) {
-    std::fprintf(stderr, "error: %d of %d nodes not created\n", node_failures, node_count);
-    delete_nodes();
-    return 1;
+    std::fprintf(stderr, "error: %d of %d nodes not created\n", node_failures, count);
+    DeleteFaultNodes(client, prefix, count);
+    return false;
   }
   tpujob::kube::ListOptions by_nodes;
-  by_nodes.label_selector = node_label + "=" + prefix;
+  by_nodes.label_selector = std::string(kBenchNodesLabel) + "=" + prefix;
   const bool ready = WaitFor(
       [&] {
-        auto nodes = client->List(Resource::Nodes(), "", by_nodes);
+        auto nodes = client.List(Resource::Nodes(), "", by_nodes);
         if (!nodes) return false;
-        int count = 0;
+        int ready_nodes = 0;
         for (const auto& node : (*nodes)["items"]) {
           for (const auto& c : node.value("/status/conditions"_json_pointer, Json::array())) {
-            count += c.value("type", "") == "Ready" && c.value("status", "") == "True";
+            ready_nodes += c.value("type", "") == "Ready" && c.value("status", "") == "True";
           }
         }
-        return count >= node_count;
+        return ready_nodes >= count;
       },
-      60, std::chrono::milliseconds(200));
+      300, std::chrono::milliseconds(500));  // KWOK takes minutes with thousands of nodes
   if (!ready) {
-    std::fprintf(stderr, "error: the %d nodes did not all become Ready\n", node_count);
-    delete_nodes();
-    return 1;
+    std::fprintf(stderr, "error: the %d nodes did not all become Ready\n", count);
+    DeleteFaultNodes(client, prefix, count);
   }
+  return ready;
+}
 
-  // Both watches run for the whole benchmark, so each is open long before its fault.
-  FaultProbe probe;
+// Writes `condition`=True on `node` as node-problem-detector reports it: a strategic merge on the
+// status subresource, which merges conditions by type and leaves the ones KWOK keeps alone.
+tpujob::kube::Status WriteNodeFault(tpujob::kube::Client& client, const std::string& node,
+                                    const std::string& condition) {
+  const std::string now = UtcNow();
+  Json patch = {{"status",
+                 {{"conditions", Json::array({{{"type", condition},
+                                               {"status", "True"},
+                                               {"reason", "ChipError"},
+                                               {"message", "injected by tpujob-bench"},
+                                               {"lastHeartbeatTime", now},
+                                               {"lastTransitionTime", now}}})}}}};
+  tpujob::kube::PatchOptions status_options;
+  status_options.subresource = "status";
+  auto written = client.Patch(Resource::Nodes(), "", node, tpujob::kube::PatchType::kStrategicMerge,
+                              patch, status_options);
+  if (!written) return std::unexpected(written.error());
+  return {};
+}
+
+int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
+                 int faults, int workers, int burst, const std::string& condition,
+                 int timeout_seconds) {
+  auto client = Connect(kubeconfig);
+  const std::string accelerator = "tpu-" + prefix;
+  const std::string topology = "2x" + std::to_string(2 * workers);  // 4 chips per worker
+  // One node cordoned per fault, `burst` jobs running at once, plus room.
+  const int node_count = faults + (burst + 3) * workers;
+
+  const auto delete_nodes = [&] { DeleteFaultNodes(*client, prefix, node_count); };
+  if (!CreateFaultNodes(*client, prefix, accelerator, topology, node_count)) return 1;
+  tpujob::kube::ListOptions by_nodes;
+  by_nodes.label_selector = std::string(kBenchNodesLabel) + "=" + prefix;
+
+  // The faults in flight, by node; a pod's uid leads to its fault's node. Both watches run for
+  // the whole benchmark, so each is open long before its fault.
+  std::mutex mu;
+  std::condition_variable changed;
+  std::map<std::string, FaultProbe> probes;
+  std::map<std::string, std::string> node_of_pod;
   Follower node_watch(
       *client, Resource::Nodes(), "", by_nodes.label_selector,
       [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
-        std::lock_guard<std::mutex> lock(probe.mu);
-        if (probe.cordoned || probe.node.empty() ||
-            event.object.value("/metadata/name"_json_pointer, "") != probe.node ||
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = probes.find(event.object.value("/metadata/name"_json_pointer, ""));
+        if (it == probes.end() || it->second.cordoned ||
             !event.object.value("/spec/unschedulable"_json_pointer, false)) {
           return;
         }
-        probe.cordoned = at;
-        probe.changed.notify_all();
+        it->second.cordoned = at;
+        changed.notify_all();
       });
   Follower pod_watch(
       *client, Resource::Pods(), ns, "tpujob.dev/job-name",
       [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
-        std::lock_guard<std::mutex> lock(probe.mu);
+        std::lock_guard<std::mutex> lock(mu);
         const bool going = event.type == tpujob::kube::WatchEventType::kDeleted ||
                            event.object.contains("/metadata/deletionTimestamp"_json_pointer);
-        if (!going || probe.pods.erase(event.object.value("/metadata/uid"_json_pointer, "")) == 0) {
-          return;
-        }
-        if (probe.pods.empty()) {
-          probe.deleted = at;
-          probe.changed.notify_all();
+        const std::string uid = event.object.value("/metadata/uid"_json_pointer, "");
+        auto pod = node_of_pod.find(uid);
+        if (!going || pod == node_of_pod.end()) return;
+        auto it = probes.find(pod->second);
+        node_of_pod.erase(pod);
+        if (it == probes.end() || it->second.pods.erase(uid) == 0) return;
+        if (it->second.pods.empty()) {
+          it->second.deleted = at;
+          changed.notify_all();
         }
       });
   if (!node_watch.Start() || !pod_watch.Start()) {
@@ -478,123 +706,129 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
     }
     return gone;
   };
-  const auto bench_start = std::chrono::steady_clock::now();
-  for (int fault = 0; fault < faults; ++fault) {
-    const std::string name = prefix + "-" + std::to_string(fault);
-    tpujob::kube::ListOptions by_job;
-    by_job.label_selector = "tpujob.dev/job-name=" + name;
-    Json job = {
-        {"apiVersion", "tpujob.dev/v1alpha1"},
-        {"kind", "TPUJob"},
-        {"metadata", {{"name", name}}},
-        {"spec",
-         {{"tpu", {{"accelerator", accelerator}, {"topology", topology}, {"chipsPerWorker", 4}}},
-          {"faultTolerance", {{"maxJobRetries", 1}}},
-          {"replicaSpecs",
-           {{"Worker",
-             {{"replicas", workers},
-              {"template", {{"spec", {{"containers", Json::array({container})}}}}}}}}}}}};
-    auto created = client->Create(Resource::TPUJobs(), ns, job);
-    if (!created) {
-      std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
-      ++failures;
-      break;
-    }
-    const bool running = WaitFor(
-        [&] {
-          auto got = client->Get(Resource::TPUJobs(), ns, name);
-          return got && got->value("/status/phase"_json_pointer, "") == "Running";
-        },
-        120, std::chrono::milliseconds(50));
-    // The pods the fault must remove, and worker 0's node.
+  // One fault's job, Running: its name, its pods' uids and worker 0's node.
+  struct Target {
+    std::string name;
     std::set<std::string> uids;
     std::string node;
-    if (auto pods = client->List(Resource::Pods(), ns, by_job); running && pods) {
-      for (const auto& pod : (*pods)["items"]) {
-        if (pod.contains("/metadata/deletionTimestamp"_json_pointer)) continue;
-        uids.insert(pod.value("/metadata/uid"_json_pointer, ""));
-        if (pod.value("/metadata/name"_json_pointer, "") == name + "-worker-0") {
-          node = pod.value("/spec/nodeName"_json_pointer, "");
+    std::chrono::steady_clock::time_point written;
+    bool ok = false;
+  };
+  const auto bench_start = std::chrono::steady_clock::now();
+  for (int first = 0; first < faults && failures == 0; first += burst) {
+    const int round = std::min(burst, faults - first);
+    std::vector<Target> targets(static_cast<size_t>(round));
+    // The round's jobs, created together and awaited Running.
+    failures += Parallel(round, std::min(round, 16), [&](int k) {
+      Target& target = targets[static_cast<size_t>(k)];
+      target.name = prefix + "-" + std::to_string(first + k);
+      Json job = {
+          {"apiVersion", "tpujob.dev/v1alpha1"},
+          {"kind", "TPUJob"},
+          {"metadata", {{"name", target.name}}},
+          {"spec",
+           {{"tpu", {{"accelerator", accelerator}, {"topology", topology}, {"chipsPerWorker", 4}}},
+            {"faultTolerance", {{"maxJobRetries", 1}}},
+            {"replicaSpecs",
+             {{"Worker",
+               {{"replicas", workers},
+                {"template", {{"spec", {{"containers", Json::array({container})}}}}}}}}}}}};
+      auto created = client->Create(Resource::TPUJobs(), ns, job);
+      if (!created) {
+        std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+        return false;
+      }
+      const bool running = WaitFor(
+          [&] {
+            auto got = client->Get(Resource::TPUJobs(), ns, target.name);
+            return got && got->value("/status/phase"_json_pointer, "") == "Running";
+          },
+          120, std::chrono::milliseconds(50));
+      tpujob::kube::ListOptions by_job;
+      by_job.label_selector = "tpujob.dev/job-name=" + target.name;
+      if (auto pods = client->List(Resource::Pods(), ns, by_job); running && pods) {
+        for (const auto& pod : (*pods)["items"]) {
+          if (pod.contains("/metadata/deletionTimestamp"_json_pointer)) continue;
+          target.uids.insert(pod.value("/metadata/uid"_json_pointer, ""));
+          if (pod.value("/metadata/name"_json_pointer, "") == target.name + "-worker-0") {
+            target.node = pod.value("/spec/nodeName"_json_pointer, "");
+          }
         }
       }
-    }
-    if (!running || node.empty() || static_cast<int>(uids.size()) != workers) {
-      std::fprintf(stderr, "error: %s never Running with %d pods (node of worker 0: \"%s\")\n",
-                   name.c_str(), workers, node.c_str());
-      ++failures;
-      remove_job(name);
-      break;
-    }
-
-    {
-      std::lock_guard<std::mutex> lock(probe.mu);
-      probe.node = node;
-      probe.pods = uids;
-      probe.cordoned.reset();
-      probe.deleted.reset();
-    }
-    // As node-problem-detector reports it: a strategic merge on the status subresource,
-    // which merges conditions by type and leaves the ones KWOK keeps alone.
-    const std::string now = UtcNow();
-    Json patch = {{"status",
-                   {{"conditions", Json::array({{{"type", condition},
-                                                 {"status", "True"},
-                                                 {"reason", "ChipError"},
-                                                 {"message", "injected by tpujob-bench"},
-                                                 {"lastHeartbeatTime", now},
-                                                 {"lastTransitionTime", now}}})}}}};
-    tpujob::kube::PatchOptions status_options;
-    status_options.subresource = "status";
-    const auto t0 = std::chrono::steady_clock::now();
-    auto written = client->Patch(Resource::Nodes(), "", node,
-                                 tpujob::kube::PatchType::kStrategicMerge, patch, status_options);
-    if (!written) {
-      std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
-      ++failures;
-      remove_job(name);
-      break;
-    }
-    {
-      std::unique_lock<std::mutex> lock(probe.mu);
-      probe.changed.wait_for(lock, std::chrono::seconds(timeout_seconds),
-                             [&] { return probe.Done(); });
-      const auto ms = [&](std::chrono::steady_clock::time_point t) {
-        return std::chrono::duration<double, std::milli>(t - t0).count();
-      };
-      if (probe.cordoned) cordon_ms.push_back(ms(*probe.cordoned));
-      if (probe.deleted) delete_ms.push_back(ms(*probe.deleted));
-      if (probe.Done()) {
-        total_ms.push_back(ms(std::max(*probe.cordoned, *probe.deleted)));
-      } else {
-        std::fprintf(stderr, "error: %s: no %s within %d s of %s=True on node %s\n", name.c_str(),
-                     probe.cordoned ? "pod deletion" : "cordon", timeout_seconds, condition.c_str(),
-                     node.c_str());
-        ++failures;
+      target.ok =
+          running && !target.node.empty() && static_cast<int>(target.uids.size()) == workers;
+      if (!target.ok) {
+        std::fprintf(stderr, "error: %s never Running with %d pods (node of worker 0: \"%s\")\n",
+                     target.name.c_str(), workers, target.node.c_str());
       }
-      probe.node.clear();
-      probe.pods.clear();
+      return target.ok;
+    });
+    if (failures == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& target : targets) {
+          FaultProbe& probe = probes[target.node];
+          probe.node = target.node;
+          probe.pods = target.uids;
+          for (const auto& uid : target.uids) node_of_pod[uid] = target.node;
+        }
+      }
+      // All of the round's faults at once, each timed from its own write.
+      failures += Parallel(round, round, [&](int k) {
+        Target& target = targets[static_cast<size_t>(k)];
+        target.written = std::chrono::steady_clock::now();
+        auto written = WriteNodeFault(*client, target.node, condition);
+        if (!written) std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
+        return written.has_value();
+      });
+      std::unique_lock<std::mutex> lock(mu);
+      changed.wait_for(lock, std::chrono::seconds(timeout_seconds), [&] {
+        return std::all_of(probes.begin(), probes.end(),
+                           [](const auto& p) { return p.second.Done(); });
+      });
+      for (const auto& target : targets) {
+        const FaultProbe& probe = probes[target.node];
+        const auto ms = [&](std::chrono::steady_clock::time_point t) {
+          return std::chrono::duration<double, std::milli>(t - target.written).count();
+        };
+        if (probe.cordoned) cordon_ms.push_back(ms(*probe.cordoned));
+        if (probe.deleted) delete_ms.push_back(ms(*probe.deleted));
+        if (probe.Done()) {
+          total_ms.push_back(ms(std::max(*probe.cordoned, *probe.deleted)));
+        } else {
+          std::fprintf(stderr, "error: %s: no %s within %d s of %s=True on node %s\n",
+                       target.name.c_str(), probe.cordoned ? "pod deletion" : "cordon",
+                       timeout_seconds, condition.c_str(), target.node.c_str());
+          ++failures;
+        }
+      }
+      probes.clear();
+      node_of_pod.clear();
     }
-
-    // Gone, with its re-issued pods, before the next fault, so each is timed on a quiet job.
-    if (!remove_job(name)) {
-      ++failures;
-      break;
-    }
+    // Gone, with their re-issued pods, before the next round, so each is timed on quiet jobs.
+    failures += Parallel(round, std::min(round, 16), [&](int k) {
+      return targets[static_cast<size_t>(k)].name.empty() ||
+             remove_job(targets[static_cast<size_t>(k)].name);
+    });
   }
   node_watch.Stop();
   pod_watch.Stop();
   delete_nodes();
 
   std::printf(
-      "fault-to-action latency over %zu faults (%d-worker TPUJobs; %s=True written on worker "
-      "0's node -> that node cordoned and the job's %d pods deleted), %.0f s in all:\n",
-      total_ms.size(), workers, condition.c_str(), workers, MsSince(bench_start) / 1000);
+      "fault-to-action latency over %zu faults, %s (%d-worker TPUJobs; %s=True written on "
+      "worker 0's node -> that node cordoned and the job's %d pods deleted), %.0f s in all:\n",
+      total_ms.size(),
+      burst > 1 ? ("in bursts of " + std::to_string(burst) + " at once").c_str() : "one at a time",
+      workers, condition.c_str(), workers, MsSince(bench_start) / 1000);
   PrintLatencies("cordon + pods deleted:", total_ms);
   PrintLatencies("node cordoned:", cordon_ms);
   PrintLatencies("pods deleted:", delete_ms);
-  std::printf("  samples (ms, cordon + pods deleted):");
-  for (double ms : total_ms) std::printf(" %.0f", ms);
-  std::printf("\n");
+  if (burst == 1) {
+    std::printf("  samples (ms, cordon + pods deleted):");
+    for (double ms : total_ms) std::printf(" %.0f", ms);
+    std::printf("\n");
+  }
   if (node_watch.reopened() + pod_watch.reopened() > 0) {
     std::printf("  watches reopened: %d\n", node_watch.reopened() + pod_watch.reopened());
   }
@@ -910,11 +1144,127 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
 
 }  // namespace
 
+// Fault to replacement: `runs` times, a W-worker TPUJob (pods with a termination grace period of
+// 0) runs on fresh nodes of its own, a hardware fault is written on worker 0's node, and the time
+// is taken until the job's next attempt has all W pods Running (polled every 20 ms); then the job
+// is deleted. One spare node per run.
+int Reissue(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
+            int workers, int runs, const std::string& condition) {
+  auto client = Connect(kubeconfig);
+  const std::string accelerator = "tpu-" + prefix;
+  const std::string topology = "2x" + std::to_string(2 * workers);  // 4 chips per worker
+  const int node_count = workers + runs;
+  if (!CreateFaultNodes(*client, prefix, accelerator, topology, node_count)) return 1;
+  std::vector<double> replaced_ms, recreated_ms;
+  int failures = 0;
+  for (int run = 0; run < runs && failures == 0; ++run) {
+    const std::string name = prefix + "-" + std::to_string(run);
+    tpujob::kube::ListOptions by_job;
+    by_job.label_selector = "tpujob.dev/job-name=" + name;
+    Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
+    Json job = {
+        {"apiVersion", "tpujob.dev/v1alpha1"},
+        {"kind", "TPUJob"},
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"tpu", {{"accelerator", accelerator}, {"topology", topology}, {"chipsPerWorker", 4}}},
+          {"faultTolerance", {{"maxJobRetries", 1}}},
+          {"replicaSpecs",
+           {{"Worker",
+             {{"replicas", workers},
+              {"template",
+               {{"spec",
+                 {{"terminationGracePeriodSeconds", 0},
+                  {"containers", Json::array({container})}}}}}}}}}}}};
+    // Running pods of `attempt`, and worker 0's node among them.
+    const auto running_pods = [&](const std::string& attempt, std::string* node) {
+      auto pods = client->List(Resource::Pods(), ns, by_job);
+      int count = 0;
+      if (!pods) return -1;
+      for (const auto& pod : (*pods)["items"]) {
+        if (pod.value("/metadata/labels/tpujob.dev~1attempt"_json_pointer, "") != attempt ||
+            pod.contains("/metadata/deletionTimestamp"_json_pointer) ||
+            pod.value("/status/phase"_json_pointer, "") != "Running") {
+          continue;
+        }
+        ++count;
+        if (node != nullptr && pod.value("/metadata/name"_json_pointer, "") == name + "-worker-0") {
+          *node = pod.value("/spec/nodeName"_json_pointer, "");
+        }
+      }
+      return count;
+    };
+    std::string node;
+    if (auto created = client->Create(Resource::TPUJobs(), ns, job); !created) {
+      std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+      ++failures;
+      break;
+    }
+    if (!WaitFor([&] { return running_pods("1", &node) == workers && !node.empty(); }, 120,
+                 std::chrono::milliseconds(100))) {
+      std::fprintf(stderr, "error: %s never had %d pods Running\n", name.c_str(), workers);
+      ++failures;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::optional<double> all_created;
+    if (failures == 0) {
+      if (auto written = WriteNodeFault(*client, node, condition); !written) {
+        std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
+        ++failures;
+      }
+    }
+    if (failures == 0) {
+      const bool replaced = WaitFor(
+          [&] {
+            auto pods = client->List(Resource::Pods(), ns, by_job);
+            int created_of_2 = 0;
+            if (pods) {
+              for (const auto& pod : (*pods)["items"]) {
+                created_of_2 +=
+                    pod.value("/metadata/labels/tpujob.dev~1attempt"_json_pointer, "") == "2";
+              }
+            }
+            if (!all_created && created_of_2 == workers) all_created = MsSince(t0);
+            return running_pods("2", nullptr) == workers;
+          },
+          120, std::chrono::milliseconds(20));
+      if (replaced) {
+        replaced_ms.push_back(MsSince(t0));
+        recreated_ms.push_back(all_created.value_or(replaced_ms.back()));
+        std::printf(
+            "%s: fault on %s -> attempt 2 all %d pods created %.0f ms, all Running %.0f ms\n",
+            name.c_str(), node.c_str(), workers, recreated_ms.back(), replaced_ms.back());
+      } else {
+        std::fprintf(stderr, "error: %s: attempt 2 never had %d pods Running\n", name.c_str(),
+                     workers);
+        ++failures;
+      }
+    }
+    tpujob::kube::DeleteOptions foreground;
+    foreground.propagation_policy = "Foreground";
+    client->Delete(Resource::TPUJobs(), ns, name, foreground);
+    WaitFor(
+        [&] {
+          auto pods = client->List(Resource::Pods(), ns, by_job);
+          return pods && (*pods)["items"].empty() && !client->Get(Resource::TPUJobs(), ns, name);
+        },
+        120, std::chrono::milliseconds(100));
+  }
+  DeleteFaultNodes(*client, prefix, node_count);
+  if (!replaced_ms.empty()) {
+    std::printf("fault to replacement, %d workers, grace 0, %zu runs:\n", workers,
+                replaced_ms.size());
+    PrintLatencies("all pods created", recreated_ms);
+    PrintLatencies("all pods Running", replaced_ms);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Load generators for the tpujob-operator benchmarks.", "tpujob-bench"};
   app.require_subcommand(1);
   std::string kubeconfig, ns = "default";
-  int count = 1000, jobs = 100, nodes = 20, threads = 16;
+  int count = 1000, jobs = 100, nodes = 20, threads = 16, first = 0;
   auto* pods = app.add_subcommand("create-pods", "Create worker-like pods bound to fake nodes.");
   pods->add_option("--kubeconfig", kubeconfig)->required();
   pods->add_option("--namespace", ns)->capture_default_str();
@@ -922,24 +1272,40 @@ int main(int argc, char** argv) {
   pods->add_option("--jobs", jobs)->capture_default_str();
   pods->add_option("--nodes", nodes)->capture_default_str();
   pods->add_option("--threads", threads)->capture_default_str();
+  pods->add_option("--first", first, "Start at pod number F (the ones before exist already).")
+      ->capture_default_str();
   std::string name = "gang", topology = "16x16";
   int workers = 64, chips = 4, slices = 1;
   bool finish = false;
+  // The options of the gang-shaped commands: where, what name, and the shape of the gang.
+  const auto gang_options = [&](CLI::App* cmd) {
+    cmd->add_option("--kubeconfig", kubeconfig)->required();
+    cmd->add_option("--namespace", ns)->capture_default_str();
+    cmd->add_option("--name", name)->capture_default_str();
+    cmd->add_option("--workers", workers, "Workers (TPU hosts) per slice.")->capture_default_str();
+    cmd->add_option("--topology", topology)->capture_default_str();
+    cmd->add_option("--chips-per-worker", chips)->capture_default_str();
+  };
   auto* gang = app.add_subcommand("gang", "Time a TPUJob's gang creation (and its whole life).");
-  gang->add_option("--kubeconfig", kubeconfig)->required();
-  gang->add_option("--namespace", ns)->capture_default_str();
-  gang->add_option("--name", name)->capture_default_str();
-  gang->add_option("--workers", workers)->capture_default_str();
-  gang->add_option("--topology", topology)->capture_default_str();
-  gang->add_option("--chips-per-worker", chips)->capture_default_str();
+  gang_options(gang);
   gang->add_option("--slices", slices, "Slices of --workers hosts each (spec.tpu.slices).")
       ->capture_default_str();
   gang->add_flag("--finish", finish, "Drive the job to success and delete it.");
+  auto* plain_gang = app.add_subcommand(
+      "plain-gang", "Time a plain client creating the pods the operator would for `gang`.");
+  gang_options(plain_gang);
+  plain_gang->add_option("--slices", slices)->capture_default_str();
+  plain_gang->add_option("--threads", threads)->capture_default_str();
+  auto* jobset_cmd = app.add_subcommand(
+      "jobset", "Time the equivalent JobSet's pod creation (the JobSet controller must run).");
+  gang_options(jobset_cmd);
   auto* node_cmd = app.add_subcommand("create-nodes", "Create KWOK-managed fake TPU nodes.");
   node_cmd->add_option("--kubeconfig", kubeconfig)->required();
   node_cmd->add_option("--count", nodes)->capture_default_str();
+  node_cmd->add_option("--first", first, "Start at node number F (the ones before exist already).")
+      ->capture_default_str();
   std::string prefix = "fault-latency", condition = "TPUUnhealthy";
-  int faults = 50, fault_workers = 2, timeout_seconds = 30;
+  int faults = 50, fault_workers = 2, fault_burst = 1, timeout_seconds = 30;
   auto* fault_cmd = app.add_subcommand(
       "fault-latency",
       "Time node condition written -> node cordoned and the job's pods deleted, per fault.");
@@ -947,8 +1313,11 @@ int main(int argc, char** argv) {
   fault_cmd->add_option("--namespace", ns)->capture_default_str();
   fault_cmd->add_option("--prefix", prefix, "Names of the nodes and jobs it creates.")
       ->capture_default_str();
-  fault_cmd->add_option("--faults", faults, "Faults injected, one per TPUJob, one at a time.")
+  fault_cmd->add_option("--faults", faults, "Faults injected, one per TPUJob, --burst at a time.")
       ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  fault_cmd->add_option("--burst", fault_burst, "Faults written at once (one job each).")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   fault_cmd->add_option("--workers", fault_workers, "Workers (TPU hosts) of each TPUJob.")
       ->check(CLI::Range(1, 64))
@@ -960,6 +1329,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   fault_cmd->add_option("--timeout", timeout_seconds, "Seconds to wait for the action per fault.")
       ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  int reissue_workers = 64, reissue_runs = 5;
+  auto* reissue_cmd = app.add_subcommand(
+      "reissue", "Time hardware fault -> the next attempt all Running (grace 0), per run.");
+  reissue_cmd->add_option("--kubeconfig", kubeconfig)->required();
+  reissue_cmd->add_option("--namespace", ns)->capture_default_str();
+  reissue_cmd->add_option("--prefix", prefix, "Names of the nodes and jobs it creates.")
+      ->capture_default_str();
+  reissue_cmd->add_option("--workers", reissue_workers, "Workers (TPU hosts) of the TPUJob.")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  reissue_cmd->add_option("--runs", reissue_runs, "Faults, one TPUJob each.")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   int admission_nodes = 5000, admission_jobs = 1000, runs = 21;
   unsigned seed = 1;
@@ -991,9 +1373,17 @@ int main(int argc, char** argv) {
   if (preemption_cmd->parsed()) {
     return PreemptionBench(admission_nodes, preemption_running, admission_jobs, runs, seed);
   }
+  if (jobset_cmd->parsed()) return JobSetGang(kubeconfig, ns, name, workers, topology, chips);
+  if (plain_gang->parsed()) {
+    return PlainGang(kubeconfig, ns, name, workers, topology, chips, slices, threads);
+  }
   if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, slices, finish);
+  if (reissue_cmd->parsed()) {
+    return Reissue(kubeconfig, ns, prefix, reissue_workers, reissue_runs, condition);
+  }
   if (fault_cmd->parsed()) {
-    return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, condition, timeout_seconds);
+    return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, fault_burst, condition,
+                        timeout_seconds);
   }
 
   auto client = Connect(kubeconfig);
@@ -1001,8 +1391,9 @@ int main(int argc, char** argv) {
   int failures = 0;
   int total = 0;
   if (node_cmd->parsed()) {
-    total = nodes;
-    failures = Parallel(nodes, 4, [&](int i) {
+    total = nodes - first;
+    failures = Parallel(total, 4, [&](int n) {
+      const int i = first + n;
       Json node = {
           {"apiVersion", "v1"},
           {"kind", "Node"},
@@ -1027,8 +1418,9 @@ int main(int argc, char** argv) {
       return created.has_value() || created.error().IsAlreadyExists();
     });
   } else {
-    total = count;
-    failures = Parallel(count, threads, [&](int i) {
+    total = count - first;
+    failures = Parallel(total, threads, [&](int n) {
+      const int i = first + n;
       const int job = i % jobs;
       const int index = i / jobs;
       Json pod = {

@@ -5,24 +5,41 @@
 #     life (create, Running, success, delete);
 #   - multislice gang creation: 4 slices x 16 hosts (64 pods) and 4 x 64 (256 pods) beside one
 #     slice of the same pod count, 3 runs each interleaved (median, and the ratio);
+#   - gang creation beside the raw ceiling: 64 and 256 workers, the operator against B0 (a plain
+#     client creating the same pods, 16 threads, no limit), against the equivalent JobSet, and
+#     against itself with the old client-side limit, 5 runs each interleaved (medians, ratios);
 #   - fault-to-action latency: from writing the node condition TPUUnhealthy=True to that node
 #     cordoned and the job's pods deleted, seen through watches, over FAULT_COUNT (50) faults,
 #     one 2-worker TPUJob each (p50, p90, p99, max; the target is p99 <= 200 ms);
-#   - API write throughput of a plain client creating pods (the machine's raw ceiling);
-#   - RSS of `tpujob-operator run` with no pods cached and with POD_COUNT (10,000) pods cached,
-#     and the bytes per cached pod; the time to sync the caches at that size;
+#   - fault to replacement: a 64-worker TPUJob (grace 0), a hardware fault on worker 0's node,
+#     until the next attempt's 64 pods are all created and all Running (5 faults; p50..max);
+#   - caches beside client-go, at three sizes (SCALE_SIZES, nodes:pods, default 500:2000
+#     2000:8000 5000:20000): the RSS of `tpujob-operator run` and of a client-go program with
+#     shared informers for the same Pods and Nodes (bench/peers/informer, built from the Go module
+#     proxy by bench/peers/build.sh), the bytes per cached object above each one's RSS with
+#     nothing cached, the time to sync the caches, and the ratios; on the way, the API write
+#     throughput of a plain client creating those pods (the machine's raw ceiling);
 #   - admission planning (first, needs no cluster): the queue's BuildCapacity + PlanAdmissions
 #     on an in-memory cluster of ADMISSION_NODES (5,000) nodes with ADMISSION_JOBS (1,000)
 #     queued jobs, 21 runs (median, p90, min, max; the target is tens of ms).
 #   - victim selection (needs no cluster): the queue's PlanPreemptions on an in-memory cluster
 #     of ADMISSION_NODES nodes held by 500 running gangs with ADMISSION_JOBS queued jobs of
 #     mixed priority, 101 runs (median, p99), beside PlanAdmissions on the same queue.
+#   - fault-to-action at scale: the operator cluster-wide with everything above cached,
+#     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once;
+#   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
+#     1-worker TPUJobs Running and nothing happening, everything above still cached.
+# The Go peers (a client-go informer program, the JobSet controller) are built by
+# bench/peers/build.sh from the Go module proxy and cached like the control plane.
 # Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TPUJOB_BENCH_DIR:-/tmp/tpujob-bench}
-pods=${POD_COUNT:-10000}
+scale_sizes=${SCALE_SIZES:-500:2000 2000:8000 5000:20000}
+idle_jobs=${IDLE_JOBS:-1000}
+scale_faults=${SCALE_FAULTS:-50}
+burst_faults=${BURST_FAULTS:-100}
 faults=${FAULT_COUNT:-50}
 admission_nodes=${ADMISSION_NODES:-5000}
 admission_jobs=${ADMISSION_JOBS:-1000}
@@ -38,13 +55,27 @@ echo "== victim selection (gang preemption): $admission_nodes nodes, 500 running
 echo
 
 bin=$("$root/e2e/tools/build.sh")
+peers=$("$root/bench/peers/build.sh")
 
 cleanup() {
   [[ -n ${op_pid:-} ]] && kill -9 "$op_pid" 2>/dev/null || true
+  [[ -n ${limited_pid:-} ]] && kill -9 "$limited_pid" 2>/dev/null || true
+  [[ -n ${peer_pid:-} ]] && kill -9 "$peer_pid" 2>/dev/null || true
+  [[ -n ${jobset_pid:-} ]] && kill -9 "$jobset_pid" 2>/dev/null || true
   "$root/e2e/cluster" down --dir "$dir" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
+# Thousands of KWOK nodes: KWOK renews each node's Lease every quarter of its duration (10 s by
+# default, 500 writes/s at 5,000 nodes, more than this machine's API server serves); a 10-minute
+# lease, with the node controller's grace period above it, keeps the nodes Ready at 33 writes/s;
+# and KWOK may take minutes to report a new node at that scale, which the node controller would
+# otherwise mark Unknown after 60 s.
+export TPUJOB_E2E_KWOK_ARGS="--node-lease-duration-seconds=600 ${TPUJOB_E2E_KWOK_ARGS:-}"
+# The JobSet peer's pods are created by kube-controller-manager's Job controller, which its
+# default client limit (20 requests/s, burst 30) would hold to ~20 pods/s: lifted, so that JobSet
+# is measured at its best.
+export TPUJOB_E2E_KCM_ARGS="--node-monitor-grace-period=700s --node-startup-grace-period=700s --kube-api-qps=1000 --kube-api-burst=1000 ${TPUJOB_E2E_KCM_ARGS:-}"
 kubeconfig=$("$root/e2e/cluster" up --dir "$dir")
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 kubectl apply -f "$root/crds/" >/dev/null
@@ -65,6 +96,23 @@ start_operator() {  # start_operator LOG: starts it and waits until /readyz answ
   echo "operator not ready; log:" >&2; tail -20 "$1" >&2; exit 1
 }
 stop_operator() { kill -TERM "$op_pid"; wait "$op_pid" || true; op_pid=; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# run_operator LOG ARGS...: starts another operator (health and metrics on free loopback ports),
+# waits until /readyz answers 200 and sets started_pid.
+run_operator() {
+  local log=$1 health
+  shift
+  health=$(free_port)
+  "$operator" run --kubeconfig "$kubeconfig" --health-address "127.0.0.1:$health" \
+    --metrics-address "127.0.0.1:$(free_port)" "$@" >"$log" 2>&1 &
+  started_pid=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$health/readyz" >/dev/null && return 0
+    kill -0 "$started_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "operator not ready; log:" >&2; tail -20 "$log" >&2; exit 1
+}
 
 "$bench" create-nodes --kubeconfig "$kubeconfig" --count 20 >/dev/null
 
@@ -152,6 +200,78 @@ for pair in "4 x 16|1 x 64|64" "4 x 64|1 x 256|256"; do
 done
 echo
 
+echo "== gang creation beside the raw ceiling: 64 and 256 workers, 5 runs each, interleaved"
+# B0 is a plain client creating the very pods the operator builds for the same TPUJob (owned by a
+# TPUJob in a namespace no operator watches), 16 threads, no client-side limit, connections
+# warm; the operator runs with its defaults, and once more with the client-side limit it had
+# before (--kube-api-qps 50 --kube-api-burst 100) for the before/after. Same nodes as above.
+kubectl create namespace plain >/dev/null
+kubectl create namespace limited >/dev/null
+kubectl create namespace jobsets >/dev/null
+# The JobSet controller without its webhooks (every field they would default is set in the
+# JobSet): no cert management, no leader election; the webhook server still starts, on loopback
+# with a self-signed certificate, and nothing calls it.
+mkdir -p "$dir/jobset/certs"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 \
+  -keyout "$dir/jobset/certs/tls.key" -out "$dir/jobset/certs/tls.crt" 2>/dev/null
+webhook_port=$(free_port)
+cat >"$dir/jobset/config.yaml" <<EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+webhook: {host: 127.0.0.1, port: $webhook_port, certDir: $dir/jobset/certs}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "0"}
+clientConnection: {qps: 500, burst: 500}
+EOF
+kubectl apply --server-side -f "$peers/jobset-crd.yaml" >/dev/null 2>&1 || true
+kubectl wait --for=condition=Established crd/jobsets.jobset.x-k8s.io --timeout=60s >/dev/null
+"$peers/jobset-controller" --kubeconfig "$kubeconfig" --config "$dir/jobset/config.yaml" \
+  --zap-devel=false >"$dir/jobset-controller.log" 2>&1 &
+jobset_pid=$!
+run_operator "$dir/operator-ceiling.log" --namespace slices
+op_pid=$started_pid
+run_operator "$dir/operator-limited.log" --namespace limited --kube-api-qps 50 --kube-api-burst 100
+limited_pid=$started_pid
+declare -A ceiling_times=()
+created_ms() { sed -nE 's/.*created ([0-9]+) ms.*/\1/p' <<<"$1"; }
+for run in 1 2 3 4 5; do
+  for shape in "64 16x16" "256 32x32"; do
+    read -r hosts topology <<<"$shape"
+    out=$("$bench" plain-gang --kubeconfig "$kubeconfig" --namespace plain --name "b0-$hosts-$run" \
+      --workers "$hosts" --topology "$topology")
+    ceiling_times["b0 $hosts"]+="$(created_ms "$out") "
+    out=$("$bench" gang --kubeconfig "$kubeconfig" --namespace slices --name "op-$hosts-$run" \
+      --workers "$hosts" --topology "$topology" --finish)
+    ceiling_times["op $hosts"]+="$(created_ms "$out") "
+    out=$("$bench" gang --kubeconfig "$kubeconfig" --namespace limited --name "lim-$hosts-$run" \
+      --workers "$hosts" --topology "$topology" --finish)
+    ceiling_times["lim $hosts"]+="$(created_ms "$out") "
+    out=$("$bench" jobset --kubeconfig "$kubeconfig" --namespace jobsets --name "js-$hosts-$run" \
+      --workers "$hosts" --topology "$topology")
+    ceiling_times["js $hosts"]+="$(created_ms "$out") "
+  done
+done
+stop_operator
+kill -TERM "$limited_pid"; wait "$limited_pid" || true; limited_pid=
+kill -TERM "$jobset_pid"; wait "$jobset_pid" || true; jobset_pid=
+ceiling_median() { tr ' ' '\n' <<<"${ceiling_times[$1]}" | grep . | sort -n | sed -n 3p; }
+printf '%-8s %-10s %-10s %-10s %-12s %s\n' workers "B0" "TPUJob" "JobSet" "TPUJob old" \
+  "ratios B0/TPUJob, B0/JobSet, B0/TPUJob old (1.00 = the raw ceiling)"
+for hosts in 64 256; do
+  b=$(ceiling_median "b0 $hosts") o=$(ceiling_median "op $hosts") j=$(ceiling_median "js $hosts")
+  l=$(ceiling_median "lim $hosts")
+  printf '%-8s %-10s %-10s %-10s %-12s %s\n' "$hosts" "$b ms" "$o ms" "$j ms" "$l ms" \
+    "$(awk -v b="$b" -v o="$o" -v j="$j" -v l="$l" 'BEGIN { printf "%.2f, %.2f, %.2f", b / o, b / j, b / l }')"
+  echo "  runs (ms): B0 ${ceiling_times["b0 $hosts"]}| TPUJob ${ceiling_times["op $hosts"]}| JobSet ${ceiling_times["js $hosts"]}| old ${ceiling_times["lim $hosts"]}"
+done
+echo "  (B0: a plain client, 16 threads, no limit, creating the operator's very pods; TPUJob old:"
+echo "  the operator with its former client-side limit, --kube-api-qps 50 --kube-api-burst 100;"
+echo "  JobSet: the JobSet controller (bench/peers/build.sh), pods by kube-controller-manager's Job"
+echo "  controller with its client limit lifted to 1000 requests/s)"
+echo
+
 echo "== fault-to-action latency: $faults faults, one 2-worker TPUJob each"
 # Every fault cordons a node of its own: lift the operator's cordon cap, rate limit and breaker.
 kubectl create namespace faults >/dev/null
@@ -163,29 +283,159 @@ op_pid=$!
 stop_operator
 echo
 
+echo "== fault to replacement: a 64-worker TPUJob (termination grace 0), 5 faults, one at a time"
+kubectl create namespace reissue >/dev/null
+"$operator" run --kubeconfig "$kubeconfig" --namespace reissue --health-address 127.0.0.1:0 \
+  --max-cordoned-nodes 1000 --max-cordoned-fraction 1 --cordon-rate 0 --cordon-breaker-nodes 0 \
+  >"$dir/operator-reissue.log" 2>&1 &
+op_pid=$!
+"$bench" reissue --kubeconfig "$kubeconfig" --namespace reissue --prefix reissue --workers 64 --runs 5 ||
+  echo "  (failed: see the error above)"
+stop_operator
+echo
+
+start_peer() {  # start_peer LOG: the client-go informer peer, waits until its caches synced
+  "$peers/informer-peer" --kubeconfig "$kubeconfig" >"$1" 2>&1 &
+  peer_pid=$!
+  for _ in $(seq 1 3000); do
+    grep -q '^synced:' "$1" && return 0
+    sleep 0.2
+  done
+  echo "informer-peer did not sync; log:" >&2; tail -20 "$1" >&2; exit 1
+}
+stop_peer() { kill -TERM "$peer_pid"; wait "$peer_pid" || true; peer_pid=; }
+field() { sed -nE "s/.*[ ]$2=([0-9]+).*/\1/p" <<<"$1" | head -1; }
+
 start_operator "$dir/operator-empty.log"
 rss_empty=$(rss_kib "$op_pid")
 stop_operator
+start_peer "$dir/peer-empty.log"
+peer_empty=$(rss_kib "$peer_pid")
+stop_peer
 
-echo "== creating $pods pods with a plain client (16 threads, no client-side limit)"
-"$bench" create-pods --kubeconfig "$kubeconfig" --namespace bench --count "$pods" --jobs 100 --nodes 20
-running=0
-for _ in $(seq 1 600); do
-  running=$(kubectl get pods -n bench --field-selector=status.phase=Running --no-headers 2>/dev/null | wc -l)
-  ((running >= pods)) && break
-  sleep 1
+echo "== caches beside client-go: RSS and sync time with nodes:pods at $scale_sizes"
+rows=()
+have_nodes=0 have_pods=0
+for size in $scale_sizes; do
+  IFS=: read -r want_nodes want_pods <<<"$size"
+  "$bench" create-nodes --kubeconfig "$kubeconfig" --count "$want_nodes" --first "$have_nodes" >/dev/null
+  echo "creating pods $have_pods..$((want_pods - 1)) bound to $want_nodes KWOK nodes with a plain client (16 threads, no client-side limit):"
+  "$bench" create-pods --kubeconfig "$kubeconfig" --namespace bench --count "$want_pods" \
+    --first "$have_pods" --jobs 100 --nodes "$want_nodes"
+  have_nodes=$want_nodes have_pods=$want_pods
+  waiting=$want_pods
+  for _ in $(seq 1 300); do
+    waiting=$(kubectl get pods -n bench --field-selector=status.phase!=Running -o name 2>/dev/null | wc -l)
+    ((waiting == 0)) && break
+    sleep 3
+  done
+  echo "pods not Running yet (KWOK): $waiting"
+  start_operator "$dir/operator-$want_nodes.log"
+  rss_op=$(rss_kib "$op_pid")
+  synced=$(grep -o 'caches synced.*' "$dir/operator-$want_nodes.log" | head -1)
+  stop_operator
+  start_peer "$dir/peer-$want_nodes.log"
+  rss_peer=$(rss_kib "$peer_pid")
+  peer_synced=$(grep '^synced:' "$dir/peer-$want_nodes.log")
+  stop_peer
+  objects=$(($(field "$synced" pods) + $(field "$synced" nodes)))
+  rows+=("$(field "$synced" nodes) $(field "$synced" pods) $rss_op $(field "$synced" duration_ms) $rss_peer $(field "$peer_synced" ms) $(field "$peer_synced" heap_inuse_kib) $objects")
 done
-echo "pods Running (KWOK): $running"
+echo
+echo "== caches beside client-go (RSS with nothing cached: operator $rss_empty KiB, client-go $peer_empty KiB)"
+printf '%-6s %-6s | %-11s %-9s %-8s | %-11s %-9s %-8s %-9s | %s\n' nodes pods "op RSS KiB" "op B/obj" "op sync" \
+  "go RSS KiB" "go B/obj" "go sync" "go heap" "ratio RSS op/go, sync op/go"
+for row in "${rows[@]}"; do
+  read -r n p ro so rg sg hg objects <<<"$row"
+  awk -v n="$n" -v p="$p" -v ro="$ro" -v so="$so" -v rg="$rg" -v sg="$sg" -v hg="$hg" -v o="$objects" \
+    -v eo="$rss_empty" -v eg="$peer_empty" 'BEGIN {
+      printf "%-6d %-6d | %-11d %-9.0f %-8s | %-11d %-9.0f %-8s %-9s | %.2f, %.2f\n",
+        n, p, ro, (ro - eo) * 1024 / o, so " ms", rg, (rg - eg) * 1024 / o, sg " ms", hg " KiB",
+        ro / rg, so / sg }'
+done
 
-start_operator "$dir/operator-full.log"
-rss_full=$(rss_kib "$op_pid")
-synced=$(grep -o 'caches synced.*' "$dir/operator-full.log" | head -1)
+echo
+echo "== fault-to-action at scale: the operator cluster-wide, the nodes and pods above cached; $scale_faults faults one at a time, then $burst_faults in bursts of 50 at once"
+kubectl create namespace faults-scale >/dev/null
+"$operator" run --kubeconfig "$kubeconfig" --health-address 127.0.0.1:0 \
+  --max-cordoned-nodes 100000 --max-cordoned-fraction 1 --cordon-rate 0 --cordon-breaker-nodes 0 \
+  >"$dir/operator-faults-scale.log" 2>&1 &
+op_pid=$!
+# A measurement that fails says so and the benchmark goes on to the next.
+"$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-one \
+  --faults "$scale_faults" --workers 2 || echo "  (failed: see the error above)"
+"$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-burst \
+  --faults "$burst_faults" --workers 2 --burst 50 || echo "  (failed: see the error above)"
+grep -o 'caches synced.*' "$dir/operator-faults-scale.log" | head -1 | sed 's/^/  operator: /'
 stop_operator
 
 echo
-echo "== tpujob-operator run: memory"
-echo "RSS with 0 pods cached:        $rss_empty KiB"
-echo "RSS with $pods pods cached:  $rss_full KiB"
-awk -v e="$rss_empty" -v f="$rss_full" -v n="$pods" \
-  'BEGIN { printf "bytes per cached pod:          %.0f\n", (f - e) * 1024 / n }'
-echo "sync: $synced"
+echo "== idle cost: $idle_jobs running 1-worker TPUJobs, nothing happening, 60 s (operator cluster-wide, the nodes and pods above cached)"
+{
+  for i in $(seq 0 $((idle_jobs / 4 - 1))); do
+    cat <<EON
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: idle-host-$i
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {cloud.google.com/gke-tpu-accelerator: tpu-idle, cloud.google.com/gke-tpu-topology: 2x2, cloud.google.com/gke-nodepool: idle-$((i / 25))}
+status:
+  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
+  allocatable: *r
+EON
+  done
+} | kubectl apply -f - >/dev/null
+# Ready before any job is admitted onto them (KWOK takes a while with thousands of nodes).
+kubectl wait --for=condition=Ready node -l cloud.google.com/gke-tpu-accelerator=tpu-idle \
+  --timeout=600s >/dev/null
+kubectl create namespace idle >/dev/null
+metrics_port=$(free_port)
+"$operator" run --kubeconfig "$kubeconfig" --health-address 127.0.0.1:0 --metrics-secure=false \
+  --metrics-address "127.0.0.1:$metrics_port" >"$dir/operator-idle.log" 2>&1 &
+op_pid=$!
+for _ in $(seq 1 600); do
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" >/dev/null && break
+  sleep 0.1
+done
+for i in $(seq 0 $((idle_jobs - 1))); do
+  cat <<EOJ
+---
+apiVersion: tpujob.dev/v1alpha1
+kind: TPUJob
+metadata: {name: idle-$i, namespace: idle}
+spec:
+  tpu: {accelerator: tpu-idle, topology: 2x2, chipsPerWorker: 4}
+  replicaSpecs:
+    Worker:
+      replicas: 1
+      template: {spec: {containers: [{name: trainer, image: trainer:latest}]}}
+EOJ
+done | kubectl create -f - >/dev/null
+running=0
+for _ in $(seq 1 200); do
+  running=$(kubectl get tpujobs -n idle -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$' || true)
+  ((running >= idle_jobs)) && break
+  sleep 3
+done
+echo "TPUJobs Running: $running of $idle_jobs"
+sleep 10  # the last status writes and events settle
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+requests() {  # requests: the operator's API requests so far, "VERB_resource_code count" lines
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" | awk '/^tpujob_api_requests_total\{/ {
+    verb = resource = code = ""
+    if (match($0, /verb="[^"]*"/)) verb = substr($0, RSTART + 6, RLENGTH - 7)
+    if (match($0, /resource="[^"]*"/)) resource = substr($0, RSTART + 10, RLENGTH - 11)
+    if (match($0, /code="[^"]*"/)) code = substr($0, RSTART + 6, RLENGTH - 7)
+    print verb "_" resource "_" code, $NF }'
+}
+before=$(requests) cpu_before=$(cpu_seconds "$op_pid")
+sleep 60
+after=$(requests) cpu_after=$(cpu_seconds "$op_pid")
+rss_idle=$(rss_kib "$op_pid")
+stop_operator
+delta=$(join -a 2 -e 0 -o 0,1.2,2.2 <(sort <<<"$before") <(sort <<<"$after") | awk '$3 - $2 > 0 { printf "%s %d; ", $1, $3 - $2; n += $3 - $2 } END { printf "| total %d", n }')
+echo "API requests in 60 s: ${delta#| }"
+awk -v a="$cpu_after" -v b="$cpu_before" 'BEGIN { printf "CPU: %.2f s in 60 s (%.1f%% of one core)\n", a - b, (a - b) / 60 * 100 }'
+echo "RSS with $idle_jobs jobs and the objects above cached: $rss_idle KiB"
