@@ -62,6 +62,10 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running) {
   return goodput_cause::kReissue;
 }
 
+// A new job first written this long after its creationTimestamp was created while no operator
+// ran: a second of truncation (the timestamp has whole seconds) and a second of reaction time.
+constexpr std::chrono::seconds kSeenLateAfter{2};
+
 void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInput& input) {
   const std::string_view state = GoodputState(after, input.preflight_running);
   const std::optional<Goodput>& old = before.goodput;
@@ -75,10 +79,11 @@ void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInpu
   Goodput g = old.value_or(Goodput{});
   if (!old) {
     // The account starts now; for a new job seen late (no operator ran when it was created)
-    // at its creation: that wait was the job's time too.
+    // at its creation: that wait was the job's time too. metadata.creationTimestamp has whole
+    // seconds, so a job created at 10.9 s reads 10 s: only more than a second of lag beyond
+    // that second is lateness, the rest is the operator's reaction time.
     g.accounted_until = now;
-    if (before.phase == Phase::kNone && input.created &&
-        now - *input.created > std::chrono::seconds(1)) {
+    if (before.phase == Phase::kNone && input.created && now - *input.created > kSeenLateAfter) {
       g.accounted_until = std::min(now, Millis(*input.created));
     }
     g.state_since = g.accounted_until;

@@ -56,8 +56,9 @@ struct GoodputInput {
   bool preflight_running = false;
   // The job's kLastCheckpointAnnotation, when set and readable.
   std::optional<WallTime> last_checkpoint;
-  // When the job was created: where the account starts if the operator first writes the job's
-  // status more than a second later (it was not running then).
+  // When the job was created (metadata.creationTimestamp, whole seconds): where the account
+  // starts if the operator first writes the job's status more than 2 s later (it was not
+  // running then).
   std::optional<WallTime> created;
 };
 

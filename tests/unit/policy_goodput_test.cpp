@@ -104,6 +104,13 @@ TEST(PolicyGoodputTest, ANewJobSeenLateCountsFromItsCreation) {
   AccountGoodput(before, prompt, in);
   EXPECT_EQ(prompt.goodput->state_since, T(800));
   EXPECT_EQ(prompt.goodput->TotalMs(), 0);
+  // Nor is the timestamp's truncation to whole seconds: created at 0.9 s, it reads 0 s; seen
+  // 0.3 s later, at 1.2 s, the job is prompt, and its account starts then, not 1.2 s earlier.
+  JobStatus truncated = StatusIn(Phase::kQueued);
+  in.now = T(1'200);
+  AccountGoodput(before, truncated, in);
+  EXPECT_EQ(truncated.goodput->state_since, T(1'200));
+  EXPECT_EQ(truncated.goodput->TotalMs(), 0);
   // A job that already had a status before the account existed starts now: its past is unknown.
   JobStatus running = StatusIn(Phase::kRunning);
   JobStatus still = running;
