@@ -42,6 +42,7 @@ struct RunFlags {
   double qps = 0;  // off: the API server's Priority and Fairness protects it
   int burst = 100;
   int cache_sync_timeout_seconds = 120;
+  bool watch_list = true;
   int health_max_reconcile_seconds = 300;
   int health_max_watch_silence_seconds = 660;
   int watch_idle_timeout_seconds = 50;
@@ -202,6 +203,7 @@ int Run(const RunFlags& flags) {
   options.health_address = flags.health_address;
   options.metrics_address = flags.metrics_address;
   options.cache_sync_timeout = std::chrono::seconds(flags.cache_sync_timeout_seconds);
+  options.watch_list = flags.watch_list;
   options.debug_cache_endpoint = flags.debug_cache_endpoint;
   options.health.max_reconcile = std::chrono::seconds(flags.health_max_reconcile_seconds);
   options.health.max_watch_silence = std::chrono::seconds(flags.health_max_watch_silence_seconds);
@@ -307,6 +309,11 @@ int main(int argc, char** argv) {
                   "Seconds to wait for the Pod, Node and TPUJob caches to fill before giving up.")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  run->add_option("--watch-list", flags.watch_list,
+                  "Fill the caches by watch lists (the initial state streamed by a watch from the "
+                  "API server's watch cache, as client-go's WatchListClient) rather than paged "
+                  "LISTs; a server that refuses them is listed instead.")
+      ->default_str("true");
   run->add_option("--health-max-reconcile-seconds", flags.health_max_reconcile_seconds,
                   "/healthz fails while a reconcile has been running longer than this (a stuck "
                   "worker); the kubelet then restarts the operator.")

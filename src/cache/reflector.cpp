@@ -15,6 +15,17 @@ std::string_view MetadataString(const Json& object, std::string_view field) {
   return value->get_ref<const std::string&>();
 }
 
+// Whether a BOOKMARK is the one that ends a watch list's initial events.
+bool IsInitialEventsEnd(const Json& object) {
+  if (!object.is_object()) return false;
+  auto meta = object.find("metadata");
+  if (meta == object.end() || !meta->is_object()) return false;
+  auto annotations = meta->find("annotations");
+  if (annotations == meta->end() || !annotations->is_object()) return false;
+  auto value = annotations->find(kube::kInitialEventsEndAnnotation);
+  return value != annotations->end() && value->is_string() && *value == "true";
+}
+
 }  // namespace
 
 template <typename T>
@@ -29,7 +40,8 @@ Reflector<T>::Reflector(kube::Client& client, kube::Resource resource, Store<T>&
       }()),
       clock_(clock),
       backoff_(options_.backoff, options_.seed),
-      rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL) {}
+      rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL),
+      watch_list_(options_.watch_list) {}
 
 template <typename T>
 Reflector<T>::~Reflector() {
@@ -95,14 +107,14 @@ template <typename T>
 void Reflector<T>::Run() {
   bool need_list = true;
   while (!stopping()) {
-    if (need_list) {
+    if (need_list && !watch_list_) {
       if (!ListAndReplace()) {
         if (!WaitBackoff()) return;
         continue;
       }
       need_list = false;
     }
-    switch (WatchOnce()) {
+    switch (WatchOnce(need_list)) {
       case WatchOutcome::kRewatch:
         break;
       case WatchOutcome::kBackoff:
@@ -181,16 +193,29 @@ bool Reflector<T>::ListAndReplace() {
     if (stopping()) return false;
   }
   {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.lists;
+    stats_.list_pages += pages;
+    stats_.decode_errors += decode_errors;
+  }
+  ReplaceAll(std::move(objects), version);
+  log::Debug("listed", {{"reflector", options_.name},
+                        {"objects", store_.Size()},
+                        {"pages", pages},
+                        {"resource_version", version}});
+  return true;
+}
+
+template <typename T>
+void Reflector<T>::ReplaceAll(std::vector<Ptr> objects, std::string version) {
+  {
     std::lock_guard<std::mutex> handlers_lock(handlers_mu_);
     typename Store<T>::Delta delta = store_.Replace(std::move(objects), version);
     {
       // Bookkeeping first, so a handler already sees the reflector synced at this version.
       std::lock_guard<std::mutex> lock(mu_);
       last_resource_version_ = version;
-      ++stats_.lists;
       stats_.last_activity = clock_.Now();
-      stats_.list_pages += pages;
-      stats_.decode_errors += decode_errors;
       synced_.store(true, std::memory_order_release);
     }
     for (const EventHandlers<T>& h : handlers_) {
@@ -209,20 +234,17 @@ bool Reflector<T>::ListAndReplace() {
   }
   wake_.notify_all();
   events_since_list_ = 0;
-  log::Debug("listed", {{"reflector", options_.name},
-                        {"objects", store_.Size()},
-                        {"pages", pages},
-                        {"resource_version", version}});
-  return true;
 }
 
 template <typename T>
-typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
+typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
+  const bool listing = need_list;  // a watch list: the whole state first, then events
   kube::WatchOptions watch_options;
   watch_options.label_selector = options_.label_selector;
   watch_options.field_selector = options_.field_selector;
   watch_options.allow_bookmarks = true;
-  {
+  watch_options.send_initial_events = listing;
+  if (!listing) {
     std::lock_guard<std::mutex> lock(mu_);
     watch_options.resource_version = last_resource_version_;
   }
@@ -244,6 +266,13 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
           {{"reflector", options_.name}, {"resource_version", watch_options.resource_version}});
       return WatchOutcome::kRelist;
     }
+    if (listing && (error.http_status == 400 || error.IsInvalid())) {
+      // Not served here (a server before watch lists, or the WatchList feature off): LIST.
+      log::Info("the server refused a watch list, listing instead",
+                {{"reflector", options_.name}, {"error", error.ToString()}});
+      watch_list_ = false;
+      return WatchOutcome::kRewatch;
+    }
     ++stats_.watch_failures;
     log::Warn("watch failed", {{"reflector", options_.name}, {"error", error.ToString()}});
     return WatchOutcome::kBackoff;
@@ -260,6 +289,8 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
   const TimePoint opened_at = clock_.Now();
   uint64_t received = 0;
   WatchOutcome outcome = WatchOutcome::kRewatch;
+  std::vector<Ptr> initial;  // a watch list's objects, until its initial-events-end bookmark
+  uint64_t initial_decode_errors = 0;
   while (true) {
     kube::Result<std::optional<kube::WatchEvent>> next = stream->Next();
     if (!next) {
@@ -297,8 +328,49 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce() {
       break;
     }
     ++received;
+    if (need_list && (*next)->type != kube::WatchEventType::kError) {
+      kube::WatchEvent& event = **next;
+      if (event.type == kube::WatchEventType::kBookmark) {
+        if (!IsInitialEventsEnd(event.object)) continue;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.watch_lists;
+          stats_.decode_errors += initial_decode_errors;
+        }
+        const size_t count = initial.size();
+        ReplaceAll(std::move(initial),
+                   std::string(MetadataString(event.object, "resourceVersion")));
+        backoff_.Reset();
+        need_list = false;
+        log::Debug("listed by a watch", {{"reflector", options_.name},
+                                         {"objects", count},
+                                         {"resource_version", LastSyncResourceVersion()}});
+        continue;
+      }
+      // Only ADDED events come before the end of the initial state.
+      kube::Result<T> decoded = T::FromJson(event.object);
+      if (!decoded) {
+        ++initial_decode_errors;
+        log::Warn("skipping an undecodable object", {{"reflector", options_.name},
+                                                     {"name", MetadataString(event.object, "name")},
+                                                     {"error", decoded.error().message}});
+        continue;
+      }
+      initial.push_back(std::make_shared<const T>(std::move(*decoded)));
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.last_activity = clock_.Now();
+      continue;
+    }
     outcome = HandleEvent(**next);
     if (outcome != WatchOutcome::kRewatch) break;
+  }
+  if (need_list && outcome == WatchOutcome::kRewatch) {
+    // The stream ended before the whole state arrived: start over after the backoff.
+    log::Warn("watch list ended before its initial-events-end bookmark",
+              {{"reflector", options_.name}, {"objects_received", initial.size()}});
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.watch_failures;
+    outcome = WatchOutcome::kBackoff;
   }
 
   std::unique_ptr<kube::WatchStream> finished;

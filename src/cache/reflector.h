@@ -6,6 +6,14 @@
 //      list once) and Replace the store atomically; differences from the previous content go to
 //      the handlers as synthetic add/update/delete events. HasSynced() turns true after the
 //      first successful list.
+//      With `watch_list` (client-go's WatchListClient), the state comes instead as the first
+//      events of a watch (kube::WatchOptions::send_initial_events), served from the API server's
+//      watch cache and decoded one object at a time: cheaper for the server than pages read
+//      from etcd, and no page of JSON is ever held. The objects are collected until the
+//      initial-events-end bookmark, then Replace the store as a LIST would, and the same
+//      stream goes on as the watch of step 2. A stream that breaks before that bookmark is
+//      retried after the backoff; a server that refuses watch lists (a 4xx other than 410 and
+//      429: an older server, or the WatchList feature off) is listed from then on.
 //   2. WATCH from the list's resourceVersion with bookmarks, with a server timeout drawn at
 //      random from [min_watch_timeout, max_watch_timeout] so many watches do not expire
 //      together. Each ADDED/MODIFIED/DELETED event updates the store and then the handlers; a
@@ -64,6 +72,9 @@ struct ReflectorOptions {
   std::string label_selector;  // passed to LIST and WATCH
   std::string field_selector;
   int64_t page_size = 500;  // LIST limit per request; 0 = everything in one answer
+  // Sync by a watch list (kube::WatchOptions::send_initial_events) instead of LIST + WATCH,
+  // falling back to LIST for good if the server refuses it. See step 1 above.
+  bool watch_list = false;
   Duration min_watch_timeout = std::chrono::minutes(5);
   Duration max_watch_timeout = std::chrono::minutes(10);
   BackoffPolicy backoff{std::chrono::milliseconds(800), std::chrono::seconds(30), 2.0, 1.0};
@@ -80,8 +91,9 @@ struct EventHandlers {
 };
 
 struct ReflectorStats {
-  uint64_t lists = 0;       // successful LISTs (each may span several pages)
-  uint64_t list_pages = 0;  // pages of the successful LISTs
+  uint64_t lists = 0;        // successful LISTs (each may span several pages)
+  uint64_t watch_lists = 0;  // syncs completed by a watch list (the initial-events-end bookmark)
+  uint64_t list_pages = 0;   // pages of the successful LISTs
   uint64_t list_failures = 0;
   uint64_t watches = 0;         // watches opened
   uint64_t watch_failures = 0;  // failed Watch() calls and broken streams
@@ -135,7 +147,11 @@ class Reflector {
 
   void Run();
   bool ListAndReplace();
-  WatchOutcome WatchOnce();
+  // Replaces the store with a complete listing at `version` and tells the handlers what changed.
+  void ReplaceAll(std::vector<Ptr> objects, std::string version);
+  // Watches from the last resourceVersion; with `need_list`, a watch list that first streams
+  // the whole state, and clears `need_list` once that state is in the store.
+  WatchOutcome WatchOnce(bool& need_list);
   WatchOutcome HandleEvent(kube::WatchEvent& event);
   void ApplyUpsert(Ptr object);
   void ApplyDelete(const std::string& key, Ptr final_state);
@@ -166,6 +182,7 @@ class Reflector {
   Backoff backoff_;
   std::mt19937_64 rng_;
   uint64_t events_since_list_ = 0;
+  bool watch_list_ = false;  // options_.watch_list, until the server refuses one
 
   std::atomic<bool> synced_{false};
   std::mutex join_mu_;  // serialises joining thread_

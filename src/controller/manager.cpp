@@ -50,6 +50,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   // kube::Config::watch_idle_timeout): a healthy quiet watch then always delivers its end in
   // time, and only a dead connection stays silent that long.
   cache::ReflectorOptions base;
+  base.watch_list = options_.watch_list;
   if (options_.watch_idle_timeout.count() > 0) {
     base.min_watch_timeout = options_.watch_idle_timeout * 6 / 10;
     base.max_watch_timeout = options_.watch_idle_timeout * 8 / 10;
@@ -373,16 +374,21 @@ kube::Status Manager::Run() {
         "caches did not sync within " + std::to_string(options_.cache_sync_timeout.count()) +
         "s; is the API server reachable and the TPUJob CRD installed (kubectl apply -f crds/)?"));
   }
-  // The initial LIST parses every page as JSON before projecting it; hand those freed pages
-  // back to the system so the resident size reflects the compact cache, not the transient peak.
+  // A paged LIST parses each page as JSON before projecting it (a watch list, each object);
+  // hand the freed pages back to the system so the resident size reflects the compact cache,
+  // not the transient peak. The heap figures tell the live data (in use) from what the
+  // allocator still keeps (free, within its arenas).
   malloc_trim(0);
-  log::Info(
-      "caches synced",
-      {{"pods", pods_->store().Size()},
-       {"nodes", nodes_->store().Size()},
-       {"tpujobs", jobs_->store().Size()},
-       {"duration_ms",
-        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count()}});
+  const struct mallinfo2 heap = mallinfo2();
+  log::Info("caches synced",
+            {{"pods", pods_->store().Size()},
+             {"nodes", nodes_->store().Size()},
+             {"tpujobs", jobs_->store().Size()},
+             {"duration_ms",
+              std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - begin).count()},
+             {"heap_inuse_kib", (heap.uordblks + heap.hblkhd) / 1024},
+             {"heap_free_kib", heap.fordblks / 1024},
+             {"heap_arena_kib", heap.arena / 1024}});
 
   std::vector<std::thread> workers;
   for (int i = 0; i < std::max(1, options_.workers); ++i)

@@ -56,6 +56,8 @@ struct ManagerOptions {
   // Set: a scrape is served only when this allows it (401/403/500 otherwise; metrics/auth.h).
   std::shared_ptr<metrics::RequestAuthorizer> metrics_authorizer;
   std::chrono::seconds cache_sync_timeout{120};
+  // Caches sync by watch lists (cache::ReflectorOptions::watch_list); --watch-list.
+  bool watch_list = true;
   TPUJobReconcilerOptions reconciler;
   // Gang preemption by priority (policy/preemption.h); --enable-preemption.
   bool preemption = true;

@@ -482,6 +482,9 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
       .Add("fieldSelector", options.field_selector)
       .Add("resourceVersion", options.resource_version);
   if (options.allow_bookmarks) q.Add("allowWatchBookmarks", "true");
+  if (options.send_initial_events) {
+    q.Add("sendInitialEvents", "true").Add("resourceVersionMatch", "NotOlderThan");
+  }
   if (options.timeout_seconds) q.Add("timeoutSeconds", std::to_string(*options.timeout_seconds));
   Request request{http::methods::GET, "WATCH", &r, r.CollectionPath(ns) + q.str(), {}};
   HttpClientPtr client = watch_client_.Get();

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "kube/config.h"
 #include "kube/error.h"
@@ -40,7 +41,16 @@ struct WatchOptions {
   std::string resource_version;  // start after this version
   bool allow_bookmarks = true;
   std::optional<int> timeout_seconds;  // server closes the watch after this
+  // A "watch list" (sendInitialEvents=true, resourceVersionMatch=NotOlderThan): the server first
+  // streams every object matching the selectors as ADDED events, from its watch cache, then a
+  // BOOKMARK annotated k8s.io/initial-events-end=true, then the watch goes on as usual. With
+  // an empty resource_version the initial state is at least as new as a consistent read. A
+  // server that does not serve it answers 4xx (Invalid or BadRequest).
+  bool send_initial_events = false;
 };
+
+// The annotation of the BOOKMARK that ends a watch list's initial events.
+inline constexpr std::string_view kInitialEventsEndAnnotation = "k8s.io/initial-events-end";
 
 enum class PatchType { kMerge, kJson, kStrategicMerge, kApply };
 

@@ -505,6 +505,119 @@ TEST_F(CacheReflectorTest, PassesNamespaceSelectorsAndTimeoutToTheServer) {
   EXPECT_EQ(watch.timeout_seconds, 42);
 }
 
+// --- Watch lists (ReflectorOptions::watch_list) -------------------------------------------------
+
+TEST_F(CacheReflectorTest, WatchListFillsTheStoreWithoutAListAndItsStreamGoesOn) {
+  for (int i = 0; i < 1234; ++i) {
+    fake_.Upsert(pods_,
+                 PodJson("team", "pod-" + std::to_string(i), "node-" + std::to_string(i % 7)));
+  }
+  const std::string version = fake_.CurrentResourceVersion();
+  ReflectorOptions options = Options();
+  options.watch_list = true;
+  StartReflector(options);
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  EXPECT_EQ(store_.Size(), 1234u);
+  EXPECT_EQ(store_.ByIndex(kPodsByNodeIndex, "node-3").size(), 176u);
+  EXPECT_EQ(reflector_->LastSyncResourceVersion(), version);
+  EXPECT_EQ(store_.ResourceVersion(), version);
+  EXPECT_TRUE(fake_.list_calls().empty());
+  ASSERT_EQ(fake_.watch_calls().size(), 1u);
+  const kube::WatchOptions watch = fake_.watch_calls()[0];
+  EXPECT_TRUE(watch.send_initial_events);
+  EXPECT_TRUE(watch.allow_bookmarks);
+  EXPECT_EQ(watch.resource_version, "");  // a consistent read of the current state
+  ASSERT_TRUE(recorder_.AwaitCount(1234));
+  EXPECT_EQ(reflector_->stats().watch_lists, 1u);
+  EXPECT_EQ(reflector_->stats().lists, 0u);
+  EXPECT_EQ(reflector_->stats().events, 0u);  // the initial state is not counted as events
+
+  // The same stream then carries the changes.
+  fake_.Upsert(pods_, PodJson("team", "new"));
+  fake_.Remove(pods_, "team", "pod-7");
+  ASSERT_TRUE(recorder_.AwaitCount(1236));
+  EXPECT_THAT(recorder_.EventsSince(1234), ElementsAre("add team/new", "delete team/pod-7"));
+  EXPECT_EQ(fake_.watch_calls().size(), 1u);
+  EXPECT_EQ(StoreKeys(), TruthKeys());
+}
+
+TEST_F(CacheReflectorTest, WatchListBrokenBeforeItsEndBacksOffAndStartsOver) {
+  for (int i = 0; i < 10; ++i) fake_.Upsert(pods_, PodJson("team", "pod-" + std::to_string(i)));
+  fake_.BreakNextWatchListAfter(4);
+  ReflectorOptions options = Options();
+  options.watch_list = true;
+  StartReflector(options);
+  ASSERT_TRUE(clock_.AwaitWaiters(1));  // the backoff after the broken stream
+  EXPECT_FALSE(reflector_->HasSynced());
+  EXPECT_EQ(store_.Size(), 0u);  // nothing half-listed reaches the store
+  EXPECT_TRUE(recorder_.events().empty());
+  fake_.Remove(pods_, "team", "pod-0", /*notify=*/false);
+  clock_.Advance(seconds(2));
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  ASSERT_EQ(fake_.watch_calls().size(), 2u);
+  EXPECT_TRUE(fake_.watch_calls()[1].send_initial_events);
+  EXPECT_EQ(StoreKeys(), TruthKeys());
+  ASSERT_TRUE(recorder_.AwaitCount(9));
+  EXPECT_EQ(recorder_.events().size(), 9u);  // each object once
+  EXPECT_EQ(reflector_->stats().watch_failures, 1u);
+  EXPECT_TRUE(fake_.list_calls().empty());
+}
+
+TEST_F(CacheReflectorTest, ServerRefusingWatchListsIsListedFromThenOn) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  fake_.set_serve_watch_lists(false);
+  ReflectorOptions options = Options();
+  options.watch_list = true;
+  StartReflector(options);
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  EXPECT_THAT(StoreKeys(), ElementsAre("team/a"));
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_TRUE(fake_.watch_calls()[0].send_initial_events);  // refused with 422
+  EXPECT_FALSE(fake_.watch_calls()[1].send_initial_events);
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, reflector_->LastSyncResourceVersion());
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+  EXPECT_EQ(reflector_->stats().watch_failures, 0u);  // no backoff for a refusal
+
+  // A later relist lists at once, without asking for a watch list again.
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  ASSERT_TRUE(recorder_.AwaitCount(2));
+  fake_.Remove(pods_, "team", "a", /*notify=*/false);
+  fake_.Compact();
+  fake_.SendGone(pods_);
+  ASSERT_TRUE(recorder_.AwaitCount(3));
+  EXPECT_EQ(recorder_.events().back(), "delete team/a");
+  ASSERT_TRUE(fake_.AwaitWatchCalls(3));
+  EXPECT_FALSE(fake_.watch_calls()[2].send_initial_events);
+  EXPECT_EQ(fake_.list_calls().size(), 2u);
+}
+
+TEST_F(CacheReflectorTest, GoneWithWatchListsStreamsTheStateAgainAndReportsWhatChanged) {
+  fake_.Upsert(pods_, PodJson("team", "a"));
+  fake_.Upsert(pods_, PodJson("team", "b"));
+  ReflectorOptions options = Options();
+  options.watch_list = true;
+  StartReflector(options);
+  ASSERT_TRUE(reflector_->WaitForSync(kWait));
+  fake_.Upsert(pods_, PodJson("team", "live"));
+  ASSERT_TRUE(recorder_.AwaitCount(3));
+
+  fake_.Remove(pods_, "team", "b", /*notify=*/false);
+  fake_.Upsert(pods_, PodJson("team", "c"), /*notify=*/false);
+  fake_.Upsert(pods_, PodJson("team", "a", "node-9"), /*notify=*/false);
+  fake_.Compact();
+  fake_.SendGone(pods_);
+
+  ASSERT_TRUE(recorder_.AwaitCount(6));
+  EXPECT_THAT(recorder_.EventsSince(3),
+              UnorderedElementsAreArray({"add team/c", "update team/a", "delete team/b"}));
+  EXPECT_EQ(StoreKeys(), TruthKeys());
+  ASSERT_EQ(fake_.watch_calls().size(), 2u);
+  EXPECT_TRUE(fake_.watch_calls()[1].send_initial_events);
+  EXPECT_TRUE(fake_.list_calls().empty());
+  EXPECT_EQ(reflector_->stats().watch_lists, 2u);
+  EXPECT_EQ(reflector_->LastSyncResourceVersion(), fake_.CurrentResourceVersion());
+}
+
 TEST(CacheInformerTest, NodesSyncAndFollowEvents) {
   FakeClient fake;
   FakeClock clock;

@@ -801,11 +801,12 @@ TEST_F(LeaderElectionManagerTest, StandsByStartsWorkOnlyWithTheLeaseAndFailsWhen
   EXPECT_FALSE(manager_->IsLeader());
   EXPECT_FALSE(manager_->Ready());
   EXPECT_TRUE(fake_.list_calls().empty()) << "no informer runs on a standby";
+  EXPECT_TRUE(fake_.watch_calls().empty()) << "no informer runs on a standby";
 
   HoldLease("");  // released by op-b
   ASSERT_TRUE(Within([&] { return manager_->Ready(); })) << log_.text();
   EXPECT_TRUE(manager_->IsLeader());
-  EXPECT_GE(fake_.list_calls().size(), 3u);  // pods, nodes, tpujobs
+  EXPECT_GE(fake_.watch_calls().size(), 3u);  // pods, nodes, tpujobs (synced by watch lists)
 
   HoldLease("op-c");  // taken by another replica
   const auto result = AwaitRunReturned();

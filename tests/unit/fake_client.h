@@ -130,6 +130,20 @@ class FakeClient : public Client {
     gone_from_watch_call_ = value;
   }
 
+  // Whether watch lists (WatchOptions::send_initial_events) are served (true: the default, as
+  // a current API server does); false answers them 422, as a server with WatchList off does.
+  void set_serve_watch_lists(bool value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    serve_watch_lists_ = value;
+  }
+
+  // The next watch list delivers only its first `events` objects, then breaks (a connection
+  // reset) before the bookmark that would end its initial state.
+  void BreakNextWatchListAfter(size_t events) {
+    std::lock_guard<std::mutex> lock(mu_);
+    break_watch_list_after_ = events;
+  }
+
   // Continue tokens issued so far stop working (410 Expired), as after etcd compaction.
   void ExpireContinueTokens() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -312,7 +326,36 @@ class FakeClient : public Client {
     state->field_selector = options.field_selector;
     Collection& collection = collections_[ResourceId(r)];
     const std::string& version = options.resource_version;
-    if (version.empty() || version == "0") {
+    if (options.send_initial_events) {
+      if (!serve_watch_lists_) {
+        return std::unexpected(ApiError(422, "Invalid",
+                                        "sendInitialEvents is forbidden for watch unless the "
+                                        "WatchList feature gate is enabled"));
+      }
+      // The current state as ADDED events, then the bookmark that ends it.
+      const std::optional<size_t> break_after = std::exchange(break_watch_list_after_, {});
+      size_t sent = 0;
+      for (const auto& [key, object] : collection.objects) {
+        if (break_after && sent == *break_after) break;
+        WatchEvent event;
+        event.type = WatchEventType::kAdded;
+        event.object = object;
+        state->Deliver(event);
+        ++sent;
+      }
+      if (break_after) {
+        state->Push(std::unexpected(TransportError("connection reset by peer")));
+        collection.watches.push_back(state);
+        return std::unique_ptr<WatchStream>(new Stream(state));
+      }
+      WatchEvent end;
+      end.type = WatchEventType::kBookmark;
+      end.object = {{"kind", r.plural},
+                    {"metadata",
+                     {{"resourceVersion", std::to_string(resource_version_)},
+                      {"annotations", {{std::string(kInitialEventsEndAnnotation), "true"}}}}}};
+      state->Push(std::optional<WatchEvent>(std::move(end)));
+    } else if (version.empty() || version == "0") {
       // Start with the current state as synthetic ADDED events.
       for (const auto& [key, object] : collection.objects) {
         WatchEvent event;
@@ -656,6 +699,8 @@ class FakeClient : public Client {
   uint64_t compacted_ = 0;
   uint64_t uid_counter_ = 0;
   uint64_t token_generation_ = 0;
+  bool serve_watch_lists_ = true;
+  std::optional<size_t> break_watch_list_after_;
   bool gone_from_watch_call_ = false;
   std::map<std::string, std::deque<Error>> failures_;
   std::set<std::string> remove_after_create_;   // "resource|ns/name"
