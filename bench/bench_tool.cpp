@@ -36,14 +36,20 @@
 //     the multi-host ones multislice, 2-8 slices), then times
 //     the queue's BuildCapacity + PlanAdmissions per run: median, p90, min, max, and how many
 //     jobs were admitted.
+//   tpujob-bench cache-memory [--pods 20000] [--nodes 5000]
+//     needs no cluster: decodes pods and nodes shaped as KWOK reports them into the operator's
+//     stores (with their indexes) and prints the heap held per pod and per node.
 //   tpujob-bench preemption --nodes 5000 --running 500 --jobs 1000 [--runs 21] [--seed S]
 //     needs no cluster: 5,000 nodes in memory held by 500 running gangs (whole nodes, ~90% of
 //     them), 1,000 queued gangs of mixed priority (a quarter of the multi-host ones multislice,
 //     2-8 slices); times the queue's victim selection
 //     (PlanPreemptions) per run beside PlanAdmissions on the same queue: median, p99.
 
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -894,7 +900,7 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
       node.unschedulable = chance(0.01);
       node.ready = chance(0.01) ? tpujob::cache::ConditionStatus::kFalse
                                 : tpujob::cache::ConditionStatus::kTrue;
-      node.conditions.push_back({ready, node.ready, InternedString(), "", std::nullopt});
+      node.conditions.push_back({ready, node.ready, InternedString(), {}, std::nullopt});
       chips_total += kind.chips;
       // Workers of 4 chips (2 per 8-chip node) or of the whole node.
       const int64_t pod_chips = kind.chips == 8 && chance(0.5) ? 4 : kind.chips;
@@ -1041,7 +1047,7 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
       node.labels.Set(tpujob::cache::kNodePoolLabel, pool);
       node.tpu_allocatable = kind.chips;
       node.ready = tpujob::cache::ConditionStatus::kTrue;
-      node.conditions.push_back({ready, node.ready, InternedString(), "", std::nullopt});
+      node.conditions.push_back({ready, node.ready, InternedString(), {}, std::nullopt});
       pools.back().free.push_back(nodes.size());
       nodes.push_back(std::move(node));
     }
@@ -1139,6 +1145,152 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
   print("PlanPreemptions:", select_ms);
   print("PlanAdmissions (same queue):", plan_ms);
   std::printf("  %zu blocked heads preempt, %zu victims in all\n", preemptions, victims);
+  return 0;
+}
+
+// Bytes of heap in use (malloc's count, not the resident size).
+size_t HeapInUse() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+// A worker pod as the API server returns it once KWOK runs it: the fields BuildPod sets, the
+// API server's defaults and KWOK's status.
+Json KwokPod(int i, int nodes) {
+  char uid[40];
+  std::snprintf(uid, sizeof uid, "%08x-a3b5-46a5-b72b-%012x", i, i * 7919);
+  const std::string job = "bench-" + std::to_string(i % 100);
+  const std::string at = "2026-11-26T04:30:17Z";
+  const Json condition = {
+      {"lastProbeTime", nullptr}, {"lastTransitionTime", at}, {"status", "True"}};
+  Json initialized = condition, ready = condition, containers_ready = condition;
+  initialized["type"] = "Initialized";
+  ready["type"] = "Ready";
+  containers_ready["type"] = "ContainersReady";
+  const std::string ip = "10.244." + std::to_string(i / 250) + "." + std::to_string(i % 250);
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"creationTimestamp", at},
+        {"generation", 1},
+        {"labels",
+         {{"tpujob.dev/attempt", "1"},
+          {"tpujob.dev/job-name", job},
+          {"tpujob.dev/replica-index", std::to_string(i / 100)},
+          {"tpujob.dev/replica-type", "worker"}}},
+        {"name", job + "-worker-" + std::to_string(i / 100)},
+        {"namespace", "bench"},
+        {"resourceVersion", std::to_string(100000 + i)},
+        {"uid", uid}}},
+      {"spec",
+       {{"containers",
+         {{{"env", {{{"name", "TPU_WORKER_ID"}, {"value", std::to_string(i / 100)}}}},
+           {"image", "trainer:latest"},
+           {"name", "trainer"},
+           {"resources",
+            {{"limits", {{"google.com/tpu", "4"}}}, {"requests", {{"google.com/tpu", "4"}}}}}}}},
+        {"nodeName", "bench-node-" + std::to_string(i % nodes)},
+        {"restartPolicy", "Always"},
+        {"tolerations", {{{"key", "kwok.x-k8s.io/node"}, {"operator", "Exists"}}}}}},
+      {"status",
+       {{"conditions", {initialized, ready, containers_ready}},
+        {"containerStatuses",
+         {{{"image", "trainer:latest"},
+           {"lastState", Json::object()},
+           {"name", "trainer"},
+           {"ready", true},
+           {"restartCount", 0},
+           {"state", {{"running", {{"startedAt", at}}}}}}}},
+        {"phase", "Running"},
+        {"podIP", ip},
+        {"podIPs", {{{"ip", ip}}}},
+        {"qosClass", "BestEffort"},
+        {"startTime", at}}}};
+}
+
+// A KWOK TPU node as the API server returns it: bench-node-i's labels and taint, KWOK's status.
+Json KwokNode(int i) {
+  char uid[40];
+  std::snprintf(uid, sizeof uid, "%08x-d071-4b5d-9a2d-%012x", i, i * 104729);
+  const std::string at = "2026-11-26T04:30:15Z";
+  Json conditions = Json::array();
+  for (const auto& [type, status, reason, message] : std::vector<std::array<std::string, 4>>{
+           {"Ready", "True", "KubeletReady", "kubelet is posting ready status"},
+           {"MemoryPressure", "False", "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"},
+           {"DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+           {"PIDPressure", "False", "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"},
+           {"NetworkUnavailable", "False", "RouteCreated", "RouteController created a route"}}) {
+    conditions.push_back({{"lastHeartbeatTime", at},
+                          {"lastTransitionTime", at},
+                          {"message", message},
+                          {"reason", reason},
+                          {"status", status},
+                          {"type", type}});
+  }
+  const Json resources = {
+      {"cpu", "64"}, {"google.com/tpu", "4"}, {"memory", "256Gi"}, {"pods", "1k"}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"annotations", {{"kwok.x-k8s.io/node", "fake"}, {"node.alpha.kubernetes.io/ttl", "15"}}},
+        {"creationTimestamp", at},
+        {"labels",
+         {{"cloud.google.com/gke-nodepool", "pool-" + std::to_string(i / 4)},
+          {"cloud.google.com/gke-tpu-accelerator", "tpu-v5-lite-podslice"},
+          {"cloud.google.com/gke-tpu-topology", "2x4"},
+          {"type", "kwok"}}},
+        {"name", "bench-node-" + std::to_string(i)},
+        {"resourceVersion", std::to_string(200000 + i)},
+        {"uid", uid}}},
+      {"spec",
+       {{"taints",
+         {{{"effect", "NoSchedule"}, {"key", "kwok.x-k8s.io/node"}, {"value", "fake"}}}}}},
+      {"status",
+       {{"allocatable", resources},
+        {"capacity", resources},
+        {"conditions", conditions},
+        {"nodeInfo", {{"architecture", "amd64"}, {"kubeletVersion", "kwok-0.7.0"}}},
+        {"phase", "Running"}}}};
+}
+
+// Fills a store with `count` objects made by `make`, one decoded at a time as a watch list
+// delivers them, and returns the heap bytes the store then holds per object.
+template <typename T>
+double CacheBytesPerObject(int count, const std::function<Json(int)>& make,
+                           const std::function<void(tpujob::cache::Store<T>&)>& add_indexes) {
+  tpujob::cache::Store<T> store;
+  add_indexes(store);
+  const size_t before = HeapInUse();
+  std::vector<std::shared_ptr<const T>> objects;
+  objects.reserve(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    auto decoded = T::FromJson(make(i));
+    if (!decoded) {
+      std::fprintf(stderr, "error: %s\n", decoded.error().ToString().c_str());
+      return -1;
+    }
+    objects.push_back(std::make_shared<const T>(std::move(*decoded)));
+  }
+  store.Replace(std::move(objects), "1");
+  return static_cast<double>(HeapInUse() - before) / count;
+}
+
+// The cache's own cost per object: the heap a Store of pods (with the operator's pod indexes)
+// and one of nodes hold per object, measured in this process (no cluster, no allocator slack).
+int CacheMemory(int pods, int nodes) {
+  const double per_pod = CacheBytesPerObject<tpujob::cache::PodInfo>(
+      pods, [&](int i) { return KwokPod(i, nodes); }, tpujob::cache::AddPodIndexers);
+  const double per_node =
+      CacheBytesPerObject<tpujob::cache::NodeInfo>(nodes, KwokNode, tpujob::cache::AddNodeIndexers);
+  if (per_pod < 0 || per_node < 0) return 1;
+  std::printf(
+      "cache heap per object (in memory, %d pods, %d nodes, as KWOK reports them): "
+      "pod %.0f B, node %.0f B; JSON text: pod %zu B, node %zu B\n",
+      pods, nodes, per_pod, per_node, KwokPod(1, nodes).dump().size(), KwokNode(1).dump().size());
   return 0;
 }
 
@@ -1368,7 +1520,17 @@ int main(int argc, char** argv) {
   preemption_cmd->add_option("--running", preemption_running, "Running gangs (whole nodes).")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  int memory_pods = 20000, memory_nodes = 5000;
+  auto* memory_cmd = app.add_subcommand(
+      "cache-memory", "Heap the cache holds per pod and per node (in memory, no cluster).");
+  memory_cmd->add_option("--pods", memory_pods)
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  memory_cmd->add_option("--nodes", memory_nodes)
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (memory_cmd->parsed()) return CacheMemory(memory_pods, memory_nodes);
   if (admission_cmd->parsed()) return AdmissionBench(admission_nodes, admission_jobs, runs, seed);
   if (preemption_cmd->parsed()) {
     return PreemptionBench(admission_nodes, preemption_running, admission_jobs, runs, seed);

@@ -22,6 +22,8 @@
 #   - admission planning (first, needs no cluster): the queue's BuildCapacity + PlanAdmissions
 #     on an in-memory cluster of ADMISSION_NODES (5,000) nodes with ADMISSION_JOBS (1,000)
 #     queued jobs, 21 runs (median, p90, min, max; the target is tens of ms).
+#   - the caches' own cost (needs no cluster): the heap the operator's stores hold per pod and
+#     per node, decoded from objects shaped as KWOK reports them (20,000 pods, 5,000 nodes);
 #   - victim selection (needs no cluster): the queue's PlanPreemptions on an in-memory cluster
 #     of ADMISSION_NODES nodes held by 500 running gangs with ADMISSION_JOBS queued jobs of
 #     mixed priority, 101 runs (median, p99), beside PlanAdmissions on the same queue.
@@ -48,6 +50,10 @@ bench="$root/$build/tpujob-bench"
 
 echo "== admission planning: $admission_nodes nodes, $admission_jobs queued jobs (in memory, no cluster)"
 "$bench" admission --nodes "$admission_nodes" --jobs "$admission_jobs" --runs 21
+echo
+
+echo "== the caches' own cost: heap per cached pod and node (in memory, no cluster)"
+"$bench" cache-memory --pods 20000 --nodes 5000
 echo
 
 echo "== victim selection (gang preemption): $admission_nodes nodes, 500 running, $admission_jobs queued jobs (in memory)"
@@ -142,10 +148,14 @@ for run in 1 2 3 4 5; do
   echo "$out"
   times+=("$(sed -nE 's/.*created ([0-9]+) ms.*/\1/p' <<<"$out")")
   stop_operator
-  # The operator's own count, minus the 3 LISTs and 3 WATCHes its caches always make.
+  # The operator's own count, less its caches' LISTs and WATCHes (made whatever the job does).
   grep -o 'msg="api requests".*' "$dir/operator-gang-$run.log" |
-    awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^total=/) { split($i, t, "="); n = t[2] } }
-         { print "  API requests for the job'"'"'s whole life: " n - 6 "   (" $0 ")" }' | cut -c1-240
+    awk '{ for (i = 1; i <= NF; i++) {
+             split($i, t, "=")
+             if (t[1] == "total") n += t[2]
+             else if (t[1] ~ /^(LIST|WATCH)_(pods|nodes|tpujobs)$/) n -= t[2]
+           } }
+         { print "  API requests for the job'"'"'s whole life: " n "   (" $0 ")" }' | cut -c1-240
 done
 median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 3p)
 echo "gang creation, 64 workers: median ${median} ms over 5 runs (${times[*]} ms)"
@@ -339,18 +349,18 @@ for size in $scale_sizes; do
   peer_synced=$(grep '^synced:' "$dir/peer-$want_nodes.log")
   stop_peer
   objects=$(($(field "$synced" pods) + $(field "$synced" nodes)))
-  rows+=("$(field "$synced" nodes) $(field "$synced" pods) $rss_op $(field "$synced" duration_ms) $rss_peer $(field "$peer_synced" ms) $(field "$peer_synced" heap_inuse_kib) $objects")
+  rows+=("$(field "$synced" nodes) $(field "$synced" pods) $rss_op $(field "$synced" duration_ms) $rss_peer $(field "$peer_synced" ms) $(field "$peer_synced" heap_inuse_kib) $objects $(field "$synced" heap_inuse_kib)")
 done
 echo
 echo "== caches beside client-go (RSS with nothing cached: operator $rss_empty KiB, client-go $peer_empty KiB)"
-printf '%-6s %-6s | %-11s %-9s %-8s | %-11s %-9s %-8s %-9s | %s\n' nodes pods "op RSS KiB" "op B/obj" "op sync" \
+printf '%-6s %-6s | %-11s %-9s %-9s %-8s | %-11s %-9s %-8s %-9s | %s\n' nodes pods "op RSS KiB" "op B/obj" "op heap" "op sync" \
   "go RSS KiB" "go B/obj" "go sync" "go heap" "ratio RSS op/go, sync op/go"
 for row in "${rows[@]}"; do
-  read -r n p ro so rg sg hg objects <<<"$row"
+  read -r n p ro so rg sg hg objects ho <<<"$row"
   awk -v n="$n" -v p="$p" -v ro="$ro" -v so="$so" -v rg="$rg" -v sg="$sg" -v hg="$hg" -v o="$objects" \
-    -v eo="$rss_empty" -v eg="$peer_empty" 'BEGIN {
-      printf "%-6d %-6d | %-11d %-9.0f %-8s | %-11d %-9.0f %-8s %-9s | %.2f, %.2f\n",
-        n, p, ro, (ro - eo) * 1024 / o, so " ms", rg, (rg - eg) * 1024 / o, sg " ms", hg " KiB",
+    -v ho="$ho" -v eo="$rss_empty" -v eg="$peer_empty" 'BEGIN {
+      printf "%-6d %-6d | %-11d %-9.0f %-9s %-8s | %-11d %-9.0f %-8s %-9s | %.2f, %.2f\n",
+        n, p, ro, (ro - eo) * 1024 / o, ho " KiB", so " ms", rg, (rg - eg) * 1024 / o, sg " ms", hg " KiB",
         ro / rg, so / sg }'
 done
 

@@ -261,12 +261,13 @@ void ReadContainerStatus(Reader& reader, const Json& status, const Path& at,
       container.exit_code = reader.Int32(*terminated, "exitCode", terminated_at);
       container.reason =
           InternedString::Intern(reader.String(*terminated, "reason", terminated_at));
-      container.message = reader.String(*terminated, "message", terminated_at);
+      container.message =
+          InternedString::Intern(reader.String(*terminated, "message", terminated_at));
     } else if (const Json* waiting = reader.Object(*state, "waiting", state_at)) {
       const Path waiting_at = state_at.Child("waiting");
       container.state = ContainerState::kWaiting;
       container.reason = InternedString::Intern(reader.String(*waiting, "reason", waiting_at));
-      container.message = reader.String(*waiting, "message", waiting_at);
+      container.message = InternedString::Intern(reader.String(*waiting, "message", waiting_at));
     } else if (reader.Object(*state, "running", state_at) != nullptr) {
       container.state = ContainerState::kRunning;
     }
@@ -532,8 +533,6 @@ kube::Result<PodInfo> PodInfo::FromJson(const Json& object) {
     const Path meta_at = root.Child("metadata");
     CopyIdentity(reader, meta, meta_at, pod);
     pod.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
-    pod.deletion_grace_period_seconds =
-        reader.Int(*meta.object, "deletionGracePeriodSeconds", meta_at);
     if (const Json* owners = reader.Array(*meta.object, "ownerReferences", meta_at)) {
       const Path owners_at = meta_at.Child("ownerReferences");
       for (size_t i = 0; i < owners->size(); ++i) {
@@ -559,7 +558,7 @@ kube::Result<PodInfo> PodInfo::FromJson(const Json& object) {
     if (status != nullptr) {
       pod.phase = ParsePodPhase(reader.String(*status, "phase", status_at));
       pod.reason = InternedString::Intern(reader.String(*status, "reason", status_at));
-      pod.message = reader.String(*status, "message", status_at);
+      pod.message = InternedString::Intern(reader.String(*status, "message", status_at));
       pod.pod_ip = reader.String(*status, "podIP", status_at);
       if (const Json* conditions = reader.Array(*status, "conditions", status_at)) {
         const Path conditions_at = status_at.Child("conditions");
@@ -669,7 +668,7 @@ kube::Result<NodeInfo> NodeInfo::FromJson(const Json& object) {
           c.type = InternedString::Intern(reader.String(condition, "type", at));
           c.status = ParseConditionStatus(reader.String(condition, "status", at));
           c.reason = InternedString::Intern(reader.String(condition, "reason", at));
-          c.message = reader.String(condition, "message", at);
+          c.message = InternedString::Intern(reader.String(condition, "message", at));
           c.last_transition_time = reader.Time(condition, "lastTransitionTime", at);
           if (c.type == "Ready") node.ready = c.status;
           node.conditions.push_back(std::move(c));
@@ -915,19 +914,11 @@ std::optional<int64_t> ParseQuantity(std::string_view text) {
 
 size_t ApproximateHeapBytes(const LabelMap& map) { return VectorHeapBytes(map.entries_); }
 
-namespace {
-size_t ContainerHeapBytes(const std::vector<ContainerInfo>& containers) {
-  size_t bytes = VectorHeapBytes(containers);
-  for (const ContainerInfo& c : containers) bytes += StringHeapBytes(c.message);
-  return bytes;
-}
-}  // namespace
-
 size_t ApproximateBytes(const PodInfo& pod) {
   return sizeof(PodInfo) + StringHeapBytes(pod.name) + StringHeapBytes(pod.uid) +
-         StringHeapBytes(pod.resource_version) + StringHeapBytes(pod.message) +
-         StringHeapBytes(pod.pod_ip) + ApproximateHeapBytes(pod.labels) +
-         ContainerHeapBytes(pod.init_containers) + ContainerHeapBytes(pod.containers);
+         StringHeapBytes(pod.resource_version) + StringHeapBytes(pod.pod_ip) +
+         ApproximateHeapBytes(pod.labels) + VectorHeapBytes(pod.init_containers) +
+         VectorHeapBytes(pod.containers);
 }
 
 size_t ApproximateBytes(const NodeInfo& node) {
@@ -935,7 +926,6 @@ size_t ApproximateBytes(const NodeInfo& node) {
                  StringHeapBytes(node.resource_version) + ApproximateHeapBytes(node.labels) +
                  ApproximateHeapBytes(node.annotations) + VectorHeapBytes(node.taints) +
                  VectorHeapBytes(node.conditions);
-  for (const NodeCondition& c : node.conditions) bytes += StringHeapBytes(c.message);
   return bytes;
 }
 

@@ -99,7 +99,7 @@ struct ContainerInfo {
   // kWaiting: reason ("CrashLoopBackOff", "ImagePullBackOff") and message.
   int32_t exit_code = 0;
   InternedString reason;
-  std::string message;
+  InternedString message;
   // lastState.terminated, present after the kubelet restarted the container in place.
   std::optional<int32_t> last_exit_code;
   InternedString last_reason;
@@ -124,14 +124,13 @@ struct PodInfo {
   LabelMap labels;
   OwnerInfo owner;
   InternedString node_name;  // spec.nodeName; empty until scheduled
-  PodPhase phase = PodPhase::kPending;
-  InternedString reason;  // status.reason, e.g. "Evicted", "NodeLost"
-  std::string message;    // status.message
+  InternedString reason;     // status.reason, e.g. "Evicted", "NodeLost"
+  InternedString message;    // status.message
   std::string pod_ip;
+  PodPhase phase = PodPhase::kPending;
   bool ready = false;          // condition Ready is True
   bool unschedulable = false;  // condition PodScheduled is False with reason Unschedulable
   std::optional<WallTime> deletion_timestamp;
-  std::optional<int64_t> deletion_grace_period_seconds;
   std::vector<ContainerInfo> init_containers;  // spec order, merged with their statuses
   std::vector<ContainerInfo> containers;
 
@@ -171,7 +170,7 @@ struct NodeCondition {
   InternedString type;  // "Ready", "MemoryPressure", or a node-problem-detector condition
   ConditionStatus status = ConditionStatus::kUnknown;
   InternedString reason;
-  std::string message;
+  InternedString message;
   std::optional<WallTime> last_transition_time;
 };
 

@@ -39,10 +39,12 @@
 
 namespace tpujob::cache {
 
-// Hash for heterogeneous lookup of std::string keys by std::string_view.
+// Hash for heterogeneous lookup of std::string keys by std::string_view. noexcept, so that the
+// standard library's hash containers do not keep each element's hash beside it (8 bytes per
+// cached object and per index entry); a rehash computes them again instead.
 struct StringHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
 template <typename T>
@@ -218,7 +220,7 @@ class Store {
   using Map = std::unordered_map<std::string, Ptr, StringHash, std::equal_to<>>;
   // Index keys view the key strings owned by objects_ (node-based, so they never move); an
   // entry is removed from every index before its object leaves objects_.
-  using KeySet = std::unordered_set<std::string_view>;
+  using KeySet = std::unordered_set<std::string_view, StringHash>;
   struct Index {
     IndexFunc func;
     std::unordered_map<std::string, KeySet, StringHash, std::equal_to<>> entries;

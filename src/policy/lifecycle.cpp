@@ -770,7 +770,7 @@ class Decider {
     if (stuck == nullptr) return false;
     const std::string why =
         Describe(*stuck, spec_) + " cannot be scheduled" +
-        (stuck->pod->message.empty() ? std::string() : " (" + stuck->pod->message + ")") +
+        (stuck->pod->message.empty() ? std::string() : " (" + stuck->pod->message.str() + ")") +
         "; the capacity counted at admission was taken";
     s.reissued = true;
     s.phase = Phase::kRestarting;

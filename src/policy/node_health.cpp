@@ -99,7 +99,8 @@ NodeHealth EvaluateNode(const cache::NodeInfo* node, const NodeHealthConfig& con
     const cache::NodeCondition* c = node->FindCondition(type);
     if (c != nullptr && c->status == cache::ConditionStatus::kTrue) {
       return {NodeVerdict::kMaintenance, "Maintenance",
-              "node " + node->name + " reports " + type + ": " + c->message, false, std::nullopt};
+              "node " + node->name + " reports " + type + ": " + c->message.str(), false,
+              std::nullopt};
     }
   }
   for (const std::string& type : config.hardware_conditions) {
@@ -107,7 +108,7 @@ NodeHealth EvaluateNode(const cache::NodeInfo* node, const NodeHealthConfig& con
     if (c != nullptr && c->status == cache::ConditionStatus::kTrue) {
       return {NodeVerdict::kUnhealthy, type,
               "node " + node->name + " reports " + type +
-                  (c->message.empty() ? std::string() : ": " + c->message),
+                  (c->message.empty() ? std::string() : ": " + c->message.str()),
               false, std::nullopt};
     }
   }
@@ -115,7 +116,7 @@ NodeHealth EvaluateNode(const cache::NodeInfo* node, const NodeHealthConfig& con
     const cache::NodeCondition* c = node->FindCondition("Ready");
     return {NodeVerdict::kUnhealthy, "NodeNotReady",
             "node " + node->name + " is not Ready" +
-                (c != nullptr && !c->message.empty() ? ": " + c->message : std::string()),
+                (c != nullptr && !c->message.empty() ? ": " + c->message.str() : std::string()),
             false, std::nullopt};
   }
   if (node->ready == cache::ConditionStatus::kUnknown && node->FindCondition("Ready") != nullptr) {

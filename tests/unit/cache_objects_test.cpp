@@ -166,7 +166,7 @@ TEST(CachePodInfoTest, DecodesRealisticPod) {
   EXPECT_EQ(preflight.reason, "Error");
   EXPECT_EQ(preflight.tpu_request, 4);
   // The termination message is the pre-flight report, kept verbatim and still valid JSON.
-  Json report = Json::parse(preflight.message);
+  Json report = Json::parse(preflight.message.view());
   EXPECT_EQ(report["items"][0]["item"], "dns");
   EXPECT_EQ(report["items"][0]["ok"], false);
 
@@ -244,7 +244,6 @@ TEST(CachePodInfoTest, DeletionAndSchedulingState) {
   ASSERT_TRUE(pod.has_value()) << pod.error().message;
   EXPECT_TRUE(pod->deleting());
   EXPECT_EQ(*pod->deletion_timestamp, ParseRfc3339("2024-05-01T10:00:00Z"));
-  EXPECT_EQ(pod->deletion_grace_period_seconds, 300);
   EXPECT_TRUE(pod->unschedulable);
   EXPECT_TRUE(pod->ready);
   EXPECT_EQ(pod->reason, "Evicted");

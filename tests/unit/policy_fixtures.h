@@ -124,7 +124,7 @@ inline void SetExited(cache::PodInfo& pod, int32_t code, std::string_view reason
   c.ready = false;
   c.exit_code = code;
   c.reason = InternedString::Intern(reason.empty() ? (code == 0 ? "Completed" : "Error") : reason);
-  c.message = std::move(message);
+  c.message = cache::InternedString::Intern(message);
 }
 
 // Evicted by the kubelet: the pod failed, no container exited on its own.
@@ -132,7 +132,7 @@ inline void SetEvicted(cache::PodInfo& pod) {
   pod.phase = cache::PodPhase::kFailed;
   pod.ready = false;
   pod.reason = InternedString::Intern("Evicted");
-  pod.message = "The node was low on resource: memory.";
+  pod.message = cache::InternedString::Intern("The node was low on resource: memory.");
   for (cache::ContainerInfo& c : pod.containers) {
     c.state = cache::ContainerState::kNone;
     c.ready = false;

@@ -61,7 +61,7 @@ void FailPreflight(cache::PodInfo& pod, int32_t code, std::string report) {
   init.state = cache::ContainerState::kTerminated;
   init.exit_code = code;
   init.reason = cache::InternedString::Intern("Error");
-  init.message = std::move(report);
+  init.message = cache::InternedString::Intern(report);
   pod.init_containers = {init};
   for (auto& c : pod.containers) c.state = cache::ContainerState::kWaiting;
 }

@@ -103,7 +103,8 @@ TEST(PolicyQueueLifecycleTest, UnschedulablePodsReleaseTheAdmissionAfterTheGrace
   for (auto& p : sim.pods()) {
     p.pod.node_name = {};
     p.pod.unschedulable = true;
-    p.pod.message = "0/8 nodes are available: 8 Insufficient google.com/tpu.";
+    p.pod.message =
+        cache::InternedString::Intern("0/8 nodes are available: 8 Insufficient google.com/tpu.");
   }
   // Within the grace: the scheduler may still place them.
   Plan plan = StepQueue(sim, true);

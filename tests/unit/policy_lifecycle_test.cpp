@@ -112,7 +112,7 @@ TEST(PolicyObservePodTest, ContainerExitFailsThePodWhileItStillRuns) {
   trainer.state = cache::ContainerState::kTerminated;
   trainer.exit_code = 143;
   trainer.reason = InternedString::Intern("Error");
-  trainer.message = "SIGTERM";
+  trainer.message = cache::InternedString::Intern("SIGTERM");
   ASSERT_EQ(pod.phase, cache::PodPhase::kRunning);
   Termination t;
   EXPECT_EQ(ObservePod(pod, &t), PodState::kFailed);
@@ -133,7 +133,7 @@ TEST(PolicyObservePodTest, InitContainerExitFailsThePod) {
   init.state = cache::ContainerState::kTerminated;
   init.exit_code = 3;
   init.reason = InternedString::Intern("Error");
-  init.message = R"({"items":[{"item":"dns","ok":false}]})";
+  init.message = cache::InternedString::Intern(R"({"items":[{"item":"dns","ok":false}]})");
   pod.init_containers.push_back(init);
   pod.phase = cache::PodPhase::kPending;
   Termination t;
@@ -159,7 +159,7 @@ TEST(PolicyObservePodTest, PodFailedWithoutAContainerExit) {
   EXPECT_EQ(t.message, "The node was low on resource: memory.");
 
   pod.reason = InternedString();
-  pod.message.clear();
+  pod.message = {};
   Termination bare;
   EXPECT_EQ(ObservePod(pod, &bare), PodState::kFailed);
   EXPECT_EQ(bare.reason, "PodFailed");

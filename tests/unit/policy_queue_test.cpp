@@ -38,8 +38,11 @@ NodeInfo TpuNode(const std::string& name, const std::string& pool, int64_t chips
   node.uid = "uid-" + name;
   node.resource_version = "1";
   node.ready = cache::ConditionStatus::kTrue;
-  node.conditions.push_back({InternedString::Intern("Ready"), cache::ConditionStatus::kTrue,
-                             InternedString::Intern("KubeletReady"), "", std::nullopt});
+  node.conditions.push_back({InternedString::Intern("Ready"),
+                             cache::ConditionStatus::kTrue,
+                             InternedString::Intern("KubeletReady"),
+                             {},
+                             std::nullopt});
   if (!accelerator.empty()) node.labels.Set(kAcceleratorLabel, accelerator);
   if (!topology.empty()) node.labels.Set(kTopologyLabel, topology);
   if (!pool.empty()) node.labels.Set(cache::kNodePoolLabel, pool);
@@ -267,7 +270,9 @@ TEST(QueueCapacityTest, OnlySchedulableHealthyLabelledNodesOfferChips) {
   nodes.push_back(TpuNode("broken-chip", "pool-a", 4));
   nodes.back().conditions.push_back({InternedString::Intern("TPUUnhealthy"),
                                      cache::ConditionStatus::kTrue,
-                                     InternedString::Intern("ChipError"), "", std::nullopt});
+                                     InternedString::Intern("ChipError"),
+                                     {},
+                                     std::nullopt});
   nodes.push_back(TpuNode("maintenance", "pool-a", 4));
   nodes.back().taints.push_back(
       {InternedString::Intern("cloud.google.com/impending-node-termination"), InternedString(),
@@ -292,7 +297,9 @@ TEST(QueueCapacityTest, OnlySchedulableHealthyLabelledNodesOfferChips) {
 TEST(QueueCapacityTest, HardwareConditionsComeFromTheHealthConfig) {
   std::vector<NodeInfo> nodes = {TpuNode("n", "p", 4)};
   nodes[0].conditions.push_back({InternedString::Intern("KernelDeadlock"),
-                                 cache::ConditionStatus::kTrue, InternedString(), "",
+                                 cache::ConditionStatus::kTrue,
+                                 InternedString(),
+                                 {},
                                  std::nullopt});
   EXPECT_EQ(FreeByNode(Build(nodes)).size(), 1u);
   NodeHealthConfig health;
