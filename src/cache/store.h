@@ -28,6 +28,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -46,6 +47,8 @@ struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
+static_assert(std::is_nothrow_invocable_v<const StringHash&, std::string_view>,
+              "a hash that may throw makes the hash containers keep each element's hash");
 
 template <typename T>
 class Store {
