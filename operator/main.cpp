@@ -185,6 +185,9 @@ int Run(const RunFlags& flags) {
       ::raise(SIGKILL);
     }
   };
+  if (tpujob::kube::TrustOnlyTheConfiguredCa(*config)) {
+    tpujob::log::Debug("TLS trusts only the configured CA, not the system bundle");
+  }
   auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;
   if (flags.metrics_secure) {

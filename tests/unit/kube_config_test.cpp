@@ -737,5 +737,55 @@ TEST_F(KubeResolveConfigTest, NothingFoundExplainsWhatWasTried) {
   EXPECT_THAT(message, HasSubstr((dir_ / "empty-home/.kube/config").string() + " does not exist"));
 }
 
+// SSL_CERT_FILE as it was, put back when the test ends.
+class SavedCertFile {
+ public:
+  SavedCertFile() {
+    if (const char* value = std::getenv("SSL_CERT_FILE")) saved_ = value;
+    ::unsetenv("SSL_CERT_FILE");
+  }
+  ~SavedCertFile() {
+    if (saved_) {
+      ::setenv("SSL_CERT_FILE", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("SSL_CERT_FILE");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+std::optional<std::string> CertFile() {
+  const char* value = std::getenv("SSL_CERT_FILE");
+  return value ? std::optional<std::string>(value) : std::nullopt;
+}
+
+TEST(KubeTrustTest, AConfiguredCaReplacesTheSystemBundleAsInClientGo) {
+  SavedCertFile saved;
+  Config config;
+  config.server = "https://127.0.0.1:6443";
+  EXPECT_FALSE(TrustOnlyTheConfiguredCa(config)) << "no CA of its own: the system bundle stays";
+  EXPECT_EQ(CertFile(), std::nullopt);
+
+  config.ca_pem = "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n";
+  config.insecure_skip_tls_verify = true;
+  EXPECT_FALSE(TrustOnlyTheConfiguredCa(config)) << "nothing is verified anyway";
+  EXPECT_EQ(CertFile(), std::nullopt);
+
+  config.insecure_skip_tls_verify = false;
+  EXPECT_TRUE(TrustOnlyTheConfiguredCa(config));
+  EXPECT_EQ(CertFile(), "/dev/null");
+}
+
+TEST(KubeTrustTest, AnSslCertFileTheUserSetIsKept) {
+  SavedCertFile saved;
+  ::setenv("SSL_CERT_FILE", "/etc/pki/corporate.pem", 1);
+  Config config;
+  config.ca_pem = "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n";
+  EXPECT_FALSE(TrustOnlyTheConfiguredCa(config));
+  EXPECT_EQ(CertFile(), "/etc/pki/corporate.pem");
+}
+
 }  // namespace
 }  // namespace tpujob::kube
