@@ -106,15 +106,26 @@ bool Reflector<T>::stopping() const {
 template <typename T>
 void Reflector<T>::Run() {
   bool need_list = true;
+  bool list_instead = false;  // the last watch list failed: this sync is a LIST
   while (!stopping()) {
-    if (need_list && !watch_list_) {
+    if (need_list && (!watch_list_ || list_instead)) {
       if (!ListAndReplace()) {
         if (!WaitBackoff()) return;
         continue;
       }
       need_list = false;
+      list_instead = false;
     }
-    switch (WatchOnce(need_list)) {
+    const bool watch_listing = need_list;
+    const WatchOutcome outcome = WatchOnce(need_list);
+    if (watch_listing && need_list && watch_list_ && outcome != WatchOutcome::kStopped) {
+      // A watch list that failed before its end (an error, or the server's timeout cutting a
+      // long initial state short) is followed by a LIST, as in client-go: making progress is
+      // better than retrying a stream that may never fit in its timeout. The sync after that
+      // tries a watch list again.
+      list_instead = true;
+    }
+    switch (outcome) {
       case WatchOutcome::kRewatch:
         break;
       case WatchOutcome::kBackoff:
@@ -365,8 +376,8 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
     if (outcome != WatchOutcome::kRewatch) break;
   }
   if (need_list && outcome == WatchOutcome::kRewatch) {
-    // The stream ended before the whole state arrived: start over after the backoff.
-    log::Warn("watch list ended before its initial-events-end bookmark",
+    // The stream ended before the whole state arrived: list instead, after the backoff.
+    log::Warn("watch list ended before its initial-events-end bookmark, listing instead",
               {{"reflector", options_.name}, {"objects_received", initial.size()}});
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.watch_failures;

@@ -11,9 +11,11 @@
 //      watch cache and decoded one object at a time: cheaper for the server than pages read
 //      from etcd, and no page of JSON is ever held. The objects are collected until the
 //      initial-events-end bookmark, then Replace the store as a LIST would, and the same
-//      stream goes on as the watch of step 2. A stream that breaks before that bookmark is
-//      retried after the backoff; a server that refuses watch lists (a 4xx other than 410 and
-//      429: an older server, or the WatchList feature off) is listed from then on.
+//      stream goes on as the watch of step 2. A watch list that fails before that bookmark (an
+//      error, a broken stream, or the server's timeout ending it first) is followed, after the
+//      backoff, by a LIST, as in client-go, so a state too large for one watch's timeout still
+//      syncs; the next sync tries a watch list again. A server that refuses watch lists (400 or
+//      422: an older server, or the WatchList feature off) is listed from then on.
 //   2. WATCH from the list's resourceVersion with bookmarks, with a server timeout drawn at
 //      random from [min_watch_timeout, max_watch_timeout] so many watches do not expire
 //      together. Each ADDED/MODIFIED/DELETED event updates the store and then the handlers; a

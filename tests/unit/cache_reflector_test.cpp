@@ -541,7 +541,7 @@ TEST_F(CacheReflectorTest, WatchListFillsTheStoreWithoutAListAndItsStreamGoesOn)
   EXPECT_EQ(StoreKeys(), TruthKeys());
 }
 
-TEST_F(CacheReflectorTest, WatchListBrokenBeforeItsEndBacksOffAndStartsOver) {
+TEST_F(CacheReflectorTest, WatchListBrokenBeforeItsEndIsFollowedByAListThenTriedAgain) {
   for (int i = 0; i < 10; ++i) fake_.Upsert(pods_, PodJson("team", "pod-" + std::to_string(i)));
   fake_.BreakNextWatchListAfter(4);
   ReflectorOptions options = Options();
@@ -553,14 +553,28 @@ TEST_F(CacheReflectorTest, WatchListBrokenBeforeItsEndBacksOffAndStartsOver) {
   EXPECT_TRUE(recorder_.events().empty());
   fake_.Remove(pods_, "team", "pod-0", /*notify=*/false);
   clock_.Advance(seconds(2));
+  // As client-go does, progress over retrying: this sync is a paged LIST, then a plain watch.
   ASSERT_TRUE(reflector_->WaitForSync(kWait));
-  ASSERT_EQ(fake_.watch_calls().size(), 2u);
-  EXPECT_TRUE(fake_.watch_calls()[1].send_initial_events);
   EXPECT_EQ(StoreKeys(), TruthKeys());
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+  ASSERT_TRUE(fake_.AwaitWatchCalls(2));
+  EXPECT_FALSE(fake_.watch_calls()[1].send_initial_events);
+  EXPECT_EQ(fake_.watch_calls()[1].resource_version, reflector_->LastSyncResourceVersion());
   ASSERT_TRUE(recorder_.AwaitCount(9));
   EXPECT_EQ(recorder_.events().size(), 9u);  // each object once
   EXPECT_EQ(reflector_->stats().watch_failures, 1u);
-  EXPECT_TRUE(fake_.list_calls().empty());
+  EXPECT_EQ(reflector_->stats().watch_lists, 0u);
+
+  // The next sync (after a 410) tries a watch list again.
+  fake_.Upsert(pods_, PodJson("team", "live"));
+  ASSERT_TRUE(recorder_.AwaitCount(10));
+  fake_.Compact();
+  fake_.SendGone(pods_);
+  ASSERT_TRUE(fake_.AwaitWatchCalls(3));
+  EXPECT_TRUE(fake_.watch_calls()[2].send_initial_events);
+  EXPECT_TRUE(Eventually([&] { return reflector_->stats().watch_lists == 1; }));
+  EXPECT_EQ(fake_.list_calls().size(), 1u);
+  EXPECT_EQ(StoreKeys(), TruthKeys());
 }
 
 TEST_F(CacheReflectorTest, ServerRefusingWatchListsIsListedFromThenOn) {
