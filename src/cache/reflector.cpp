@@ -116,9 +116,9 @@ void Reflector<T>::Run() {
       need_list = false;
       list_instead = false;
     }
-    const bool watch_listing = need_list;
     const WatchOutcome outcome = WatchOnce(need_list);
-    if (watch_listing && need_list && watch_list_ && outcome != WatchOutcome::kStopped) {
+    // Still needing a list here means a watch list was tried (a plain watch never sets it).
+    if (need_list && watch_list_ && outcome != WatchOutcome::kStopped) {
       // A watch list that failed before its end (an error, or the server's timeout cutting a
       // long initial state short) is followed by a LIST, as in client-go: making progress is
       // better than retrying a stream that may never fit in its timeout. The sync after that
@@ -189,15 +189,7 @@ bool Reflector<T>::ListAndReplace() {
     }
     objects.reserve(objects.size() + items->size());
     for (const Json& item : *items) {
-      kube::Result<T> decoded = T::FromJson(item);
-      if (!decoded) {
-        ++decode_errors;
-        log::Warn("skipping an undecodable object", {{"reflector", options_.name},
-                                                     {"name", MetadataString(item, "name")},
-                                                     {"error", decoded.error().message}});
-        continue;
-      }
-      objects.push_back(std::make_shared<const T>(std::move(*decoded)));
+      if (!DecodeInto(item, objects)) ++decode_errors;
     }
     list_options.continue_token = MetadataString(*page, "continue");
     if (list_options.continue_token.empty()) break;
@@ -214,6 +206,19 @@ bool Reflector<T>::ListAndReplace() {
                         {"objects", store_.Size()},
                         {"pages", pages},
                         {"resource_version", version}});
+  return true;
+}
+
+template <typename T>
+bool Reflector<T>::DecodeInto(const Json& item, std::vector<Ptr>& objects) const {
+  kube::Result<T> decoded = T::FromJson(item);
+  if (!decoded) {
+    log::Warn("skipping an undecodable object", {{"reflector", options_.name},
+                                                 {"name", MetadataString(item, "name")},
+                                                 {"error", decoded.error().message}});
+    return false;
+  }
+  objects.push_back(std::make_shared<const T>(std::move(*decoded)));
   return true;
 }
 
@@ -359,15 +364,7 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
         continue;
       }
       // Only ADDED events come before the end of the initial state.
-      kube::Result<T> decoded = T::FromJson(event.object);
-      if (!decoded) {
-        ++initial_decode_errors;
-        log::Warn("skipping an undecodable object", {{"reflector", options_.name},
-                                                     {"name", MetadataString(event.object, "name")},
-                                                     {"error", decoded.error().message}});
-        continue;
-      }
-      initial.push_back(std::make_shared<const T>(std::move(*decoded)));
+      if (!DecodeInto(event.object, initial)) ++initial_decode_errors;
       std::lock_guard<std::mutex> lock(mu_);
       stats_.last_activity = clock_.Now();
       continue;

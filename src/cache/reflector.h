@@ -149,6 +149,8 @@ class Reflector {
 
   void Run();
   bool ListAndReplace();
+  // Decodes one listed object onto `objects`; false (logged) if it does not decode.
+  bool DecodeInto(const Json& item, std::vector<Ptr>& objects) const;
   // Replaces the store with a complete listing at `version` and tells the handlers what changed.
   void ReplaceAll(std::vector<Ptr> objects, std::string version);
   // Watches from the last resourceVersion; with `need_list`, a watch list that first streams
