@@ -214,6 +214,27 @@ void CopyIdentity(Reader& reader, const Metadata& meta, const Path& meta_at, T& 
   out.labels = reader.StringMap(*meta.object, "labels", meta_at, KeepAll);
 }
 
+// The ownerReference marked controller: true (empty when there is none).
+OwnerInfo ReadControllerOwner(Reader& reader, const Json& metadata, const Path& meta_at) {
+  OwnerInfo out;
+  const Json* owners = reader.Array(metadata, "ownerReferences", meta_at);
+  if (owners == nullptr) return out;
+  const Path owners_at = meta_at.Child("ownerReferences");
+  for (size_t i = 0; i < owners->size(); ++i) {
+    const Json& owner = (*owners)[i];
+    if (!owner.is_object()) {
+      reader.Mismatch(owners_at.Item(i), "object", owner);
+      break;
+    }
+    if (!reader.Bool(owner, "controller", owners_at.Item(i))) continue;
+    out.kind = InternedString::Intern(reader.String(owner, "kind", owners_at.Item(i)));
+    out.name = InternedString::Intern(reader.String(owner, "name", owners_at.Item(i)));
+    out.uid = InternedString::Intern(reader.String(owner, "uid", owners_at.Item(i)));
+    break;
+  }
+  return out;
+}
+
 // Runs `decode` and turns any exception nlohmann_json might still raise into a decode error.
 template <typename T, typename Decode>
 kube::Result<T> Guarded(std::string_view kind, const Json& object, Decode decode) {
@@ -533,21 +554,7 @@ kube::Result<PodInfo> PodInfo::FromJson(const Json& object) {
     const Path meta_at = root.Child("metadata");
     CopyIdentity(reader, meta, meta_at, pod);
     pod.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
-    if (const Json* owners = reader.Array(*meta.object, "ownerReferences", meta_at)) {
-      const Path owners_at = meta_at.Child("ownerReferences");
-      for (size_t i = 0; i < owners->size(); ++i) {
-        const Json& owner = (*owners)[i];
-        if (!owner.is_object()) {
-          reader.Mismatch(owners_at.Item(i), "object", owner);
-          break;
-        }
-        if (!reader.Bool(owner, "controller", owners_at.Item(i))) continue;
-        pod.owner.kind = InternedString::Intern(reader.String(owner, "kind", owners_at.Item(i)));
-        pod.owner.name = InternedString::Intern(reader.String(owner, "name", owners_at.Item(i)));
-        pod.owner.uid = InternedString::Intern(reader.String(owner, "uid", owners_at.Item(i)));
-        break;
-      }
-    }
+    pod.owner = ReadControllerOwner(reader, *meta.object, meta_at);
 
     const Json* spec = reader.Object(object, "spec", root);
     const Json* status = reader.Object(object, "status", root);
@@ -725,6 +732,38 @@ kube::Result<TPUJobInfo> TPUJobInfo::FromJson(const Json& object) {
     if (const Json* status = reader.Object(object, "status", root)) job.status = *status;
     if (!reader.ok()) return std::unexpected(reader.error());
     return job;
+  });
+}
+
+std::string WorkloadInfo::Key() const { return ObjectKey(ns, name); }
+
+std::optional<std::string_view> WorkloadInfo::FieldValue(std::string_view field) const {
+  if (field == "metadata.name") return name;
+  if (field == "metadata.namespace") return ns.view();
+  return std::nullopt;
+}
+
+bool WorkloadInfo::HasField(std::string_view field) {
+  static const WorkloadInfo kProbe;
+  return kProbe.FieldValue(field).has_value();
+}
+
+kube::Result<WorkloadInfo> WorkloadInfo::FromJson(const Json& object) {
+  return Guarded<WorkloadInfo>("workload", object, [&]() -> kube::Result<WorkloadInfo> {
+    Reader reader("workload");
+    const Path root;
+    WorkloadInfo workload;
+    Metadata meta = ReadMetadata(reader, object, root);
+    if (!reader.ok()) return std::unexpected(reader.error());
+    const Path meta_at = root.Child("metadata");
+    CopyIdentity(reader, meta, meta_at, workload);
+    workload.generation = reader.Int(*meta.object, "generation", meta_at).value_or(0);
+    workload.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
+    workload.owner = ReadControllerOwner(reader, *meta.object, meta_at);
+    if (const Json* spec = reader.Object(object, "spec", root)) workload.spec = *spec;
+    if (const Json* status = reader.Object(object, "status", root)) workload.status = *status;
+    if (!reader.ok()) return std::unexpected(reader.error());
+    return workload;
   });
 }
 

@@ -227,6 +227,30 @@ struct TPUJobInfo {
   static kube::Result<TPUJobInfo> FromJson(const Json& job);
 };
 
+// A Kueue Workload (kueue.x-k8s.io/v1beta2), as the operator creates one for a TPUJob
+// labelled kueue.x-k8s.io/queue-name (policy/kueue.h reads spec and status).
+struct WorkloadInfo {
+  InternedString ns;
+  std::string name;
+  std::string uid;
+  std::string resource_version;
+  int64_t generation = 0;
+  LabelMap labels;
+  OwnerInfo owner;
+  std::optional<WallTime> deletion_timestamp;
+  Json spec = Json::object();
+  Json status = Json::object();
+
+  std::string Key() const;
+  bool deleting() const { return deletion_timestamp.has_value(); }
+
+  // Field-selector support: metadata.name, metadata.namespace.
+  std::optional<std::string_view> FieldValue(std::string_view field) const;
+  static bool HasField(std::string_view field);
+
+  static kube::Result<WorkloadInfo> FromJson(const Json& workload);
+};
+
 // --- Helpers ----------------------------------------------------------------------------------
 
 // "namespace/name", or "name" when `ns` is empty (cluster-scoped objects).

@@ -491,5 +491,6 @@ bool Reflector<T>::WaitBackoff() {
 template class Reflector<PodInfo>;
 template class Reflector<NodeInfo>;
 template class Reflector<TPUJobInfo>;
+template class Reflector<WorkloadInfo>;
 
 }  // namespace tpujob::cache

@@ -230,5 +230,6 @@ class Informer {
 extern template class Reflector<PodInfo>;
 extern template class Reflector<NodeInfo>;
 extern template class Reflector<TPUJobInfo>;
+extern template class Reflector<WorkloadInfo>;
 
 }  // namespace tpujob::cache

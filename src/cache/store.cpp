@@ -32,5 +32,6 @@ void AddNodeIndexers(Store<NodeInfo>& store) {
 template class Store<PodInfo>;
 template class Store<NodeInfo>;
 template class Store<TPUJobInfo>;
+template class Store<WorkloadInfo>;
 
 }  // namespace tpujob::cache

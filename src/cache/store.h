@@ -289,5 +289,6 @@ void AddNodeIndexers(Store<NodeInfo>& store);
 extern template class Store<PodInfo>;
 extern template class Store<NodeInfo>;
 extern template class Store<TPUJobInfo>;
+extern template class Store<WorkloadInfo>;
 
 }  // namespace tpujob::cache

@@ -171,6 +171,23 @@ void AddTpuScheduling(Json& pod_spec, const policy::TpuSpec& tpu) {
   ObjectField(resources, "limits")[std::string(cache::kTpuResource)] = chips;
 }
 
+// Kueue's admission: the flavor's node labels as node selectors, its tolerations added unless
+// the pod already has an identical one.
+void PlaceOnFlavor(Json& pod_spec, const policy::kueue::Placement& placement) {
+  if (!placement.node_labels.empty()) {
+    Json& node_selector = ObjectField(pod_spec, "nodeSelector");
+    for (const auto& [key, value] : placement.node_labels) node_selector[key] = value;
+  }
+  if (!placement.tolerations.empty()) {
+    Json& tolerations = ArrayField(pod_spec, "tolerations");
+    for (const Json& toleration : placement.tolerations) {
+      if (std::find(tolerations.begin(), tolerations.end(), toleration) == tolerations.end()) {
+        tolerations.push_back(toleration);
+      }
+    }
+  }
+}
+
 // A canonical non-negative decimal int32 ("0", "17"; not "", "-1", "01", "+1", "1x").
 std::optional<int32_t> ParseCanonicalInt(std::string_view text) {
   if (text.empty() || (text.size() > 1 && text[0] == '0')) return std::nullopt;
@@ -411,6 +428,11 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
     }
   }
 
+  if (!options.kueue_placement.empty()) {
+    auto placement = options.kueue_placement.find(policy::kueue::PodSetName(spec, type, index));
+    if (placement != options.kueue_placement.end()) PlaceOnFlavor(pod_spec, placement->second);
+  }
+
   if (spec.fault_tolerance.preflight_enabled) AddPreflight(pod_spec, spec, type, options);
   if (type == ReplicaType::kWorker && options.avoid_maintenance_before_unix) {
     AvoidScheduledMaintenance(pod_spec, *options.avoid_maintenance_before_unix);
@@ -432,6 +454,67 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
               {"kind", "Pod"},
               {"metadata", std::move(metadata)},
               {"spec", std::move(pod_spec)}};
+}
+
+Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, int32_t priority) {
+  // Pod sets in order: the master's, then the workers' (one per slice, or one for all).
+  struct PodSet {
+    std::string name;
+    ReplicaType type;
+    int32_t first = 0;
+    int32_t count = 0;
+  };
+  std::vector<PodSet> sets;
+  for (ReplicaType type : {ReplicaType::kMaster, ReplicaType::kWorker}) {
+    for (int32_t i = 0; i < spec.Replicas(type); ++i) {
+      std::string name = policy::kueue::PodSetName(spec, type, i);
+      if (sets.empty() || sets.back().name != name) sets.push_back({std::move(name), type, i, 0});
+      sets.back().count++;
+    }
+  }
+  Json pod_sets = Json::array();
+  for (const PodSet& set : sets) {
+    const Json pod = BuildPod(job, spec, set.type, set.first, /*attempt=*/1);
+    const Json& pod_spec = pod["spec"];
+    Json template_spec = Json::object();
+    for (const char* field : {"nodeSelector", "tolerations", "affinity"}) {
+      if (auto it = pod_spec.find(field); it != pod_spec.end()) template_spec[field] = *it;
+    }
+    for (const char* list : {"initContainers", "containers"}) {
+      auto it = pod_spec.find(list);
+      if (it == pod_spec.end() || !it->is_array()) continue;
+      Json& out = template_spec[list] = Json::array();
+      for (const Json& container : *it) {
+        if (!container.is_object()) continue;
+        Json kept = Json::object();
+        for (const char* field : {"name", "image", "resources"}) {
+          if (auto f = container.find(field); f != container.end()) kept[field] = *f;
+        }
+        out.push_back(std::move(kept));
+      }
+    }
+    pod_sets.push_back(
+        Json{{"name", set.name}, {"count", set.count}, {"template", {{"spec", template_spec}}}});
+  }
+  Json workload_spec{{"queueName", policy::kueue::QueueName(job)},
+                     {"priority", priority},
+                     {"podSets", std::move(pod_sets)}};
+  if (!spec.priority_class_name.empty()) {
+    workload_spec["priorityClassRef"] = Json{{"group", "scheduling.k8s.io"},
+                                             {"kind", "PriorityClass"},
+                                             {"name", spec.priority_class_name}};
+  }
+  if (spec.suspend) workload_spec["active"] = false;
+  return Json{{"apiVersion", policy::kueue::kApiVersion},
+              {"kind", "Workload"},
+              {"metadata",
+               {{"name", policy::kueue::WorkloadName(job.name, job.uid)},
+                {"namespace", job.ns.str()},
+                {"labels",
+                 {{std::string(cache::kJobNameLabel), job.name},
+                  {std::string(policy::kueue::kJobUidLabel), job.uid}}},
+                {"ownerReferences", Json::array({OwnerReference(job)})}}},
+              {"spec", std::move(workload_spec)}};
 }
 
 Json BuildService(const cache::TPUJobInfo& job) {

@@ -26,6 +26,7 @@
 
 #include "cache/objects.h"
 #include "policy/job_spec.h"
+#include "policy/kueue.h"
 
 namespace tpujob::controller {
 
@@ -79,6 +80,9 @@ struct PodBuildOptions {
   // may be missing: a node a person uncordoned, --no-cordon, cordonFaultyNodes: false, or an
   // operator stopped between deciding a re-issue and cordoning.
   std::vector<std::string> avoid_nodes;
+  // Kueue's admission of the job's Workload (policy/kueue.h), by pod set: the node labels (as
+  // node selectors) and tolerations of the ResourceFlavors assigned to it.
+  std::map<std::string, policy::kueue::Placement> kueue_placement;
 };
 
 // The cache path the pre-flight `disk-size cache` item measures (its default).
@@ -113,6 +117,16 @@ std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType typ
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy::ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options = {},
               const std::string& node_pool = "");
+
+// The Kueue Workload through which Kueue admits a job naming a LocalQueue (policy/kueue.h):
+// named policy::kueue::WorkloadName, owned by the job (the garbage collector deletes it with
+// the job), labelled with the job's name and kueue.x-k8s.io/job-uid, in the job's LocalQueue,
+// with `priority` (spec.priorityClassName's value, or spec.priority) and the class as a
+// priorityClassRef. One pod set per policy::kueue::PodSetName: its pod count, and as template
+// the pod spec BuildPod writes for its first pod (node selectors, tolerations, affinity, and
+// the containers' and init containers' names, images and resources: the google.com/tpu
+// requests, the pre-flight container's included) without what Kueue does not read.
+Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, int32_t priority);
 
 // The headless Service (clusterIP None, no ports) selecting every pod of the job, publishing
 // addresses of pods that are not ready yet: peers must resolve each other while they start.

@@ -27,7 +27,8 @@ JobQueue::JobQueue(kube::Client& client, const cache::Store<cache::TPUJobInfo>& 
       pods_(pods),
       nodes_(nodes),
       health_(std::move(health)),
-      clock_(clock) {}
+      clock_(clock),
+      priority_classes_(client, clock) {}
 
 JobQueue::~JobQueue() { Stop(); }
 
@@ -87,30 +88,8 @@ AdmissionDecision JobQueue::Admit(const cache::TPUJobInfo& job) {
 }
 
 JobQueue::PriorityInfo JobQueue::Priority(const policy::JobSpec& spec) {
-  if (spec.priority_class_name.empty()) return {spec.priority, true};
-  const TimePoint now = clock_.Now();
-  {
-    std::lock_guard<std::mutex> lock(priority_mu_);
-    auto it = priority_classes_.find(spec.priority_class_name);
-    if (it != priority_classes_.end() && now - it->second.read_at < kPriorityClassTtl) {
-      return {it->second.value.value_or(spec.priority), it->second.may_preempt};
-    }
-  }
-  std::optional<int32_t> value;
-  bool may_preempt = true;
-  auto answer = client_.Get(kube::Resource::PriorityClasses(), "", spec.priority_class_name);
-  if (answer && answer->contains("value") && (*answer)["value"].is_number_integer()) {
-    value = (*answer)["value"].get<int32_t>();
-    auto policy = answer->find("preemptionPolicy");
-    may_preempt = policy == answer->end() || !policy->is_string() || *policy != "Never";
-  } else {
-    log::Warn("cannot read PriorityClass; using spec.priority",
-              {{"priority_class", spec.priority_class_name},
-               {"error", answer ? std::string("no integer value") : answer.error().ToString()}});
-  }
-  std::lock_guard<std::mutex> lock(priority_mu_);
-  priority_classes_[spec.priority_class_name] = {value, may_preempt, now};
-  return {value.value_or(spec.priority), may_preempt};
+  const PriorityClasses::Priority p = priority_classes_.Of(spec);
+  return {p.value, p.may_preempt};
 }
 
 std::map<std::string, policy::Admission> JobQueue::ComputePlan(
@@ -134,7 +113,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
   std::set<std::string> waiting_jobs;
   std::map<std::string, Admitted> admitted_jobs;
   for (const auto& job : jobs_.List()) {
-    if (job->deleting()) continue;
+    if (job->deleting() || !policy::ManagedByUs(*job)) continue;
     const policy::JobStatus status = policy::JobStatus::FromJson(job->status);
     // A job not yet marked Queued (just created) waits too, from its creation: otherwise jobs
     // created together would be admitted in the order their first reconciles happen to run.
@@ -148,6 +127,10 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
                                               status.phase == policy::Phase::kRunning ||
                                               status.phase == policy::Phase::kRestarting);
     if (!waiting && !admitted) continue;
+    // A job another admitter (Kueue) admits never waits here, and is never preempted from
+    // here; once admitted, its pods hold capacity like any other.
+    const bool external = external_ && external_(*job);
+    if (external && !admitted) continue;
     const std::string key = job->Key();
     // An admitted job keeps its pods even when its spec has become invalid.
     if (admitted) admitted_jobs[key].attempt = status.attempt;
@@ -177,8 +160,9 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     } else {
       Admitted& a = admitted_jobs[key];
       a.workers = spec->worker.replicas;
-      a.candidate = preemption_.load() && (status.phase == policy::Phase::kStarting ||
-                                           status.phase == policy::Phase::kRunning);
+      a.candidate =
+          preemption_.load() && !external &&
+          (status.phase == policy::Phase::kStarting || status.phase == policy::Phase::kRunning);
       if (a.candidate) a.gang.priority = Priority(*spec).value;
       a.gang.job = key;
       a.gang.accelerator = spec->tpu.accelerator;

@@ -43,6 +43,7 @@
 #include "base/clock.h"
 #include "cache/objects.h"
 #include "cache/store.h"
+#include "controller/priority_classes.h"
 #include "controller/tpujob_reconciler.h"
 #include "kube/client.h"
 #include "policy/job_spec.h"
@@ -56,7 +57,6 @@ namespace tpujob::controller {
 class JobQueue {
  public:
   static constexpr Duration kCoalesce = std::chrono::milliseconds(20);
-  static constexpr Duration kPriorityClassTtl = std::chrono::minutes(5);
 
   JobQueue(kube::Client& client, const cache::Store<cache::TPUJobInfo>& jobs,
            const cache::Store<cache::PodInfo>& pods, const cache::Store<cache::NodeInfo>& nodes,
@@ -81,6 +81,13 @@ class JobQueue {
 
   // Gang preemption (policy/preemption.h); on unless turned off before Start().
   void set_preemption(bool on) { preemption_ = on; }
+
+  // Jobs admitted by someone else (Kueue, for jobs naming a LocalQueue): they never wait in this
+  // queue and are never its preemption victims, but the capacity their admitted pods hold
+  // counts. Set before Start().
+  void set_external(std::function<bool(const cache::TPUJobInfo&)> external) {
+    external_ = std::move(external);
+  }
 
   // Computes a plan from the caches now (what the thread does), for tests and benchmarks.
   // `changes_in`: when the capacity changes by itself (a node entering its maintenance avoid
@@ -119,14 +126,9 @@ class JobQueue {
   std::function<void(const std::string&)> enqueue_;
   std::thread thread_;
 
-  std::mutex priority_mu_;
-  struct CachedPriority {
-    std::optional<int32_t> value;
-    bool may_preempt = true;
-    TimePoint read_at;
-  };
-  std::map<std::string, CachedPriority> priority_classes_;  // guarded by priority_mu_
+  PriorityClasses priority_classes_;
 
+  std::function<bool(const cache::TPUJobInfo&)> external_;  // set before Start()
   std::atomic<bool> preemption_{true};
   std::atomic<uint64_t> recomputations_{0};
 };

@@ -76,6 +76,18 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(client_, kube::Resource::TPUJobs(),
                                                                job_options, clock_);
 
+  if (options_.kueue) {
+    cache::ReflectorOptions workload_options = base;
+    workload_options.name = "workloads";
+    workload_options.ns = options_.watch_namespace;
+    // Only the Workloads the operator wrote (BuildWorkload labels them with their job).
+    workload_options.label_selector = std::string(cache::kJobNameLabel);
+    workloads_ = std::make_unique<cache::Informer<cache::WorkloadInfo>>(
+        client_, kube::Resource::Workloads(), workload_options, clock_);
+    kueue_ = std::make_unique<KueueAdapter>(client_, workloads_->store(), clock_);
+    options_.reconciler.kueue = kueue_.get();
+  }
+
   queue_ = std::make_unique<workqueue::WorkQueue>(clock_, nullptr, QueueMetrics("tpujob"));
   recorder_ = std::make_unique<EventRecorder>(client_, options_.events, clock_);
   cordoner_ =
@@ -87,6 +99,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
     return job_queue_->Admit(job);
   };
   job_queue_->set_preemption(options_.preemption);
+  if (kueue_) job_queue_->set_external(&KueueAdapter::Manages);
   if (options_.preemption) {
     options_.reconciler.preemption = [this](const cache::TPUJobInfo& job) {
       return job_queue_->Preemption(job);
@@ -118,6 +131,17 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
       {.on_add = enqueue_owner,
        .on_update = [enqueue_owner](const auto&, const auto& pod) { enqueue_owner(pod); },
        .on_delete = enqueue_owner});
+  if (workloads_) {
+    // Kueue admitted, evicted or finished a job's Workload: the job decides again.
+    auto enqueue_job_of = [this](const std::shared_ptr<const cache::WorkloadInfo>& workload) {
+      const std::string_view job = workload->labels.Value(cache::kJobNameLabel);
+      if (!job.empty()) queue_->Add(cache::ObjectKey(workload->ns.view(), job));
+    };
+    workloads_->AddEventHandlers(
+        {.on_add = enqueue_job_of,
+         .on_update = [enqueue_job_of](const auto&, const auto& w) { enqueue_job_of(w); },
+         .on_delete = enqueue_job_of});
+  }
   // A node's health or maintenance signals changed: every job with a pod there decides again.
   // The job a node was cordoned for also decides again (status.cordonedNodes), and the node
   // reconciler looks at nodes it may have work for.
@@ -202,6 +226,9 @@ void Manager::Collect() {
   m.cache_objects.With({"pods"}).Set(static_cast<double>(pods_->store().Size()));
   m.cache_objects.With({"nodes"}).Set(static_cast<double>(nodes_->store().Size()));
   m.cache_objects.With({"tpujobs"}).Set(static_cast<double>(jobs_->store().Size()));
+  if (workloads_) {
+    m.cache_objects.With({"workloads"}).Set(static_cast<double>(workloads_->store().Size()));
+  }
   m.watch_silences.With({"pods"}).SetCumulative(static_cast<double>(pods_->stats().silent_watches));
   m.watch_silences.With({"nodes"}).SetCumulative(
       static_cast<double>(nodes_->stats().silent_watches));
@@ -228,11 +255,12 @@ metrics::HttpResponse Manager::CacheContentsResponse() const {
 
 std::vector<std::string> Manager::HealthCheck() {
   if (!watching_.load()) return {};
-  const std::vector<WatchActivity> watches = {
+  std::vector<WatchActivity> watches = {
       {"pods", pods_->stats().last_activity},
       {"nodes", nodes_->stats().last_activity},
       {"tpujobs", jobs_->stats().last_activity},
   };
+  if (workloads_) watches.push_back({"workloads", workloads_->stats().last_activity});
   const std::vector<QueueActivity> queues = {
       {"tpujob", queue_->LongestRunningProcessor()},
       {"node", node_queue_->LongestRunningProcessor()},
@@ -356,11 +384,13 @@ kube::Status Manager::Run() {
   pods_->Start();
   nodes_->Start();
   jobs_->Start();
+  if (workloads_) workloads_->Start();
   watching_ = true;
   const auto timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.cache_sync_timeout);
-  const bool synced =
-      pods_->WaitForSync(timeout) && nodes_->WaitForSync(timeout) && jobs_->WaitForSync(timeout);
+  const bool synced = pods_->WaitForSync(timeout) && nodes_->WaitForSync(timeout) &&
+                      jobs_->WaitForSync(timeout) &&
+                      (!workloads_ || workloads_->WaitForSync(timeout));
   {
     std::lock_guard<std::mutex> guard(stop_mu_);
     if (stop_requested_ && !leadership_lost_) {
@@ -389,6 +419,11 @@ kube::Status Manager::Run() {
              {"heap_inuse_kib", (heap.uordblks + heap.hblkhd) / 1024},
              {"heap_free_kib", heap.fordblks / 1024},
              {"heap_arena_kib", heap.arena / 1024}});
+
+  if (workloads_) {
+    log::Info("Kueue admits the TPUJobs that name a LocalQueue (label kueue.x-k8s.io/queue-name)",
+              {{"workloads", workloads_->store().Size()}});
+  }
 
   std::vector<std::thread> workers;
   for (int i = 0; i < std::max(1, options_.workers); ++i)
@@ -426,6 +461,7 @@ kube::Status Manager::Run() {
   queue_->ShutDownWithDrain();
   node_queue_->ShutDownWithDrain();
   for (auto& worker : workers) worker.join();
+  if (workloads_) workloads_->Stop();
   jobs_->Stop();
   nodes_->Stop();
   pods_->Stop();
@@ -449,6 +485,7 @@ void Manager::Stop() {
   pods_->Stop();
   nodes_->Stop();
   jobs_->Stop();
+  if (workloads_) workloads_->Stop();
 }
 
 void Manager::OnLeadershipLost(const std::string& reason) {

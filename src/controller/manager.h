@@ -61,6 +61,9 @@ struct ManagerOptions {
   TPUJobReconcilerOptions reconciler;
   // Gang preemption by priority (policy/preemption.h); --enable-preemption.
   bool preemption = true;
+  // Kueue admits the jobs that name a LocalQueue (policy/kueue.h): Workloads are cached and
+  // written. Needs Kueue's CRDs; --kueue (the operator's main resolves "auto").
+  bool kueue = false;
   // The client's kube::Config::watch_idle_timeout: when set, the reflectors ask the server to
   // end their watches after 60-80% of it. 0: client-go's 5-10 minutes.
   std::chrono::seconds watch_idle_timeout{0};
@@ -128,6 +131,8 @@ class Manager {
   std::unique_ptr<cache::Informer<cache::PodInfo>> pods_;
   std::unique_ptr<cache::Informer<cache::NodeInfo>> nodes_;
   std::unique_ptr<cache::Informer<cache::TPUJobInfo>> jobs_;
+  std::unique_ptr<cache::Informer<cache::WorkloadInfo>> workloads_;  // with options_.kueue
+  std::unique_ptr<KueueAdapter> kueue_;
   std::unique_ptr<workqueue::WorkQueue> queue_;
   std::unique_ptr<EventRecorder> recorder_;
   std::unique_ptr<Cordoner> cordoner_;

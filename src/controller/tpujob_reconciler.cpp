@@ -131,6 +131,12 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     log::Debug("TPUJob gone", {{"tpujob", key}});
     return ReconcileResult{};
   }
+  if (!policy::ManagedByUs(*job)) {
+    // Another controller's (spec.managedBy): not a pod, status or Workload of it is ours.
+    log::Debug("TPUJob managed by another controller; leaving it alone",
+               {{"tpujob", key}, {"managedBy", job->spec.value("managedBy", "")}});
+    return ReconcileResult{};
+  }
   if (auto wait = Pending(key, *job)) {
     log::Debug("waiting for the cache to show the last writes", {{"tpujob", key}});
     return ReconcileResult{*wait};
@@ -160,7 +166,23 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   for (const auto& node : nodes_.ByIndex(kNodesByCordonJobIndex, key)) {
     input.cordoned_nodes.push_back(node->name);
   }
-  if (spec && (options_.admission || options_.preemption)) {
+  const bool by_kueue = options_.kueue != nullptr && KueueAdapter::Manages(*job);
+  if (by_kueue) {
+    // Kueue admits it: the Workload's state stands in for the queue's answer, and Kueue's
+    // eviction for a preemption order.
+    const bool pods_left = !input.pods.empty() || !input.strays.empty();
+    auto verdict = options_.kueue->Sync(*job, spec, pods_left);
+    if (!verdict) return std::unexpected(verdict.error());
+    input.release_unschedulable = false;
+    input.admit = verdict->admit;
+    input.not_admitted_reason = verdict->reason;
+    input.not_admitted_message = verdict->message;
+    if (verdict->evict) {
+      const auto current = policy::JobStatus::FromJson(job->status);
+      input.preempt = policy::PreemptOrder{
+          .by = "", .message = *verdict->evict, .attempt = current.attempt, .head_message = ""};
+    }
+  } else if (spec && (options_.admission || options_.preemption)) {
     const auto current = policy::JobStatus::FromJson(job->status);
     if (options_.preemption && current.ConditionTrue(policy::condition::kAdmitted)) {
       input.preempt = options_.preemption(*job);
@@ -397,6 +419,12 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
       if (pod_options.avoid_nodes.size() == kMaxAvoidedNodes) break;
     }
     std::sort(pod_options.avoid_nodes.begin(), pod_options.avoid_nodes.end());
+  }
+  // ... and, for a job Kueue admitted, onto the ResourceFlavors of its pod sets.
+  if (options_.kueue != nullptr && KueueAdapter::Manages(job)) {
+    auto placements = options_.kueue->Placements(job);
+    if (!placements) return std::unexpected(placements.error());
+    pod_options.kueue_placement = std::move(*placements);
   }
   std::vector<std::optional<kube::Error>> errors(plan.create.size());
   // One byte per pod, not std::vector<bool>: the creating threads write neighbouring elements at

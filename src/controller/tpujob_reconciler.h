@@ -25,6 +25,7 @@
 #include "controller/children.h"
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
+#include "controller/kueue_adapter.h"
 #include "kube/client.h"
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
@@ -61,6 +62,9 @@ struct TPUJobReconcilerOptions {
   PodBuildOptions pod_options;
   AdmissionFunc admission;    // empty: admit at once
   PreemptionFunc preemption;  // empty: never preempt
+  // Kueue admits the jobs that name a LocalQueue (instead of `admission` and `preemption`);
+  // nullptr: the operator does not talk to Kueue, and `admission` admits every job.
+  KueueAdapter* kueue = nullptr;
   policy::NodeHealthConfig node_health;
 };
 

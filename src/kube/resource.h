@@ -30,6 +30,11 @@ struct Resource {
     return {"scheduling.k8s.io", "v1", "priorityclasses", false};
   }
   static Resource TPUJobs() { return {"tpujob.dev", "v1alpha1", "tpujobs", true}; }
+  // Kueue's (policy/kueue.h).
+  static Resource Workloads() { return {"kueue.x-k8s.io", "v1beta2", "workloads", true}; }
+  static Resource ResourceFlavors() {
+    return {"kueue.x-k8s.io", "v1beta2", "resourceflavors", false};
+  }
 };
 
 // Percent-encodes a query parameter value.

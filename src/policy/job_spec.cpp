@@ -334,6 +334,13 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   return out;
 }
 
+bool ManagedByUs(const cache::TPUJobInfo& job) {
+  if (!job.spec.is_object()) return true;
+  auto it = job.spec.find("managedBy");
+  return it == job.spec.end() || !it->is_string() || it->get<std::string>().empty() ||
+         it->get<std::string>() == kControllerName;
+}
+
 bool MountsVolumeAt(const ReplicaSpec& replica, std::string_view path) {
   auto trim = [](std::string_view p) {
     while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);

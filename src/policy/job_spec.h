@@ -127,6 +127,13 @@ struct JobSpec {
   }
 };
 
+// spec.managedBy naming this operator (as batch/v1 Job's and JobSet's managedBy name theirs).
+inline constexpr std::string_view kControllerName = "tpujob.dev/operator";
+
+// Whether this operator runs the job: spec.managedBy unset, empty or kControllerName. Any other
+// controller's job (MultiKueue's copy in a manager cluster, say) is left alone entirely.
+bool ManagedByUs(const cache::TPUJobInfo& job);
+
 // Decodes and validates a job. On error the message names the field and what is wrong, e.g.
 // "annotation fault-tolerance/job-retry-num: \"five\" is not a number between 0 and 3".
 std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job);

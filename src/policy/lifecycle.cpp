@@ -759,6 +759,7 @@ class Decider {
   bool ReleaseIfUnschedulable(
       const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) {
     JobStatus& s = plan_.status;
+    if (!in_.release_unschedulable) return false;
     if (!s.admitted_at || now_ - *s.admitted_at < kUnschedulableRelease) return false;
     const ObservedPod* stuck = nullptr;
     for (const auto& [id, p] : current) {

@@ -43,7 +43,7 @@ struct ObservedPod {
 
 // The queue's order to preempt a running job.
 struct PreemptOrder {
-  std::string by;            // the preemptor, "namespace/name"
+  std::string by;            // the preemptor, "namespace/name" ("": Kueue evicted the job)
   std::string message;       // Preemption::victim_message
   int32_t attempt = 0;       // the attempt to preempt; an order for another one is ignored
   std::string head_message;  // Preemption::message, for the preemptor while the order stands
@@ -72,6 +72,11 @@ struct LifecycleInput {
   // The queue preempts this admitted job for a waiting job of higher priority
   // (policy/preemption.h): it is stopped like a maintenance event and queues again.
   std::optional<PreemptOrder> preempt;
+  // Whether an attempt whose pods stay unschedulable for kUnschedulableRelease gives its
+  // admission back (the operator's own queue counted capacity that was taken). false for a job
+  // Kueue admits: its admission is quota, not capacity, and its pods wait for the scheduler
+  // (Kueue's waitForPodsReady bounds that wait where it is configured).
+  bool release_unschedulable = true;
   // Nodes the cache shows cordoned by the operator on this job's evidence; merged into
   // status.cordonedNodes (which keeps them after they are uncordoned: it is the job's record).
   std::vector<std::string> cordoned_nodes;

@@ -333,7 +333,7 @@ TEST(ChildrenPreflightTest, InitContainerComesFirstWithTheJobsSettings) {
   policy::JobSpec spec = PreflightSpec();
   spec.fault_tolerance.preflight_thresholds = Json{{"rootDiskGB", 100}, {"nofile", 4096}};
   const Json pod_spec =
-      BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1", std::nullopt, {}})["spec"];
+      BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1, {"op:1", std::nullopt, {}, {}})["spec"];
   ASSERT_EQ(pod_spec["initContainers"].size(), 2u);
   const Json& preflight = pod_spec["initContainers"][0];
   EXPECT_EQ(preflight["name"], "preflight");
@@ -662,6 +662,115 @@ TEST(ChildrenMultisliceTest, IdentifyPodReadsTheJobWideIndex) {
   const auto info = cache::PodInfo::FromJson(pod);
   ASSERT_TRUE(info.has_value()) << info.error().ToString();
   EXPECT_THAT(IdentifyPod(*info), Optional(PodIdentity{ReplicaType::kWorker, 9, 3}));
+}
+
+cache::TPUJobInfo QueuedJob() {
+  cache::TPUJobInfo job = Job();
+  job.labels = cache::LabelMap({{"kueue.x-k8s.io/queue-name", "team-queue"}});
+  return job;
+}
+
+const Json* PodSet(const Json& workload, const std::string& name) {
+  for (const Json& set : workload["spec"]["podSets"]) {
+    if (set["name"] == name) return &set;
+  }
+  return nullptr;
+}
+
+TEST(ChildrenBuildWorkloadTest, OwnedLabelledAndQueuedWithThePriority) {
+  policy::JobSpec spec = Spec();
+  spec.priority_class_name = "high";
+  const Json w = BuildWorkload(QueuedJob(), spec, 1000);
+  EXPECT_EQ(w["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(w["kind"], "Workload");
+  EXPECT_EQ(w["metadata"]["name"], policy::kueue::WorkloadName("llm", "uid-llm"));
+  EXPECT_EQ(w["metadata"]["namespace"], "team");
+  EXPECT_EQ(w["metadata"]["labels"]["tpujob.dev/job-name"], "llm");
+  EXPECT_EQ(w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"], "uid-llm");
+  const Json& owner = w["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "TPUJob");
+  EXPECT_EQ(owner["uid"], "uid-llm");
+  EXPECT_EQ(owner["controller"], true);
+  EXPECT_EQ(w["spec"]["queueName"], "team-queue");
+  EXPECT_EQ(w["spec"]["priority"], 1000);
+  EXPECT_EQ(w["spec"]["priorityClassRef"],
+            (Json{{"group", "scheduling.k8s.io"}, {"kind", "PriorityClass"}, {"name", "high"}}));
+  EXPECT_FALSE(w["spec"].contains("active"));
+  spec.suspend = true;
+  spec.priority_class_name.clear();
+  const Json suspended = BuildWorkload(QueuedJob(), spec, 5);
+  EXPECT_EQ(suspended["spec"]["active"], false);
+  EXPECT_FALSE(suspended["spec"].contains("priorityClassRef"));
+}
+
+TEST(ChildrenBuildWorkloadTest, PodSetsCarryWhatKueueCountsAndMatches) {
+  const Json w = BuildWorkload(QueuedJob(), Spec(), 0);
+  ASSERT_EQ(w["spec"]["podSets"].size(), 2u);
+  const Json* master = PodSet(w, "master");
+  const Json* workers = PodSet(w, "workers");
+  ASSERT_NE(master, nullptr);
+  ASSERT_NE(workers, nullptr);
+  EXPECT_EQ((*master)["count"], 1);
+  EXPECT_EQ((*workers)["count"], 2);
+  const Json& pod = (*workers)["template"]["spec"];
+  // What the pods will ask for and where they may go: the chips, the template's own requests,
+  // the slice-shape selectors (a flavor whose node labels contradict them is not chosen), the
+  // TPU taint's toleration.
+  EXPECT_EQ(pod["containers"][0]["resources"]["requests"]["google.com/tpu"], "4");
+  EXPECT_EQ(pod["containers"][0]["resources"]["requests"]["memory"], "8Gi");
+  EXPECT_EQ(pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"], "2x4");
+  EXPECT_EQ(pod["nodeSelector"]["cloud.google.com/gke-spot"], "true");
+  EXPECT_EQ(pod["initContainers"][0]["name"], "fetch");
+  EXPECT_FALSE(pod["tolerations"].empty());
+  // Nothing Kueue does not read: no environment, arguments, volumes or pod name.
+  EXPECT_FALSE(pod["containers"][0].contains("env"));
+  EXPECT_FALSE(pod["containers"][0].contains("args"));
+  EXPECT_FALSE(pod.contains("volumes"));
+  EXPECT_FALSE(pod.contains("hostname"));
+}
+
+TEST(ChildrenBuildWorkloadTest, MultisliceJobHasAPodSetPerSlice) {
+  policy::JobSpec spec = Spec();
+  spec.master.reset();
+  spec.tpu.slices = 3;
+  const Json w = BuildWorkload(QueuedJob(), spec, 0);
+  ASSERT_EQ(w["spec"]["podSets"].size(), 3u);
+  for (int slice = 0; slice < 3; ++slice) {
+    const Json* set = PodSet(w, "slice-" + std::to_string(slice));
+    ASSERT_NE(set, nullptr) << slice;
+    EXPECT_EQ((*set)["count"], 2);
+  }
+  spec.tpu.slices = 12;  // more than a Workload's 8 pod sets: one for all
+  const Json many = BuildWorkload(QueuedJob(), spec, 0);
+  ASSERT_EQ(many["spec"]["podSets"].size(), 1u);
+  EXPECT_EQ(many["spec"]["podSets"][0]["name"], "workers");
+  EXPECT_EQ(many["spec"]["podSets"][0]["count"], 24);
+}
+
+TEST(ChildrenBuildPodTest, KueuePlacementAddsTheFlavorsSelectorsAndTolerations) {
+  policy::JobSpec spec = Spec();
+  spec.master.reset();
+  spec.tpu.slices = 2;
+  PodBuildOptions options;
+  policy::kueue::Placement slice1;
+  slice1.node_labels = {{"cloud.google.com/reservation-name", "r1"}};
+  slice1.tolerations = Json::array(
+      {{{"key", "spot"}, {"operator", "Exists"}}, {{"key", "team"}, {"operator", "Exists"}}});
+  options.kueue_placement["slice-1"] = slice1;
+  const Json on_flavor = BuildPod(Job(), spec, ReplicaType::kWorker, 3, 1, options)["spec"];
+  EXPECT_EQ(on_flavor["nodeSelector"]["cloud.google.com/reservation-name"], "r1");
+  EXPECT_EQ(on_flavor["nodeSelector"]["cloud.google.com/gke-tpu-topology"], "2x4");
+  // The template already tolerates "spot": added once, not twice.
+  const auto& tolerations = on_flavor["tolerations"];
+  EXPECT_EQ(std::count(tolerations.begin(), tolerations.end(),
+                       Json{{"key", "spot"}, {"operator", "Exists"}}),
+            1);
+  EXPECT_EQ(std::count(tolerations.begin(), tolerations.end(),
+                       Json{{"key", "team"}, {"operator", "Exists"}}),
+            1);
+  // Slice 0's pods have no placement of their own.
+  const Json other = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 1, options)["spec"];
+  EXPECT_FALSE(other["nodeSelector"].contains("cloud.google.com/reservation-name"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "cache/store.h"
 #include "controller/children.h"
 #include "controller/job_queue.h"
+#include "controller/kueue_adapter.h"
 #include "fake_client.h"
 
 namespace tpujob::controller {
@@ -195,6 +196,52 @@ TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
   EXPECT_TRUE(plan.at("team/classy").admit);
   EXPECT_EQ(plan.at("team/plain").position, 2);
   EXPECT_EQ(plan.at("team/unknown-class").position, 3);
+}
+
+TEST_F(JobQueueTest, JobsKueueAdmitsNeverWaitHereButTheirPodsHoldCapacity) {
+  queue_.set_external([](const cache::TPUJobInfo& job) { return KueueAdapter::Manages(job); });
+  AddNodes(4);
+  Json kueue_running = JobJson("kueue-running", 0, "Running", /*admitted=*/true);
+  kueue_running["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
+  AddWorkers(*AddJob(kueue_running), {"n0", "n1"});
+  Json kueue_waiting = JobJson("kueue-waiting", 100, "Queued");
+  kueue_waiting["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
+  AddJob(kueue_waiting);
+  AddJob(JobJson("first", 0, "Queued"));
+  AddJob(JobJson("second", 0, "Queued"));
+  const auto plan = queue_.ComputePlan();
+  EXPECT_FALSE(plan.contains("team/kueue-waiting")) << "Kueue's to admit";
+  // n0 and n1 are the Kueue job's: room for one of the two gangs of two, not both.
+  ASSERT_TRUE(plan.contains("team/first"));
+  ASSERT_TRUE(plan.contains("team/second"));
+  EXPECT_NE(plan.at("team/first").admit, plan.at("team/second").admit);
+}
+
+TEST_F(JobQueueTest, AJobAnotherControllerManagesIsNotInTheQueue) {
+  AddNodes(2);
+  Json theirs = JobJson("theirs", 100, "");
+  theirs["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue";
+  AddJob(theirs);
+  AddJob(JobJson("ours", 0, "Queued"));
+  const auto plan = queue_.ComputePlan();
+  EXPECT_FALSE(plan.contains("team/theirs"));
+  ASSERT_TRUE(plan.contains("team/ours"));
+  EXPECT_TRUE(plan.at("team/ours").admit);
+  EXPECT_EQ(plan.at("team/ours").position, 1);
+}
+
+TEST_F(JobQueueTest, AJobKueueAdmitsIsNeverPreemptedFromHere) {
+  queue_.set_external([](const cache::TPUJobInfo& job) { return KueueAdapter::Manages(job); });
+  AddNodes(2);
+  Json low = JobJson("kueue-low", 1, "Running", /*admitted=*/true);
+  low["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
+  AddWorkers(*AddJob(low), {"n0", "n1"});
+  AddJob(JobJson("high", 100, "Queued"));
+  std::map<std::string, policy::PreemptOrder> orders;
+  const auto plan = queue_.ComputePlan(nullptr, &orders);
+  EXPECT_TRUE(orders.empty());
+  EXPECT_FALSE(plan.at("team/high").admit);
+  EXPECT_NE(plan.at("team/high").reason, "Preempting");
 }
 
 // Preemption over the caches: the waiting head takes the running low job's pool. Each plan

@@ -72,6 +72,20 @@ TEST(PolicyJobSpecTest, MinimalSpecTakesEveryDefault) {
   EXPECT_EQ(spec.Replica(ReplicaType::kWorker), &spec.worker);
 }
 
+TEST(PolicyJobSpecTest, ManagedByNamesWhoRunsTheJob) {
+  Json spec = SpecJson();
+  EXPECT_TRUE(ManagedByUs(MakeJob(spec)));
+  spec["managedBy"] = "";
+  EXPECT_TRUE(ManagedByUs(MakeJob(spec)));
+  spec["managedBy"] = "tpujob.dev/operator";
+  EXPECT_TRUE(ManagedByUs(MakeJob(spec)));
+  spec["managedBy"] = "kueue.x-k8s.io/multikueue";
+  EXPECT_FALSE(ManagedByUs(MakeJob(spec)));
+  // Even an invalid spec is not ours when it says so.
+  Json broken = {{"managedBy", "example.com/other"}};
+  EXPECT_FALSE(ManagedByUs(MakeJob(broken)));
+}
+
 TEST(PolicyJobSpecTest, MasterIsOptionalAndDefaultsToOneReplica) {
   Json spec = SpecJson(2);
   spec["replicaSpecs"]["Master"] = {{"template", ContainerTemplate("coordinator")}};

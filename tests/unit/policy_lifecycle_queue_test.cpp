@@ -136,5 +136,22 @@ TEST(PolicyQueueLifecycleTest, UnschedulablePodsReleaseTheAdmissionAfterTheGrace
   EXPECT_EQ(plan.create.size(), 2u);
 }
 
+TEST(PolicyQueueLifecycleTest, AKueueAdmissionIsNotReleasedForUnschedulablePods) {
+  PodSim sim(SpecJson(2));
+  StepQueue(sim, false);
+  ASSERT_EQ(StepQueue(sim, true).status.phase, Phase::kStarting);
+  for (auto& p : sim.pods()) {
+    p.pod.node_name = {};
+    p.pod.unschedulable = true;
+  }
+  sim.Advance(std::chrono::duration_cast<seconds>(kUnschedulableRelease) * 10);
+  LifecycleInput in = sim.Input(true);
+  in.release_unschedulable = false;
+  const Plan plan = Decide(in);
+  EXPECT_EQ(plan.status.phase, Phase::kStarting);
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_EQ(FindEvent(plan, "AdmissionReleased"), nullptr);
+}
+
 }  // namespace
 }  // namespace tpujob::policy

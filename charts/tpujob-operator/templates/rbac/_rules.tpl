@@ -10,6 +10,11 @@ The operator's permissions, derived from the requests it makes (src/controller):
   - the event recorder creates Events and patches them to count repeats;
   - the cordoner and the node reconciler patch Nodes (cordon, taint, annotate, uncordon);
   - the job queue gets PriorityClasses named by spec.priorityClassName;
+  - unless operator.kueue is "false", the Kueue adapter (controller/kueue_adapter.cpp) lists
+    and watches the Workloads it writes, creates one per job naming a LocalQueue, patches its
+    spec.active (suspend) and its status (quota given back after an eviction, Finished), and
+    gets the ResourceFlavors Kueue assigns; the owner reference with blockOwnerDeletion on a
+    Workload is covered by tpujobs/finalizers as for Pods;
   - leader election gets, creates and updates its Lease (rbac/leader-election.yaml);
   - with metrics.secure, every scrape of /metrics is checked with a TokenReview and a
     SubjectAccessReview (src/metrics/auth.cpp).
@@ -36,6 +41,14 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 - apiGroups: ["tpujob.dev"]
   resources: ["tpujobs/finalizers"]
   verbs: ["update"]
+{{- if ne (toString .Values.operator.kueue) "false" }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- end }}
 
 {{/* Cluster-scoped resources, always through a ClusterRole. */}}
@@ -46,6 +59,11 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get"]
+{{- if ne (toString .Values.operator.kueue) "false" }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors"]
+  verbs: ["get"]
+{{- end }}
 {{- if .Values.metrics.secure }}
 - apiGroups: ["authentication.k8s.io"]
   resources: ["tokenreviews"]

@@ -1,0 +1,64 @@
+// KueueAdapter: the operator's side of Kueue's protocol for a job kind it does not know
+// (policy/kueue.h has the rules). For a TPUJob labelled kueue.x-k8s.io/queue-name, the
+// reconciler asks Sync() before deciding: it reads the job's Workload from the cache, carries
+// out the Workload writes policy::kueue::DecideKueue asks for (creation, spec.active, the quota
+// given back after an eviction, Finished), and returns whether the queued attempt may start or
+// the running one must stop. Placements() says where the admitted pods go.
+//
+// Every write is idempotent and checked against what the API server has: creation by a
+// deterministic name (AlreadyExists is success), status patches with the cached
+// resourceVersion as a precondition (a conflict is retried by the work queue on a fresher
+// cache). So the operator may be killed between any two writes and converge.
+#pragma once
+
+#include <expected>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/priority_classes.h"
+#include "kube/client.h"
+#include "policy/job_spec.h"
+#include "policy/kueue.h"
+
+namespace tpujob::controller {
+
+class KueueAdapter {
+ public:
+  KueueAdapter(kube::Client& client, const cache::Store<cache::WorkloadInfo>& workloads,
+               Clock& clock = Clock::Real());
+
+  // Whether Kueue admits this job: it names a LocalQueue.
+  static bool Manages(const cache::TPUJobInfo& job) {
+    return !policy::kueue::QueueName(job).empty();
+  }
+
+  // The job's Workload in the cache (nullptr when there is none, or only one of another job
+  // of the same name).
+  cache::Store<cache::WorkloadInfo>::Ptr Find(const cache::TPUJobInfo& job) const;
+
+  // See the file comment. `pods_left`: a pod of the job still exists.
+  kube::Result<policy::kueue::KueueVerdict> Sync(
+      const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec,
+      bool pods_left);
+
+  // Per pod set, the node labels and tolerations of the ResourceFlavors Kueue assigned to it
+  // (read from the API server: a pod set's flavors are read once per pod creation round).
+  kube::Result<std::map<std::string, policy::kueue::Placement>> Placements(
+      const cache::TPUJobInfo& job);
+
+ private:
+  kube::Status PatchStatus(const cache::WorkloadInfo& workload, const nlohmann::json& patch,
+                           std::string_view what, const std::string& job_key);
+
+  kube::Client& client_;
+  const cache::Store<cache::WorkloadInfo>& workloads_;
+  Clock& clock_;
+  PriorityClasses priority_classes_;
+};
+
+}  // namespace tpujob::controller

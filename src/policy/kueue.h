@@ -1,0 +1,132 @@
+// Kueue interop as pure functions: how a TPUJob maps onto the Kueue Workload it is admitted
+// through, what Kueue's answer on that Workload means for the job, and the Workload status
+// writes Kueue expects from the controller of a job kind it does not know
+// (integrations.externalFrameworks). No I/O, no clock: the caller passes snapshots and `now`.
+//
+// The protocol, as Kueue's own job integrations follow it:
+//   - A job labelled kueue.x-k8s.io/queue-name creates a Workload (owned by the job, so the
+//     garbage collector deletes it with the job) describing its pod sets, and starts nothing
+//     until the Workload is admitted: conditions QuotaReserved=True and Admitted=True, with
+//     status.admission naming the ResourceFlavor assigned to each pod set.
+//   - Kueue stops an admitted job by setting Evicted=True (preemption, a ClusterQueue stopped,
+//     spec.active false, a pods-ready timeout, node failures). The job stops its pods, and once
+//     they are gone gives the quota back: status.admission cleared, QuotaReserved=False,
+//     Admitted=False, and Requeued=True when the eviction was a preemption or node failures
+//     (the reasons after which Kueue queues the Workload again at once).
+//   - A finished job sets Finished=True; Kueue then stops counting its quota.
+//
+// What this operator decides on top (docs/kueue.md):
+//   - A re-issue after a fault keeps the admission: the Workload's quota still stands, the next
+//     attempt starts on the same flavors without queueing in Kueue again. Kueue never sees the
+//     re-issue; its usage does not change.
+//   - The job's own queue timeout (spec.queueTimeoutSeconds, 30 minutes after a re-issue) counts
+//     the time in phase Queued, whoever admits: waiting on Kueue's quota counts. A job evicted
+//     by Kueue is preempted, and a preempted job never times out waiting (as in the operator's
+//     own queue).
+//   - spec.suspend sets the Workload's spec.active to false, so Kueue neither admits it nor
+//     counts it; clearing suspend sets it back.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/clock.h"
+#include "cache/objects.h"
+#include "policy/job_spec.h"
+#include "policy/job_status.h"
+
+namespace tpujob::policy::kueue {
+
+using Json = nlohmann::json;
+
+// The label naming the LocalQueue a job is submitted to.
+inline constexpr std::string_view kQueueNameLabel = "kueue.x-k8s.io/queue-name";
+// The label Kueue's own integrations put on a Workload: the uid of the job it is for.
+inline constexpr std::string_view kJobUidLabel = "kueue.x-k8s.io/job-uid";
+inline constexpr std::string_view kApiVersion = "kueue.x-k8s.io/v1beta2";
+// A Workload has at most this many pod sets (the CRD's limit).
+inline constexpr int32_t kMaxPodSets = 8;
+
+// The LocalQueue the job names ("" when it names none: the operator's own queue admits it).
+std::string QueueName(const cache::TPUJobInfo& job);
+
+// "tpujob-<job>-<5 hex digits of the job's uid>", at most 253 characters: one Workload name per
+// job incarnation, so a job deleted and created again under its name never takes the old
+// Workload (still being garbage-collected) for its own.
+std::string WorkloadName(std::string_view job_name, std::string_view job_uid);
+
+// The pod set of a replica: "master"; for workers, "workers" for a single slice, "slice-<i>"
+// for slice i of a multislice job, or "workers" again (every slice together, one flavor) when
+// the job has more slices than a Workload has room for pod sets.
+std::string PodSetName(const JobSpec& spec, ReplicaType type, int32_t index);
+
+// What the job's Workload says, read from its spec and status.
+struct WorkloadState {
+  std::string name;
+  std::string owner_uid;  // the controlling owner's uid
+  int64_t generation = 0;
+  bool active = true;           // spec.active
+  bool quota_reserved = false;  // QuotaReserved=True
+  bool admitted = false;        // Admitted=True
+  bool has_admission = false;   // status.admission is set
+  bool evicted = false;         // Evicted=True
+  std::string evicted_reason;
+  std::string evicted_message;
+  bool finished = false;        // Finished=True
+  std::string cluster_queue;    // status.admission.clusterQueue
+  std::string pending_message;  // QuotaReserved=False's message: why Kueue has not admitted it
+  // status.admission.podSetAssignments: pod set -> resource -> ResourceFlavor.
+  std::map<std::string, std::map<std::string, std::string>> flavors;
+
+  bool HoldsQuota() const { return quota_reserved || has_admission; }
+};
+WorkloadState ReadWorkload(std::string_view name, std::string_view owner_uid, int64_t generation,
+                           const Json& spec, const Json& status);
+
+// What a ResourceFlavor adds to the pods placed on it: its spec.nodeLabels as node selectors
+// and its spec.tolerations (tolerations of its spec.nodeTaints are the user's to write, as with
+// Kueue's own integrations).
+struct Placement {
+  std::map<std::string, std::string> node_labels;
+  Json tolerations = Json::array();
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+Placement FlavorPlacement(const Json& resource_flavor);
+
+struct KueueInput {
+  const WorkloadState* workload = nullptr;  // nullptr: the cache has none for this job
+  const JobStatus* status = nullptr;        // the job's last written status
+  const JobSpec* spec = nullptr;            // nullptr: the spec is invalid
+  bool pods_left = false;                   // a pod of the job exists (deleting or not)
+};
+
+struct KueueVerdict {
+  bool create_workload = false;
+  // Whether the queued attempt may start; if not, the Admitted condition's reason and message.
+  bool admit = false;
+  std::string reason;
+  std::string message;
+  // Kueue evicted the admitted attempt: stop it like a preemption, with this message.
+  std::optional<std::string> evict;
+  bool release_quota = false;      // write ReleaseQuotaPatch
+  std::optional<bool> finish;      // write FinishPatch (true: succeeded)
+  std::optional<bool> set_active;  // patch spec.active to this
+};
+KueueVerdict DecideKueue(const KueueInput& in);
+
+// The Workload status merge patches (with the Workload's resourceVersion as a precondition, as
+// `status` was read at it). Conditions are replaced as a whole list, each changed one keeping
+// Kueue's metav1.Condition conventions (lastTransitionTime moves only when the status does).
+// ReleaseQuotaPatch: the quota given back after an eviction, as described above.
+Json ReleaseQuotaPatch(const WorkloadState& workload, const Json& status,
+                       std::string_view resource_version, WallTime now);
+// FinishPatch: Finished=True, reason Succeeded or Failed.
+Json FinishPatch(const WorkloadState& workload, const Json& status,
+                 std::string_view resource_version, bool succeeded, std::string_view message,
+                 WallTime now);
+
+}  // namespace tpujob::policy::kueue

@@ -1,0 +1,222 @@
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "cache/objects.h"
+#include "cache/store.h"
+#include "controller/children.h"
+#include "controller/kueue_adapter.h"
+#include "fake_client.h"
+
+namespace tpujob::controller {
+namespace {
+
+using kube::Resource;
+
+Json JobJson(const std::string& phase, bool admitted = false, bool suspend = false) {
+  Json status = Json::object();
+  if (!phase.empty()) {
+    status = {{"phase", phase},
+              {"attempt", 1},
+              {"conditions", Json::array({{{"type", "Admitted"},
+                                           {"status", admitted ? "True" : "False"},
+                                           {"reason", "R"},
+                                           {"message", ""},
+                                           {"lastTransitionTime", "2026-01-01T00:00:00Z"}}})}};
+  }
+  return {
+      {"apiVersion", "tpujob.dev/v1alpha1"},
+      {"kind", "TPUJob"},
+      {"metadata",
+       {{"name", "llm"},
+        {"namespace", "team"},
+        {"uid", "uid-llm"},
+        {"resourceVersion", "1"},
+        {"labels", {{"kueue.x-k8s.io/queue-name", "team-queue"}}}}},
+      {"spec",
+       {{"priorityClassName", "high"},
+        {"suspend", suspend},
+        {"tpu", {{"accelerator", "tpu-v5e"}, {"topology", "2x4"}, {"chipsPerWorker", 4}}},
+        {"replicaSpecs",
+         {{"Worker",
+           {{"replicas", 2},
+            {"template",
+             {{"spec", {{"containers", Json::array({{{"name", "t"}, {"image", "t"}}})}}}}}}}}}}},
+      {"status", status}};
+}
+
+Json Condition(const std::string& type, const std::string& status, const std::string& reason) {
+  return {{"type", type},
+          {"status", status},
+          {"reason", reason},
+          {"message", reason + " message"},
+          {"lastTransitionTime", "2026-01-01T00:00:00Z"}};
+}
+
+class KueueAdapterTest : public ::testing::Test {
+ protected:
+  KueueAdapterTest() : adapter_(fake_, workloads_) {}
+
+  cache::TPUJobInfo Job(const Json& json) { return *cache::TPUJobInfo::FromJson(json); }
+
+  // The Workload BuildWorkload writes for the job, with `status`, in the API and the cache.
+  void AddWorkload(const cache::TPUJobInfo& job, const Json& status,
+                   const std::string& owner_uid = "uid-llm") {
+    Json w = BuildWorkload(job, *policy::ParseJobSpec(job), 0);
+    w["metadata"]["uid"] = "wl-uid";
+    w["spec"].erase("active");  // as created before any suspend
+    w["metadata"]["ownerReferences"][0]["uid"] = owner_uid;
+    w["status"] = status;
+    w = fake_.Upsert(Resource::Workloads(), w);
+    workloads_.Update(
+        std::make_shared<const cache::WorkloadInfo>(*cache::WorkloadInfo::FromJson(w)));
+  }
+
+  std::vector<kube::FakeClient::Action> Writes(const std::string& resource) const {
+    std::vector<kube::FakeClient::Action> out;
+    for (const auto& a : fake_.actions()) {
+      if (a.resource == resource) out.push_back(a);
+    }
+    return out;
+  }
+
+  Json Admitted() const {
+    return {
+        {"admission",
+         {{"clusterQueue", "tpu"},
+          {"podSetAssignments",
+           Json::array(
+               {{{"name", "workers"}, {"count", 2}, {"flavors", {{"google.com/tpu", "v5e"}}}}})}}},
+        {"conditions", Json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                    Condition("Admitted", "True", "Admitted")})}};
+  }
+
+  kube::FakeClient fake_;
+  cache::Store<cache::WorkloadInfo> workloads_;
+  KueueAdapter adapter_;
+};
+
+TEST_F(KueueAdapterTest, ANewJobGetsItsWorkloadWithThePriorityClassValue) {
+  fake_.Upsert(Resource::PriorityClasses(), {{"apiVersion", "scheduling.k8s.io/v1"},
+                                             {"kind", "PriorityClass"},
+                                             {"metadata", {{"name", "high"}}},
+                                             {"value", 1000}});
+  const auto job = Job(JobJson(""));
+  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), false);
+  ASSERT_TRUE(verdict) << verdict.error().ToString();
+  EXPECT_FALSE(verdict->admit);
+  const auto stored =
+      fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ((*stored)["spec"]["queueName"], "team-queue");
+  EXPECT_EQ((*stored)["spec"]["priority"], 1000);
+  EXPECT_EQ((*stored)["spec"]["podSets"][0]["count"], 2);
+
+  // The cache has not caught up yet: asking again meets AlreadyExists, which is success.
+  auto again = adapter_.Sync(job, policy::ParseJobSpec(job), false);
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(Writes("workloads").size(), 2u);
+}
+
+TEST_F(KueueAdapterTest, ACreationErrorIsReturnedForARetry) {
+  const auto job = Job(JobJson(""));
+  fake_.FailNext("create", kube::Error::Transport("connection reset"));
+  EXPECT_FALSE(adapter_.Sync(job, policy::ParseJobSpec(job), false).has_value());
+}
+
+TEST_F(KueueAdapterTest, AdmittedWorkloadAdmitsAndPlacesPodsOnTheFlavor) {
+  const auto job = Job(JobJson("Queued"));
+  AddWorkload(job, Admitted());
+  fake_.Upsert(Resource::ResourceFlavors(),
+               {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
+                {"kind", "ResourceFlavor"},
+                {"metadata", {{"name", "v5e"}}},
+                {"spec",
+                 {{"nodeLabels", {{"pool", "reserved"}}},
+                  {"tolerations", Json::array({{{"key", "team"}, {"operator", "Exists"}}})}}}});
+  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), false);
+  ASSERT_TRUE(verdict) << verdict.error().ToString();
+  EXPECT_TRUE(verdict->admit);
+  EXPECT_TRUE(Writes("workloads").empty()) << "nothing to write";
+  auto placements = adapter_.Placements(job);
+  ASSERT_TRUE(placements) << placements.error().ToString();
+  ASSERT_EQ(placements->count("workers"), 1u);
+  EXPECT_EQ(placements->at("workers").node_labels.at("pool"), "reserved");
+  EXPECT_EQ(placements->at("workers").tolerations.size(), 1u);
+}
+
+TEST_F(KueueAdapterTest, AFlavorThatCannotBeReadFailsThePlacement) {
+  const auto job = Job(JobJson("Queued"));
+  AddWorkload(job, Admitted());  // flavor v5e not in the API
+  EXPECT_FALSE(adapter_.Placements(job).has_value());
+}
+
+TEST_F(KueueAdapterTest, AWorkloadOfAnotherJobIsNotThisJobs) {
+  const auto job = Job(JobJson("Queued"));
+  AddWorkload(job, Admitted(), "uid-of-an-older-job");
+  EXPECT_EQ(adapter_.Find(job), nullptr);
+  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), false);
+  ASSERT_TRUE(verdict);
+  EXPECT_FALSE(verdict->admit);
+}
+
+TEST_F(KueueAdapterTest, EvictedJobGivesTheQuotaBackOnceItsPodsAreGone) {
+  const auto job = Job(JobJson("Queued"));
+  Json evicted = Admitted();
+  evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
+  AddWorkload(job, evicted);
+  auto waiting = adapter_.Sync(job, policy::ParseJobSpec(job), /*pods_left=*/true);
+  ASSERT_TRUE(waiting);
+  EXPECT_FALSE(waiting->admit);
+  EXPECT_TRUE(Writes("workloads").empty());
+
+  auto released = adapter_.Sync(job, policy::ParseJobSpec(job), /*pods_left=*/false);
+  ASSERT_TRUE(released) << released.error().ToString();
+  const auto writes = Writes("workloads");
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].verb, "patch");
+  EXPECT_EQ(writes[0].subresource, "status");
+  const auto stored =
+      fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_FALSE((*stored)["status"].contains("admission"));
+}
+
+TEST_F(KueueAdapterTest, RunningJobEvictedByKueueIsToldToStop) {
+  const auto job = Job(JobJson("Running", /*admitted=*/true));
+  Json evicted = Admitted();
+  evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
+  AddWorkload(job, evicted);
+  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), true);
+  ASSERT_TRUE(verdict);
+  ASSERT_TRUE(verdict->evict.has_value());
+  EXPECT_NE(verdict->evict->find("Preempted message"), std::string::npos) << *verdict->evict;
+}
+
+TEST_F(KueueAdapterTest, FinishedJobFinishesItsWorkload) {
+  const auto job = Job(JobJson("Succeeded"));
+  AddWorkload(job, Admitted());
+  ASSERT_TRUE(adapter_.Sync(job, policy::ParseJobSpec(job), false));
+  const auto stored =
+      fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"));
+  ASSERT_TRUE(stored.has_value());
+  bool finished = false;
+  for (const Json& c : (*stored)["status"]["conditions"]) {
+    if (c["type"] == "Finished") finished = c["status"] == "True" && c["reason"] == "Succeeded";
+  }
+  EXPECT_TRUE(finished) << stored->dump();
+}
+
+TEST_F(KueueAdapterTest, SuspendingTheJobDeactivatesItsWorkload) {
+  const auto job = Job(JobJson("Suspended", false, /*suspend=*/true));
+  AddWorkload(job, Admitted());
+  ASSERT_TRUE(adapter_.Sync(job, policy::ParseJobSpec(job), false));
+  const auto writes = Writes("workloads");
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].subresource, "");
+  EXPECT_EQ(writes[0].body["spec"]["active"], false);
+}
+
+}  // namespace
+}  // namespace tpujob::controller

@@ -1,0 +1,387 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "policy/kueue.h"
+#include "policy_fixtures.h"
+
+namespace tpujob::policy::kueue {
+namespace {
+
+using fixtures::At;
+using fixtures::MakeJob;
+using fixtures::SpecJson;
+
+Json Condition(std::string type, std::string status, std::string reason = "R",
+               std::string message = "") {
+  return Json{{"type", type},
+              {"status", status},
+              {"reason", reason},
+              {"message", message},
+              {"lastTransitionTime", "2024-01-01T00:00:00Z"},
+              {"observedGeneration", 1}};
+}
+
+Json AdmittedStatus() {
+  return Json{{"admission",
+               {{"clusterQueue", "tpu"},
+                {"podSetAssignments",
+                 Json::array({{{"name", "workers"},
+                               {"count", 2},
+                               {"flavors", {{"google.com/tpu", "v5e"}, {"cpu", "default"}}}}})}}},
+              {"conditions", Json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                          Condition("Admitted", "True", "Admitted")})}};
+}
+
+WorkloadState Read(const Json& status, const Json& spec = Json::object()) {
+  return ReadWorkload("tpujob-train-abcde", "job-uid-1", 1, spec, status);
+}
+
+const Json* Find(const Json& conditions, std::string_view type) {
+  for (const Json& c : conditions) {
+    if (c["type"] == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST(KueueNamesTest, QueueNameComesFromTheLabel) {
+  cache::TPUJobInfo job = MakeJob(SpecJson());
+  EXPECT_EQ(QueueName(job), "");
+  job.labels = cache::LabelMap({{"kueue.x-k8s.io/queue-name", "team-a"}});
+  EXPECT_EQ(QueueName(job), "team-a");
+}
+
+TEST(KueueNamesTest, WorkloadNameIsStablePerJobIncarnationAndBounded) {
+  const std::string a = WorkloadName("train", "uid-1");
+  EXPECT_EQ(a.rfind("tpujob-train-", 0), 0u) << a;
+  EXPECT_EQ(a.size(), std::string("tpujob-train-").size() + 5);
+  EXPECT_EQ(a, WorkloadName("train", "uid-1"));
+  EXPECT_NE(a, WorkloadName("train", "uid-2"));  // a job created again under the same name
+  const std::string long_name = WorkloadName(std::string(300, 'x'), "uid-1");
+  EXPECT_LE(long_name.size(), 253u);
+  // A cut that ends in a separator does not leave "--" or ".-" behind.
+  const std::string cut = WorkloadName(std::string(240, 'a') + "-b", "uid");
+  EXPECT_EQ(cut.find("--"), std::string::npos) << cut;
+}
+
+TEST(KueueNamesTest, PodSetsPerReplicaGroupAndSlice) {
+  auto spec = ParseJobSpec(MakeJob(SpecJson(2, /*master=*/true)));
+  ASSERT_TRUE(spec) << spec.error();
+  EXPECT_EQ(PodSetName(*spec, ReplicaType::kMaster, 0), "master");
+  EXPECT_EQ(PodSetName(*spec, ReplicaType::kWorker, 1), "workers");
+
+  Json multi = SpecJson(2);
+  multi["tpu"]["slices"] = 3;
+  auto ms = ParseJobSpec(MakeJob(multi));
+  ASSERT_TRUE(ms) << ms.error();
+  EXPECT_EQ(PodSetName(*ms, ReplicaType::kWorker, 0), "slice-0");
+  EXPECT_EQ(PodSetName(*ms, ReplicaType::kWorker, 3), "slice-1");
+  EXPECT_EQ(PodSetName(*ms, ReplicaType::kWorker, 5), "slice-2");
+
+  // More slices than a Workload has pod sets: one pod set for every worker.
+  multi["tpu"]["slices"] = 9;
+  auto many = ParseJobSpec(MakeJob(multi));
+  ASSERT_TRUE(many) << many.error();
+  EXPECT_EQ(PodSetName(*many, ReplicaType::kWorker, 17), "workers");
+  // Eight slices fit, unless a master takes one of the eight.
+  multi["tpu"]["slices"] = 8;
+  auto eight = ParseJobSpec(MakeJob(multi));
+  ASSERT_TRUE(eight) << eight.error();
+  EXPECT_EQ(PodSetName(*eight, ReplicaType::kWorker, 15), "slice-7");
+  Json with_master = SpecJson(2, /*master=*/true);
+  with_master["tpu"]["slices"] = 8;
+  auto eight_master = ParseJobSpec(MakeJob(with_master));
+  ASSERT_TRUE(eight_master) << eight_master.error();
+  EXPECT_EQ(PodSetName(*eight_master, ReplicaType::kWorker, 15), "workers");
+}
+
+TEST(KueueReadTest, AdmittedWorkload) {
+  const WorkloadState w = Read(AdmittedStatus());
+  EXPECT_TRUE(w.quota_reserved);
+  EXPECT_TRUE(w.admitted);
+  EXPECT_TRUE(w.has_admission);
+  EXPECT_FALSE(w.evicted);
+  EXPECT_FALSE(w.finished);
+  EXPECT_TRUE(w.active);
+  EXPECT_EQ(w.cluster_queue, "tpu");
+  EXPECT_EQ(w.flavors.at("workers").at("google.com/tpu"), "v5e");
+  EXPECT_EQ(w.flavors.at("workers").at("cpu"), "default");
+}
+
+TEST(KueueReadTest, PendingEvictedInactiveAndFinished) {
+  const WorkloadState pending = Read(Json{
+      {"conditions", Json::array({Condition("QuotaReserved", "False", "Pending",
+                                            "insufficient unused quota for google.com/tpu")})}});
+  EXPECT_FALSE(pending.quota_reserved);
+  EXPECT_FALSE(pending.HoldsQuota());
+  EXPECT_EQ(pending.pending_message, "insufficient unused quota for google.com/tpu");
+
+  Json evicted = AdmittedStatus();
+  evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted", "for team/high"));
+  const WorkloadState e = Read(evicted);
+  EXPECT_TRUE(e.evicted);
+  EXPECT_EQ(e.evicted_reason, "Preempted");
+  EXPECT_EQ(e.evicted_message, "for team/high");
+  EXPECT_TRUE(e.HoldsQuota());
+
+  // Evicted=False (Kueue readmitted it) is not an eviction.
+  Json readmitted = AdmittedStatus();
+  readmitted["conditions"].push_back(Condition("Evicted", "False", "QuotaReserved"));
+  EXPECT_FALSE(Read(readmitted).evicted);
+
+  EXPECT_FALSE(Read(Json::object(), Json{{"active", false}}).active);
+  EXPECT_TRUE(Read(Json::object(), Json{{"active", true}}).active);
+
+  Json finished = AdmittedStatus();
+  finished["conditions"].push_back(Condition("Finished", "True", "Succeeded"));
+  EXPECT_TRUE(Read(finished).finished);
+  // Malformed parts are ignored, never thrown on.
+  const WorkloadState odd =
+      Read(Json{{"admission", {{"podSetAssignments", 3}}}, {"conditions", Json::array({1, "x"})}});
+  EXPECT_TRUE(odd.has_admission);
+  EXPECT_TRUE(odd.flavors.empty());
+}
+
+TEST(KueuePlacementTest, NodeLabelsAndTolerationsOfTheFlavor) {
+  const Json flavor = {
+      {"metadata", {{"name", "v5e"}}},
+      {"spec",
+       {{"nodeLabels",
+         {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5-lite-podslice"}, {"pool", "reserved"}}},
+        {"tolerations", Json::array({{{"key", "team"},
+                                      {"operator", "Equal"},
+                                      {"value", "a"},
+                                      {"effect", "NoSchedule"}}})}}}};
+  const Placement p = FlavorPlacement(flavor);
+  EXPECT_EQ(p.node_labels.size(), 2u);
+  EXPECT_EQ(p.node_labels.at("pool"), "reserved");
+  ASSERT_EQ(p.tolerations.size(), 1u);
+  EXPECT_EQ(p.tolerations[0]["key"], "team");
+  EXPECT_EQ(FlavorPlacement(Json{{"metadata", {{"name", "empty"}}}}), Placement{});
+}
+
+// DecideKueue over the job's phase and the Workload's state. Each case names only what differs
+// from the defaults (designated initializers; GCC would warn of every member left out).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+struct DecideCase {
+  std::string name;
+  Phase phase = Phase::kQueued;
+  bool job_admitted = false;  // the job's Admitted condition
+  bool suspend = false;
+  bool pods_left = false;
+  std::optional<Json> workload_status;  // nullopt: no Workload
+  Json workload_spec = Json::object();
+  // Expected:
+  bool create = false;
+  bool admit = false;
+  bool evict = false;
+  bool release = false;
+  std::optional<bool> finish;
+  std::optional<bool> set_active;
+  std::string message_has;
+};
+
+Json Evicted(std::string reason = "Preempted") {
+  Json s = AdmittedStatus();
+  s["conditions"].push_back(Condition("Evicted", "True", reason, "to make room for team/high"));
+  return s;
+}
+
+Json EvictedAndReleased() {
+  return Json{
+      {"conditions", Json::array({Condition("QuotaReserved", "False", "Pending"),
+                                  Condition("Evicted", "True", "Preempted", "to make room")})}};
+}
+
+class KueueDecideTest : public ::testing::TestWithParam<DecideCase> {};
+
+TEST_P(KueueDecideTest, Verdict) {
+  const DecideCase& c = GetParam();
+  Json spec_json = SpecJson();
+  if (c.suspend) spec_json["suspend"] = true;
+  const auto spec = ParseJobSpec(MakeJob(spec_json));
+  ASSERT_TRUE(spec) << spec.error();
+  JobStatus status;
+  status.phase = c.phase;
+  status.attempt = 1;
+  if (c.job_admitted) status.SetCondition(condition::kAdmitted, true, "Admitted", "", At(0), 1);
+  std::optional<WorkloadState> w;
+  if (c.workload_status) w = Read(*c.workload_status, c.workload_spec);
+  KueueInput in;
+  in.workload = w ? &*w : nullptr;
+  in.status = &status;
+  in.spec = &*spec;
+  in.pods_left = c.pods_left;
+  const KueueVerdict v = DecideKueue(in);
+  EXPECT_EQ(v.create_workload, c.create);
+  EXPECT_EQ(v.admit, c.admit);
+  EXPECT_EQ(v.evict.has_value(), c.evict);
+  EXPECT_EQ(v.release_quota, c.release);
+  EXPECT_EQ(v.finish, c.finish);
+  EXPECT_EQ(v.set_active, c.set_active);
+  if (!c.message_has.empty()) {
+    const std::string text = v.evict ? *v.evict : v.message;
+    EXPECT_NE(text.find(c.message_has), std::string::npos) << text;
+  }
+  if (!v.admit) {
+    EXPECT_EQ(v.reason, "KueuePending");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, KueueDecideTest,
+    ::testing::Values(
+        DecideCase{.name = "NewJobCreatesItsWorkload",
+                   .phase = Phase::kNone,
+                   .create = true,
+                   .message_has = "creating"},
+        DecideCase{.name = "PendingOnQuotaWaitsWithKueuesMessage",
+                   .workload_status = Json{{"conditions",
+                                            Json::array({Condition("QuotaReserved", "False",
+                                                                   "Pending", "8 more needed")})}},
+                   .message_has = "8 more needed"},
+        DecideCase{.name = "QuotaReservedButNotAdmittedYetWaits",
+                   .workload_status =
+                       Json{{"conditions",
+                             Json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                          Condition("Admitted", "False", "Checks")})}}},
+        DecideCase{.name = "AdmittedStarts",
+                   .workload_status = AdmittedStatus(),
+                   .admit = true,
+                   .message_has = "ClusterQueue tpu"},
+        DecideCase{.name = "ReissuedAttemptKeepsTheAdmission",
+                   .phase = Phase::kRestarting,
+                   .pods_left = true,
+                   .workload_status = AdmittedStatus(),
+                   .admit = true},
+        DecideCase{.name = "EvictedWhileRunningStopsTheJob",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .workload_status = Evicted(),
+                   .evict = true,
+                   .message_has = "Kueue evicted Workload tpujob-train-abcde (Preempted)"},
+        DecideCase{.name = "EvictedWhileStartingStopsTheJob",
+                   .phase = Phase::kStarting,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .workload_status = Evicted(),
+                   .evict = true},
+        DecideCase{.name = "EvictedJobKeepsTheQuotaWhilePodsAreGoing",
+                   .phase = Phase::kQueued,
+                   .pods_left = true,
+                   .workload_status = Evicted()},
+        DecideCase{.name = "EvictedJobGivesTheQuotaBackOncePodsAreGone",
+                   .phase = Phase::kQueued,
+                   .workload_status = Evicted(),
+                   .release = true,
+                   .message_has = "waiting for Kueue to admit it again"},
+        DecideCase{.name = "ReleasedEvictedWorkloadIsNotReleasedTwice",
+                   .phase = Phase::kQueued,
+                   .workload_status = EvictedAndReleased()},
+        DecideCase{.name = "RestartingAfterAPreemptionDoesNotStopAgain",
+                   .phase = Phase::kRestarting,
+                   .job_admitted = false,
+                   .pods_left = true,
+                   .workload_status = Evicted()},
+        DecideCase{.name = "SucceededFinishesTheWorkload",
+                   .phase = Phase::kSucceeded,
+                   .workload_status = AdmittedStatus(),
+                   .finish = true},
+        DecideCase{.name = "FailedFinishesTheWorkload",
+                   .phase = Phase::kFailed,
+                   .workload_status = AdmittedStatus(),
+                   .finish = false},
+        DecideCase{.name = "FinishedWorkloadIsLeftAlone",
+                   .phase = Phase::kSucceeded,
+                   .workload_status = Json{{"conditions", Json::array({Condition("Finished", "True",
+                                                                                 "Succeeded")})}}},
+        DecideCase{.name = "FinishedJobWithoutWorkloadCreatesNone", .phase = Phase::kFailed},
+        DecideCase{.name = "SuspendDeactivatesTheWorkload",
+                   .phase = Phase::kSuspended,
+                   .suspend = true,
+                   .workload_status = AdmittedStatus(),
+                   .set_active = false},
+        DecideCase{.name = "InactiveWorkloadOfASuspendedJobWaits",
+                   .phase = Phase::kSuspended,
+                   .suspend = true,
+                   .workload_status = Json{{"conditions", Json::array()}},
+                   .workload_spec = Json{{"active", false}},
+                   .message_has = "inactive"},
+        DecideCase{.name = "ResumeActivatesTheWorkload",
+                   .phase = Phase::kQueued,
+                   .workload_status = Json{{"conditions", Json::array()}},
+                   .workload_spec = Json{{"active", false}},
+                   .set_active = true},
+        DecideCase{.name = "DeactivationEvictionGivesTheQuotaBack",
+                   .phase = Phase::kSuspended,
+                   .suspend = true,
+                   .workload_status = Evicted("InactiveWorkload"),
+                   .workload_spec = Json{{"active", false}},
+                   .release = true}),
+    [](const ::testing::TestParamInfo<DecideCase>& info) { return info.param.name; });
+#pragma GCC diagnostic pop
+
+TEST(KueueDecideTest, InvalidSpecCreatesNoWorkload) {
+  JobStatus status;
+  status.phase = Phase::kNone;
+  KueueInput in;
+  in.status = &status;
+  const KueueVerdict v = DecideKueue(in);
+  EXPECT_FALSE(v.create_workload);
+  EXPECT_FALSE(v.admit);
+}
+
+TEST(KueuePatchTest, ReleaseGivesTheQuotaBackAndRequeuesAfterAPreemption) {
+  const Json status = Evicted();
+  const WorkloadState w = Read(status);
+  const Json patch = ReleaseQuotaPatch(w, status, "42", At(100));
+  EXPECT_EQ(patch["metadata"]["resourceVersion"], "42");
+  ASSERT_TRUE(patch["status"].contains("admission"));
+  EXPECT_TRUE(patch["status"]["admission"].is_null());
+  const Json& conditions = patch["status"]["conditions"];
+  const Json* reserved = Find(conditions, "QuotaReserved");
+  ASSERT_NE(reserved, nullptr);
+  EXPECT_EQ((*reserved)["status"], "False");
+  EXPECT_EQ((*reserved)["reason"], "Pending");
+  EXPECT_EQ((*reserved)["lastTransitionTime"], cache::FormatRfc3339(At(100)));
+  const Json* admitted = Find(conditions, "Admitted");
+  ASSERT_NE(admitted, nullptr);
+  EXPECT_EQ((*admitted)["status"], "False");
+  const Json* requeued = Find(conditions, "Requeued");
+  ASSERT_NE(requeued, nullptr);
+  EXPECT_EQ((*requeued)["status"], "True");
+  EXPECT_EQ((*requeued)["reason"], "Preempted");
+  // The eviction itself stays for Kueue to clear when it admits the Workload again.
+  const Json* evicted = Find(conditions, "Evicted");
+  ASSERT_NE(evicted, nullptr);
+  EXPECT_EQ((*evicted)["status"], "True");
+  EXPECT_EQ((*evicted)["lastTransitionTime"], "2024-01-01T00:00:00Z");
+}
+
+TEST(KueuePatchTest, ReleaseAfterADeactivationLeavesTheRequeueToKueue) {
+  const Json status = Evicted("InactiveWorkload");
+  const Json patch = ReleaseQuotaPatch(Read(status), status, "7", At(5));
+  const Json* requeued = Find(patch["status"]["conditions"], "Requeued");
+  ASSERT_NE(requeued, nullptr);
+  EXPECT_EQ((*requeued)["status"], "False");
+  EXPECT_EQ((*requeued)["reason"], "InactiveWorkload");
+}
+
+TEST(KueuePatchTest, FinishAddsFinishedAndKeepsTheOtherConditions) {
+  const Json status = AdmittedStatus();
+  const Json patch = FinishPatch(Read(status), status, "9", false, "the TPUJob failed", At(3));
+  const Json& conditions = patch["status"]["conditions"];
+  EXPECT_EQ(conditions.size(), 3u);
+  const Json* finished = Find(conditions, "Finished");
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ((*finished)["status"], "True");
+  EXPECT_EQ((*finished)["reason"], "Failed");
+  EXPECT_EQ((*finished)["message"], "the TPUJob failed");
+  EXPECT_FALSE(patch["status"].contains("admission"));  // the quota goes by Finished alone
+  ASSERT_NE(Find(conditions, "Admitted"), nullptr);
+}
+
+}  // namespace
+}  // namespace tpujob::policy::kueue
