@@ -143,12 +143,20 @@ TEST_F(KueueE2E, QuotaForOneJobRunsThemOneAfterTheOtherAndAJobWithoutTheLabelIsO
   EXPECT_TRUE(JobPods(n, "second").empty());
   EXPECT_EQ(JobField(n, "second", "{.status.phase}"), "Queued");
 
-  // The admitted pods carry the flavor's node labels and tolerations.
+  // Kueue's waitForPodsReady reads PodsReady: the running job keeps it.
+  EXPECT_TRUE(Eventually([&] { return WorkloadCondition("first", "PodsReady") == "True"; },
+                         std::chrono::seconds(30)))
+      << op.Log();
+  // The admitted pods carry the flavor's node labels and tolerations, and keep to one pool.
   EXPECT_EQ(Get(n, "pod first-worker-0", "{.spec.nodeSelector.cloud\\.google\\.com/gke-nodepool}"),
             pool_);
   EXPECT_EQ(
       Get(n, "pod first-worker-1", "{.spec.tolerations[?(@.key==\"example.com/team\")].value}"),
       prefix_);
+  EXPECT_EQ(Get(n, "pod first-worker-1",
+                "{.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+                ".topologyKey}"),
+            "cloud.google.com/gke-nodepool");
 
   // The first finishes: its Workload is marked finished, the quota goes to the second.
   ASSERT_EQ(TerminatePod(n, "first-worker-0", 0).exit_code, 0);
@@ -246,8 +254,8 @@ TEST_F(KueueE2E, AnOperatorKilledAtEachOfItsFirstWritesConvergesWithOneWorkload)
   TestNamespace ns("kq-crash");
   SetUpQueue(ns.name());
   const std::string& n = ns_;
-  // Its first writes for a new job: the Workload, the status (Queued), the status again once
-  // Kueue admits it (Starting), then the Service and pods.
+  // Its first writes for a new job: the Workload, the status (Queued), once Kueue admits it the
+  // Workload's PodsReady (False) and the status (Starting), then the Service and pods.
   for (int crash_at = 1; crash_at <= 4; ++crash_at) {
     SCOPED_TRACE("crash after write " + std::to_string(crash_at));
     const std::string job = "c" + std::to_string(crash_at);
@@ -295,9 +303,47 @@ TEST_F(KueueE2E, AJobManagedByAnotherControllerIsLeftAloneAndManagedByIsImmutabl
               " --type=merge -p '{\"spec\":{\"managedBy\":" + "\"tpujob.dev/operator\"}}'");
   EXPECT_NE(changed.exit_code, 0);
   EXPECT_NE(changed.output.find("managedBy is immutable"), std::string::npos) << changed.output;
+  // Nor can it be added to a job, or removed from one.
+  const auto added = Kubectl("patch tpujob local -n " + n +
+                             " --type=merge -p '{\"spec\":{\"managedBy\":\"example.com/x\"}}'");
+  EXPECT_NE(added.exit_code, 0);
+  EXPECT_NE(added.output.find("managedBy is immutable"), std::string::npos) << added.output;
+  const auto removed =
+      Kubectl("patch tpujob remote -n " + n +
+              " --type=json -p '[{\"op\":\"remove\",\"path\":\"/spec/managedBy\"}]'");
+  EXPECT_NE(removed.exit_code, 0);
+  EXPECT_NE(removed.output.find("managedBy is immutable"), std::string::npos) << removed.output;
   const auto bad = ApplyYaml(n, Job("bad", 0, true, "  managedBy: not-a-path\n"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("domain-prefixed path"), std::string::npos) << bad.output;
+}
+
+TEST_F(KueueE2E, AJobWhoseWorkloadIsDeletedStopsAndQueuesInKueueAgain) {
+  TestNamespace ns("kq-gone");
+  SetUpQueue(ns.name());
+  const std::string& n = ns_;
+  OperatorProcess op(OperatorArgs());
+  ASSERT_EQ(ApplyYaml(n, Job("wd")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "wd", "{.status.phase}", "Running")) << op.Log();
+  const std::string first =
+      Get(n, "workloads -l tpujob.dev/job-name=wd", "{.items[0].metadata.uid}");
+  // Someone deletes the Workload: the job's quota is gone, so it must not go on running. It is
+  // stopped like a preemption, gets a new Workload, and once Kueue admits that runs again
+  // without using a retry.
+  ASSERT_EQ(Kubectl("delete workloads -l tpujob.dev/job-name=wd -n " + n).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "wd", "{.status.attempt}/{.status.phase}", "2/Running"))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "wd", "{.status.preemptions}"), "1");
+  EXPECT_EQ(JobField(n, "wd", "{.status.faults[0].kind}"), "Preempted");
+  EXPECT_NE(JobField(n, "wd", "{.status.faults[0].message}").find("Workload is gone"),
+            std::string::npos);
+  EXPECT_EQ(JobField(n, "wd", "{.status.jobRetries}"), "");
+  const std::string second =
+      Get(n, "workloads -l tpujob.dev/job-name=wd", "{.items[*].metadata.uid}");
+  EXPECT_FALSE(second.empty());
+  EXPECT_NE(second, first);
+  EXPECT_EQ(second.find(' '), std::string::npos) << "one Workload: " << second;
+  EXPECT_TRUE(ReservedChipsBecome("8"));
 }
 
 }  // namespace

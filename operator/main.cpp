@@ -69,47 +69,6 @@ struct RunFlags {
   std::string leader_elect_identity;  // "" = $POD_NAME or the host name, plus a random suffix
 };
 
-// --kueue: whether Kueue admits the jobs that name a LocalQueue. "auto" asks the API server
-// whether Kueue's Workloads (kueue.x-k8s.io/v1beta2) are served, once at start-up; "true"
-// requires them.
-tpujob::kube::Result<bool> KueueEnabled(const std::string& mode, tpujob::kube::Client& client,
-                                        const std::string& ns) {
-  if (mode == "false") return false;
-  tpujob::kube::ListOptions probe;
-  probe.limit = 1;
-  tpujob::kube::Result<nlohmann::json> answer = std::unexpected(tpujob::kube::Error::Config(""));
-  // The API server may still be starting, as the caches would wait for it.
-  for (int attempt = 0; attempt < 30; ++attempt) {
-    answer = client.List(tpujob::kube::Resource::Workloads(), ns, probe);
-    if (answer || answer.error().IsNotFound() || answer.error().IsForbidden()) break;
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  if (answer) {
-    tpujob::log::Info("Kueue found: it admits the TPUJobs labelled kueue.x-k8s.io/queue-name",
-                      {{"kueue", mode}});
-    return true;
-  }
-  const std::string why =
-      answer.error().IsNotFound() ? "Kueue's Workload API (kueue.x-k8s.io/v1beta2) is not served"
-      : answer.error().IsForbidden()
-          ? "the operator may not list Kueue Workloads (RBAC): " + answer.error().ToString()
-          : answer.error().ToString();
-  if (mode == "true") return std::unexpected(tpujob::kube::Error::Config("--kueue=true: " + why));
-  if (answer.error().IsNotFound()) {
-    tpujob::log::Info("Kueue not found: every TPUJob is admitted by the operator's own queue",
-                      {{"kueue", mode}, {"why", why}});
-    return false;
-  }
-  if (answer.error().IsForbidden()) {
-    tpujob::log::Warn(
-        "Kueue integration off: TPUJobs labelled kueue.x-k8s.io/queue-name are admitted by the "
-        "operator's own queue, outside Kueue's quotas",
-        {{"kueue", mode}, {"why", why}});
-    return false;
-  }
-  return std::unexpected(answer.error());
-}
-
 // The certificate /metrics is served with: the one mounted in `dir`, else a self-signed one
 // made now in a private temporary directory.
 tpujob::kube::Result<tpujob::metrics::TlsFiles> MetricsCertificate(const std::string& dir) {
@@ -232,13 +191,10 @@ int Run(const RunFlags& flags) {
   }
   auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;
-  if (auto kueue = KueueEnabled(flags.kueue, *client, flags.watch_namespace); kueue) {
-    options.kueue = *kueue;
-  } else {
-    tpujob::log::Error("cannot set up the Kueue integration",
-                       {{"error", kueue.error().ToString()}});
-    return 1;
-  }
+  using KueueMode = tpujob::controller::ManagerOptions::KueueMode;
+  options.kueue = flags.kueue == "false"  ? KueueMode::kOff
+                  : flags.kueue == "true" ? KueueMode::kRequired
+                                          : KueueMode::kAuto;
   if (flags.metrics_secure) {
     auto tls = MetricsCertificate(flags.metrics_cert_dir);
     if (!tls) {

@@ -758,6 +758,7 @@ kube::Result<WorkloadInfo> WorkloadInfo::FromJson(const Json& object) {
     const Path meta_at = root.Child("metadata");
     CopyIdentity(reader, meta, meta_at, workload);
     workload.generation = reader.Int(*meta.object, "generation", meta_at).value_or(0);
+    workload.annotations = reader.StringMap(*meta.object, "annotations", meta_at, KeepAll);
     workload.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
     workload.owner = ReadControllerOwner(reader, *meta.object, meta_at);
     if (const Json* spec = reader.Object(object, "spec", root)) workload.spec = *spec;

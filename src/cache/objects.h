@@ -236,6 +236,7 @@ struct WorkloadInfo {
   std::string resource_version;
   int64_t generation = 0;
   LabelMap labels;
+  LabelMap annotations;
   OwnerInfo owner;
   std::optional<WallTime> deletion_timestamp;
   Json spec = Json::object();

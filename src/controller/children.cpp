@@ -440,6 +440,20 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   if (type == ReplicaType::kWorker && !options.avoid_nodes.empty()) {
     AvoidNodes(pod_spec, options.avoid_nodes);
   }
+  if (type == ReplicaType::kWorker && options.same_pool_per_slice && node_pool.empty()) {
+    // The first worker scheduled matches its own selector, which the scheduler accepts for a
+    // term no pod satisfies yet; the rest follow it into its pool.
+    Json selector = {{std::string(cache::kJobNameLabel), job.name},
+                     {std::string(kAttemptLabel), std::to_string(attempt)},
+                     {std::string(kReplicaTypeLabel), policy::ToString(ReplicaType::kWorker)}};
+    if (spec.Multislice()) {
+      selector[std::string(kSliceIndexLabel)] = std::to_string(spec.SliceOf(index));
+    }
+    Json& pod_affinity = ObjectField(ObjectField(pod_spec, "affinity"), "podAffinity");
+    ArrayField(pod_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+        .push_back(Json{{"labelSelector", {{"matchLabels", std::move(selector)}}},
+                        {"topologyKey", std::string(cache::kNodePoolLabel)}});
+  }
 
   const std::vector<Json> env = OperatorEnv(job, spec, type, index, attempt);
   for (const char* list : {"initContainers", "containers"}) {
@@ -477,7 +491,8 @@ Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, in
     const Json pod = BuildPod(job, spec, set.type, set.first, /*attempt=*/1);
     const Json& pod_spec = pod["spec"];
     Json template_spec = Json::object();
-    for (const char* field : {"nodeSelector", "tolerations", "affinity"}) {
+    for (const char* field :
+         {"nodeSelector", "tolerations", "affinity", "runtimeClassName", "overhead", "resources"}) {
       if (auto it = pod_spec.find(field); it != pod_spec.end()) template_spec[field] = *it;
     }
     for (const char* list : {"initContainers", "containers"}) {
@@ -487,7 +502,9 @@ Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, in
       for (const Json& container : *it) {
         if (!container.is_object()) continue;
         Json kept = Json::object();
-        for (const char* field : {"name", "image", "resources"}) {
+        // restartPolicy: an init container that is a sidecar (Always) counts with the
+        // containers, not before them.
+        for (const char* field : {"name", "image", "resources", "restartPolicy"}) {
           if (auto f = container.find(field); f != container.end()) kept[field] = *f;
         }
         out.push_back(std::move(kept));
@@ -504,7 +521,12 @@ Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, in
                                              {"kind", "PriorityClass"},
                                              {"name", spec.priority_class_name}};
   }
-  if (spec.suspend) workload_spec["active"] = false;
+  Json annotations = {{std::string(policy::kueue::kSpecDigestAnnotation),
+                       policy::kueue::SpecDigest(workload_spec)}};
+  if (spec.suspend) {
+    workload_spec["active"] = false;
+    annotations[std::string(policy::kueue::kSuspendedAnnotation)] = "true";
+  }
   return Json{{"apiVersion", policy::kueue::kApiVersion},
               {"kind", "Workload"},
               {"metadata",
@@ -513,6 +535,7 @@ Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, in
                 {"labels",
                  {{std::string(cache::kJobNameLabel), job.name},
                   {std::string(policy::kueue::kJobUidLabel), job.uid}}},
+                {"annotations", std::move(annotations)},
                 {"ownerReferences", Json::array({OwnerReference(job)})}}},
               {"spec", std::move(workload_spec)}};
 }

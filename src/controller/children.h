@@ -83,6 +83,10 @@ struct PodBuildOptions {
   // Kueue's admission of the job's Workload (policy/kueue.h), by pod set: the node labels (as
   // node selectors) and tolerations of the ResourceFlavors assigned to it.
   std::map<std::string, policy::kueue::Placement> kueue_placement;
+  // Workers of one slice share a node pool (cloud.google.com/gke-nodepool), by a required pod
+  // affinity to the slice's other workers of the attempt: for an admission that names no pool
+  // (Kueue's), which the ICI links of a slice still need. Unused when the pod is pinned to a pool.
+  bool same_pool_per_slice = false;
 };
 
 // The cache path the pre-flight `disk-size cache` item measures (its default).

@@ -21,73 +21,126 @@ cache::Store<cache::WorkloadInfo>::Ptr KueueAdapter::Find(const cache::TPUJobInf
   return workload;
 }
 
-kube::Result<kueue::KueueVerdict> KueueAdapter::Sync(
-    const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec,
-    bool pods_left) {
-  const std::string key = job.Key();
-  const std::string ns(job.ns.view());
+KueueAdapter::SyncResult KueueAdapter::Sync(const cache::TPUJobInfo& job,
+                                            const std::expected<policy::JobSpec, std::string>& spec,
+                                            bool pods_left) {
   const policy::JobStatus status = policy::JobStatus::FromJson(job.status);
   const auto workload = Find(job);
   std::optional<kueue::WorkloadState> state;
-  if (workload != nullptr) {
-    state = kueue::ReadWorkload(workload->name, workload->owner.uid.view(), workload->generation,
-                                workload->spec, workload->status);
-  }
+  if (workload != nullptr) state = kueue::ReadWorkload(*workload);
   kueue::KueueInput input;
   input.workload = state ? &*state : nullptr;
   input.status = &status;
   input.spec = spec ? &*spec : nullptr;
   input.pods_left = pods_left;
-  kueue::KueueVerdict verdict = kueue::DecideKueue(input);
+  // Whether a waiting job's Workload still describes it (the pod sets and queue it would get
+  // now). Only while it holds no admission: an admitted job's layout cannot change.
+  if (spec && state && !status.ConditionTrue(policy::condition::kAdmitted)) {
+    input.wanted_digest = kueue::SpecDigest(BuildWorkload(job, *spec, 0)["spec"]);
+  }
+  SyncResult result;
+  result.verdict = kueue::DecideKueue(input);
+  result.write = Write(job, spec ? &*spec : nullptr, workload.get(), state ? &*state : nullptr,
+                       result.verdict);
+  return result;
+}
 
-  if (verdict.create_workload && !job.deleting()) {
+kube::Status KueueAdapter::Write(const cache::TPUJobInfo& job, const policy::JobSpec* spec,
+                                 const cache::WorkloadInfo* workload,
+                                 const kueue::WorkloadState* state,
+                                 const kueue::KueueVerdict& verdict) {
+  const std::string key = job.Key();
+  const std::string ns(job.ns.view());
+  if (verdict.create_workload && spec != nullptr && !job.deleting()) {
     const Json object = BuildWorkload(job, *spec, priority_classes_.Of(*spec).value);
+    const std::string name = object["metadata"]["name"].get<std::string>();
     auto created = client_.Create(kube::Resource::Workloads(), ns, object);
     if (!created && !created.error().IsAlreadyExists()) {
       log::Warn("cannot create the Kueue Workload",
-                {{"tpujob", key},
-                 {"workload", object["metadata"]["name"].get<std::string>()},
-                 {"error", created.error().ToString()}});
+                {{"tpujob", key}, {"workload", name}, {"error", created.error().ToString()}});
       return std::unexpected(created.error());
     }
     if (created) {
       log::Info("created Kueue Workload",
-                {{"tpujob", key},
-                 {"workload", object["metadata"]["name"].get<std::string>()},
-                 {"queue", kueue::QueueName(job)}});
+                {{"tpujob", key}, {"workload", name}, {"queue", kueue::QueueName(job)}});
     }
   }
-  if (workload == nullptr) return verdict;
-
+  if (workload == nullptr || state == nullptr) return {};
+  if (verdict.recreate) return Delete(*workload, "the job's pods or queue changed", key);
   if (verdict.set_active) {
-    // The Workload's own field, merged as the job's suspend changes: Kueue neither admits nor
-    // counts an inactive Workload (it evicts one that holds quota).
-    const Json patch = {{"metadata", {{"resourceVersion", workload->resource_version}}},
+    // The Workload's own field: Kueue neither admits nor counts an inactive Workload (it evicts
+    // one that holds quota). The annotation says the deactivation was the job's suspend, so
+    // resuming undoes only that, never a deactivation by Kueue or an administrator.
+    const Json patch = {{"metadata",
+                         {{"resourceVersion", workload->resource_version},
+                          {"annotations",
+                           {{std::string(kueue::kSuspendedAnnotation),
+                             *verdict.set_active ? Json(nullptr) : Json("true")}}}}},
                         {"spec", {{"active", *verdict.set_active}}}};
     auto answer = client_.Patch(kube::Resource::Workloads(), ns, workload->name,
                                 kube::PatchType::kMerge, patch, kube::PatchOptions{});
-    if (!answer && !answer.error().IsNotFound()) return std::unexpected(answer.error());
+    if (!answer && !answer.error().IsNotFound()) {
+      log::Warn(
+          "cannot change the Kueue Workload's spec.active",
+          {{"tpujob", key}, {"workload", workload->name}, {"error", answer.error().ToString()}});
+      return std::unexpected(answer.error());
+    }
     log::Info(*verdict.set_active ? "activated Kueue Workload: the job was resumed"
                                   : "deactivated Kueue Workload: the job is suspended",
               {{"tpujob", key}, {"workload", workload->name}});
-    // Status writes below would carry the old resourceVersion; they follow on the next event.
-    return verdict;
+    return {};  // a status write would carry the old resourceVersion; it follows on the event
   }
+  const WallTime now = clock_.WallNow();
   if (verdict.release_quota) {
-    const Json patch = kueue::ReleaseQuotaPatch(*state, workload->status,
-                                                workload->resource_version, clock_.WallNow());
-    if (auto done = PatchStatus(*workload, patch, "gave back the quota of", key); !done) {
-      return std::unexpected(done.error());
-    }
-  } else if (verdict.finish) {
-    const std::string message = *verdict.finish ? "the TPUJob succeeded" : "the TPUJob failed";
-    const Json patch = kueue::FinishPatch(*state, workload->status, workload->resource_version,
-                                          *verdict.finish, message, clock_.WallNow());
-    if (auto done = PatchStatus(*workload, patch, "finished", key); !done) {
-      return std::unexpected(done.error());
-    }
+    return PatchStatus(
+        *workload,
+        kueue::ReleaseQuotaPatch(*state, workload->status, workload->resource_version, now),
+        "gave back the quota of", key);
   }
-  return verdict;
+  if (verdict.finish) {
+    const Json patch =
+        kueue::ConditionPatch(*state, workload->status, workload->resource_version, "Finished",
+                              true, *verdict.finish ? "Succeeded" : "Failed",
+                              *verdict.finish ? "the TPUJob succeeded" : "the TPUJob failed", now);
+    return PatchStatus(*workload, patch, "finished", key);
+  }
+  if (verdict.pods_ready) {
+    const Json patch =
+        kueue::ConditionPatch(*state, workload->status, workload->resource_version, "PodsReady",
+                              *verdict.pods_ready, verdict.pods_ready_reason,
+                              *verdict.pods_ready ? "every pod of the TPUJob is ready"
+                                                  : "not every pod of the TPUJob is ready",
+                              now);
+    return PatchStatus(*workload, patch,
+                       *verdict.pods_ready ? "set PodsReady=True on" : "set PodsReady=False on",
+                       key);
+  }
+  return {};
+}
+
+kube::Status KueueAdapter::Forget(const cache::TPUJobInfo& job) {
+  const auto workload = Find(job);
+  if (workload == nullptr) return {};
+  return Delete(*workload, "the job no longer names a LocalQueue", job.Key());
+}
+
+kube::Status KueueAdapter::Delete(const cache::WorkloadInfo& workload, std::string_view why,
+                                  const std::string& job_key) {
+  if (workload.deleting()) return {};
+  kube::DeleteOptions options;
+  options.precondition_uid = workload.uid;  // never a newer Workload of the same name
+  options.propagation_policy = "Background";
+  auto answer = client_.Delete(kube::Resource::Workloads(), std::string(workload.ns.view()),
+                               workload.name, options);
+  if (!answer && !answer.error().IsNotFound() && !answer.error().IsConflict()) {
+    log::Warn(
+        "cannot delete the Kueue Workload",
+        {{"tpujob", job_key}, {"workload", workload.name}, {"error", answer.error().ToString()}});
+    return std::unexpected(answer.error());
+  }
+  log::Info("deleted Kueue Workload",
+            {{"tpujob", job_key}, {"workload", workload.name}, {"why", why}});
+  return {};
 }
 
 kube::Status KueueAdapter::PatchStatus(const cache::WorkloadInfo& workload, const Json& patch,
@@ -114,9 +167,7 @@ kube::Result<std::map<std::string, kueue::Placement>> KueueAdapter::Placements(
   std::map<std::string, kueue::Placement> out;
   const auto workload = Find(job);
   if (workload == nullptr) return out;
-  const kueue::WorkloadState state =
-      kueue::ReadWorkload(workload->name, workload->owner.uid.view(), workload->generation,
-                          workload->spec, workload->status);
+  const kueue::WorkloadState state = kueue::ReadWorkload(*workload);
   std::map<std::string, kueue::Placement> flavors;  // by flavor name, each read once
   for (const auto& [pod_set, by_resource] : state.flavors) {
     std::set<std::string> names;

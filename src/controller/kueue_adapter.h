@@ -11,6 +11,7 @@
 // cache). So the operator may be killed between any two writes and converge.
 #pragma once
 
+#include <atomic>
 #include <expected>
 #include <map>
 #include <mutex>
@@ -32,19 +33,35 @@ class KueueAdapter {
   KueueAdapter(kube::Client& client, const cache::Store<cache::WorkloadInfo>& workloads,
                Clock& clock = Clock::Real());
 
-  // Whether Kueue admits this job: it names a LocalQueue.
-  static bool Manages(const cache::TPUJobInfo& job) {
+  // Whether the job names a LocalQueue.
+  static bool NamesQueue(const cache::TPUJobInfo& job) {
     return !policy::kueue::QueueName(job).empty();
   }
+  // Whether Kueue admits this job: Kueue was found (set_enabled) and the job names a LocalQueue.
+  bool Manages(const cache::TPUJobInfo& job) const { return enabled() && NamesQueue(job); }
+
+  // Set once Kueue's API was found, before the workers start; until then nothing is Kueue's.
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+  bool enabled() const { return enabled_.load(); }
 
   // The job's Workload in the cache (nullptr when there is none, or only one of another job
   // of the same name).
   cache::Store<cache::WorkloadInfo>::Ptr Find(const cache::TPUJobInfo& job) const;
 
+  struct SyncResult {
+    policy::kueue::KueueVerdict verdict;
+    // The Workload write the verdict asked for, when it failed: the reconciler decides and
+    // commits on the verdict all the same (a finished job still stops its pods when Kueue's
+    // webhook refuses the Finished condition), then returns this error to be retried.
+    kube::Status write;
+  };
   // See the file comment. `pods_left`: a pod of the job still exists.
-  kube::Result<policy::kueue::KueueVerdict> Sync(
-      const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec,
-      bool pods_left);
+  SyncResult Sync(const cache::TPUJobInfo& job,
+                  const std::expected<policy::JobSpec, std::string>& spec, bool pods_left);
+
+  // The job no longer names a LocalQueue: its Workload, if any, is deleted (Kueue stops counting
+  // it; the operator's own queue admits the job from now on).
+  kube::Status Forget(const cache::TPUJobInfo& job);
 
   // Per pod set, the node labels and tolerations of the ResourceFlavors Kueue assigned to it
   // (read from the API server: a pod set's flavors are read once per pod creation round).
@@ -54,11 +71,18 @@ class KueueAdapter {
  private:
   kube::Status PatchStatus(const cache::WorkloadInfo& workload, const nlohmann::json& patch,
                            std::string_view what, const std::string& job_key);
+  kube::Status Delete(const cache::WorkloadInfo& workload, std::string_view why,
+                      const std::string& job_key);
+  // Carries out the verdict's Workload writes.
+  kube::Status Write(const cache::TPUJobInfo& job, const policy::JobSpec* spec,
+                     const cache::WorkloadInfo* workload, const policy::kueue::WorkloadState* state,
+                     const policy::kueue::KueueVerdict& verdict);
 
   kube::Client& client_;
   const cache::Store<cache::WorkloadInfo>& workloads_;
   Clock& clock_;
   PriorityClasses priority_classes_;
+  std::atomic<bool> enabled_{false};
 };
 
 }  // namespace tpujob::controller

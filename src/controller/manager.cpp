@@ -76,7 +76,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   jobs_ = std::make_unique<cache::Informer<cache::TPUJobInfo>>(client_, kube::Resource::TPUJobs(),
                                                                job_options, clock_);
 
-  if (options_.kueue) {
+  if (options_.kueue != ManagerOptions::KueueMode::kOff) {
     cache::ReflectorOptions workload_options = base;
     workload_options.name = "workloads";
     workload_options.ns = options_.watch_namespace;
@@ -99,7 +99,9 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
     return job_queue_->Admit(job);
   };
   job_queue_->set_preemption(options_.preemption);
-  if (kueue_) job_queue_->set_external(&KueueAdapter::Manages);
+  if (kueue_) {
+    job_queue_->set_external([this](const cache::TPUJobInfo& job) { return kueue_->Manages(job); });
+  }
   if (options_.preemption) {
     options_.reconciler.preemption = [this](const cache::TPUJobInfo& job) {
       return job_queue_->Preemption(job);
@@ -226,7 +228,7 @@ void Manager::Collect() {
   m.cache_objects.With({"pods"}).Set(static_cast<double>(pods_->store().Size()));
   m.cache_objects.With({"nodes"}).Set(static_cast<double>(nodes_->store().Size()));
   m.cache_objects.With({"tpujobs"}).Set(static_cast<double>(jobs_->store().Size()));
-  if (workloads_) {
+  if (kueue_ && kueue_->enabled()) {
     m.cache_objects.With({"workloads"}).Set(static_cast<double>(workloads_->store().Size()));
   }
   m.watch_silences.With({"pods"}).SetCumulative(static_cast<double>(pods_->stats().silent_watches));
@@ -260,7 +262,9 @@ std::vector<std::string> Manager::HealthCheck() {
       {"nodes", nodes_->stats().last_activity},
       {"tpujobs", jobs_->stats().last_activity},
   };
-  if (workloads_) watches.push_back({"workloads", workloads_->stats().last_activity});
+  if (kueue_ && kueue_->enabled()) {
+    watches.push_back({"workloads", workloads_->stats().last_activity});
+  }
   const std::vector<QueueActivity> queues = {
       {"tpujob", queue_->LongestRunningProcessor()},
       {"node", node_queue_->LongestRunningProcessor()},
@@ -384,13 +388,21 @@ kube::Status Manager::Run() {
   pods_->Start();
   nodes_->Start();
   jobs_->Start();
-  if (workloads_) workloads_->Start();
   watching_ = true;
   const auto timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.cache_sync_timeout);
-  const bool synced = pods_->WaitForSync(timeout) && nodes_->WaitForSync(timeout) &&
+  std::optional<kube::Error> kueue_error;
+  if (kueue_) {
+    if (auto found = DetectKueue(begin + options_.cache_sync_timeout); found) {
+      kueue_->set_enabled(*found);
+      if (*found) workloads_->Start();
+    } else {
+      kueue_error = found.error();
+    }
+  }
+  const bool synced = !kueue_error && pods_->WaitForSync(timeout) && nodes_->WaitForSync(timeout) &&
                       jobs_->WaitForSync(timeout) &&
-                      (!workloads_ || workloads_->WaitForSync(timeout));
+                      (!kueue_ || !kueue_->enabled() || workloads_->WaitForSync(timeout));
   {
     std::lock_guard<std::mutex> guard(stop_mu_);
     if (stop_requested_ && !leadership_lost_) {
@@ -399,6 +411,9 @@ kube::Status Manager::Run() {
     }
   }
   if (auto lost = leadership_lost()) return std::unexpected(*lost);
+  if (kueue_error && kueue_error->kind == kube::ErrorKind::kConfig) {
+    return std::unexpected(*kueue_error);
+  }
   if (!synced) {
     return std::unexpected(kube::Error::Transport(
         "caches did not sync within " + std::to_string(options_.cache_sync_timeout.count()) +
@@ -420,7 +435,7 @@ kube::Status Manager::Run() {
              {"heap_free_kib", heap.fordblks / 1024},
              {"heap_arena_kib", heap.arena / 1024}});
 
-  if (workloads_) {
+  if (kueue_ && kueue_->enabled()) {
     log::Info("Kueue admits the TPUJobs that name a LocalQueue (label kueue.x-k8s.io/queue-name)",
               {{"workloads", workloads_->store().Size()}});
   }
@@ -486,6 +501,43 @@ void Manager::Stop() {
   nodes_->Stop();
   jobs_->Stop();
   if (workloads_) workloads_->Stop();
+}
+
+kube::Result<bool> Manager::DetectKueue(TimePoint deadline) {
+  const bool required = options_.kueue == ManagerOptions::KueueMode::kRequired;
+  kube::ListOptions probe;
+  probe.limit = 1;
+  for (;;) {
+    auto answer = client_.List(kube::Resource::Workloads(), options_.watch_namespace, probe);
+    if (answer) {
+      log::Info("Kueue found: it admits the TPUJobs labelled kueue.x-k8s.io/queue-name");
+      return true;
+    }
+    const kube::Error& error = answer.error();
+    if (error.IsNotFound() || error.IsForbidden()) {
+      const std::string why =
+          error.IsNotFound()
+              ? "Kueue's Workload API (kueue.x-k8s.io/v1beta2) is not served"
+              : "the operator may not list Kueue Workloads (RBAC): " + error.ToString();
+      if (required) return std::unexpected(kube::Error::Config("--kueue=true: " + why));
+      if (error.IsNotFound()) {
+        log::Info("Kueue not found: every TPUJob is admitted by the operator's own queue",
+                  {{"why", why}});
+      } else {
+        log::Warn(
+            "Kueue integration off: TPUJobs labelled kueue.x-k8s.io/queue-name are admitted by "
+            "the operator's own queue, outside Kueue's quotas",
+            {{"why", why}});
+      }
+      return false;
+    }
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_requested_ || clock_.Now() >= deadline) {
+      return std::unexpected(
+          kube::Error::Transport("cannot tell whether Kueue is installed: " + error.ToString()));
+    }
+    stop_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_requested_; });
+  }
 }
 
 void Manager::OnLeadershipLost(const std::string& reason) {

@@ -61,9 +61,12 @@ struct ManagerOptions {
   TPUJobReconcilerOptions reconciler;
   // Gang preemption by priority (policy/preemption.h); --enable-preemption.
   bool preemption = true;
-  // Kueue admits the jobs that name a LocalQueue (policy/kueue.h): Workloads are cached and
-  // written. Needs Kueue's CRDs; --kueue (the operator's main resolves "auto").
-  bool kueue = false;
+  // Whether Kueue admits the jobs that name a LocalQueue (policy/kueue.h; --kueue): kAuto asks
+  // the API server whether Kueue's Workload API is served, once, when this replica starts
+  // working (after its endpoints answer, and after it won the Lease); kRequired fails Run()
+  // when it is not. Found, the Workloads the operator writes are cached and kept.
+  enum class KueueMode { kOff, kAuto, kRequired };
+  KueueMode kueue = KueueMode::kAuto;
   // The client's kube::Config::watch_idle_timeout: when set, the reflectors ask the server to
   // end their watches after 60-80% of it. 0: client-go's 5-10 minutes.
   std::chrono::seconds watch_idle_timeout{0};
@@ -118,6 +121,10 @@ class Manager {
   // controller-runtime worker: errors back off per key, requeue_after schedules the key again.
   void Worker(workqueue::WorkQueue& queue, std::string_view what,
               const std::function<kube::Result<ReconcileResult>(const std::string&)>& reconcile);
+
+  // --kueue: whether Kueue's Workload API is served (kube::Error when it cannot be told before
+  // `deadline`, or when it is required and missing). Interrupted by Stop().
+  kube::Result<bool> DetectKueue(TimePoint deadline);
 
   // Ends the work at once after the Lease was lost; Run() then returns the error.
   void OnLeadershipLost(const std::string& reason);

@@ -166,34 +166,54 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   for (const auto& node : nodes_.ByIndex(kNodesByCordonJobIndex, key)) {
     input.cordoned_nodes.push_back(node->name);
   }
-  const bool by_kueue = options_.kueue != nullptr && KueueAdapter::Manages(*job);
+  const bool by_kueue = options_.kueue != nullptr && options_.kueue->Manages(*job);
+  kube::Status kueue_write;  // a failed Workload write: returned once the plan is committed
   if (by_kueue) {
     // Kueue admits it: the Workload's state stands in for the queue's answer, and Kueue's
     // eviction for a preemption order.
     const bool pods_left = !input.pods.empty() || !input.strays.empty();
-    auto verdict = options_.kueue->Sync(*job, spec, pods_left);
-    if (!verdict) return std::unexpected(verdict.error());
+    KueueAdapter::SyncResult sync = options_.kueue->Sync(*job, spec, pods_left);
+    kueue_write = sync.write;
+    if (!kueue_write) {
+      const kube::Error& error = kueue_write.error();
+      // Refused for good (a webhook, a quota, RBAC), not a blip: the job's owner needs to know.
+      if (error.http_status >= 400 && error.http_status < 500 && !error.IsConflict() &&
+          !error.IsNotFound() && !error.IsTooManyRequests()) {
+        recorder_.Record(RefOf(*job), EventType::kWarning, "KueueWorkloadRefused",
+                         "writing Kueue Workload " +
+                             policy::kueue::WorkloadName(job->name, job->uid) +
+                             " was refused: " + error.ToString());
+      }
+    }
+    const policy::kueue::KueueVerdict& verdict = sync.verdict;
     input.release_unschedulable = false;
-    input.admit = verdict->admit;
-    input.not_admitted_reason = verdict->reason;
-    input.not_admitted_message = verdict->message;
-    if (verdict->evict) {
+    input.queue_timeout = !verdict.readmission;
+    input.admit = verdict.admit;
+    input.not_admitted_reason = verdict.reason;
+    input.not_admitted_message = verdict.message;
+    if (verdict.evict) {
       const auto current = policy::JobStatus::FromJson(job->status);
       input.preempt = policy::PreemptOrder{
-          .by = "", .message = *verdict->evict, .attempt = current.attempt, .head_message = ""};
+          .by = "", .message = *verdict.evict, .attempt = current.attempt, .head_message = ""};
     }
-  } else if (spec && (options_.admission || options_.preemption)) {
-    const auto current = policy::JobStatus::FromJson(job->status);
-    if (options_.preemption && current.ConditionTrue(policy::condition::kAdmitted)) {
-      input.preempt = options_.preemption(*job);
+  } else {
+    if (options_.kueue != nullptr && options_.kueue->enabled()) {
+      // It named a LocalQueue before: Kueue stops counting it.
+      if (auto forgotten = options_.kueue->Forget(*job); !forgotten) kueue_write = forgotten;
     }
-    if (options_.admission && current.phase == policy::Phase::kQueued) {
-      AdmissionDecision admission = options_.admission(*job, *spec, current);
-      input.admit = admission.admit;
-      input.not_admitted_reason = admission.reason;
-      if (!admission.message.empty()) input.not_admitted_message = admission.message;
-      input.admit_pools = admission.pools;
-      input.queue_position = admission.position;
+    if (spec && (options_.admission || options_.preemption)) {
+      const auto current = policy::JobStatus::FromJson(job->status);
+      if (options_.preemption && current.ConditionTrue(policy::condition::kAdmitted)) {
+        input.preempt = options_.preemption(*job);
+      }
+      if (options_.admission && current.phase == policy::Phase::kQueued) {
+        AdmissionDecision admission = options_.admission(*job, *spec, current);
+        input.admit = admission.admit;
+        input.not_admitted_reason = admission.reason;
+        if (!admission.message.empty()) input.not_admitted_message = admission.message;
+        input.admit_pools = admission.pools;
+        input.queue_position = admission.position;
+      }
     }
   }
 
@@ -291,6 +311,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     expectations_[key] = std::move(expect);
   }
   if (!result) return std::unexpected(result.error());
+  if (!kueue_write) return std::unexpected(kueue_write.error());
   return ReconcileResult{plan.requeue_after};
 }
 
@@ -421,10 +442,11 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     std::sort(pod_options.avoid_nodes.begin(), pod_options.avoid_nodes.end());
   }
   // ... and, for a job Kueue admitted, onto the ResourceFlavors of its pod sets.
-  if (options_.kueue != nullptr && KueueAdapter::Manages(job)) {
+  if (options_.kueue != nullptr && options_.kueue->Manages(job)) {
     auto placements = options_.kueue->Placements(job);
     if (!placements) return std::unexpected(placements.error());
     pod_options.kueue_placement = std::move(*placements);
+    pod_options.same_pool_per_slice = true;
   }
   std::vector<std::optional<kube::Error>> errors(plan.create.size());
   // One byte per pod, not std::vector<bool>: the creating threads write neighbouring elements at

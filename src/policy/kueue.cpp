@@ -92,12 +92,29 @@ std::string PodSetName(const JobSpec& spec, ReplicaType type, int32_t index) {
   return "slice-" + std::to_string(spec.SliceOf(index));
 }
 
-WorkloadState ReadWorkload(std::string_view name, std::string_view owner_uid, int64_t generation,
-                           const Json& spec, const Json& status) {
+std::string SpecDigest(const Json& workload_spec) {
+  const Json basis = {{"queueName", workload_spec.value("queueName", Json())},
+                      {"podSets", workload_spec.value("podSets", Json())}};
+  // FNV-1a over the canonical dump (nlohmann orders object members): stable across processes.
+  uint64_t hash = 14695981039346656037ULL;
+  for (unsigned char c : basis.dump()) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(hash));
+  return out;
+}
+
+WorkloadState ReadWorkload(const cache::WorkloadInfo& workload) {
   WorkloadState w;
-  w.name = name;
-  w.owner_uid = owner_uid;
-  w.generation = generation;
+  w.name = workload.name;
+  w.owner_uid = workload.owner.uid.str();
+  w.generation = workload.generation;
+  w.deactivated_for_suspend = workload.annotations.Value(kSuspendedAnnotation) == "true";
+  w.spec_digest = std::string(workload.annotations.Value(kSpecDigestAnnotation));
+  const Json& spec = workload.spec;
+  const Json& status = workload.status;
   if (spec.is_object()) {
     auto active = spec.find("active");
     w.active = active == spec.end() || !active->is_boolean() || active->get<bool>();
@@ -115,6 +132,10 @@ WorkloadState ReadWorkload(std::string_view name, std::string_view owner_uid, in
   if (const Json* reserved = FindCondition(status, "QuotaReserved");
       reserved != nullptr && reserved->value("status", "") == "False") {
     w.pending_message = reserved->value("message", "");
+  }
+  if (const Json* ready = FindCondition(status, "PodsReady")) {
+    w.pods_ready = ready->value("status", "") == "True";
+    w.pods_ready_reason = ready->value("reason", "");
   }
   auto admission = status.find("admission");
   if (admission != status.end() && admission->is_object()) {
@@ -164,31 +185,68 @@ KueueVerdict DecideKueue(const KueueInput& in) {
     if (w != nullptr && !w->finished) v.finish = phase == Phase::kSucceeded;
     return v;
   }
+  // The job runs an attempt it was admitted for (pods being created, running, or a worker
+  // restarting in place).
+  const bool holds_admission =
+      in.status != nullptr && in.status->ConditionTrue(condition::kAdmitted) &&
+      (phase == Phase::kStarting || phase == Phase::kRunning || phase == Phase::kRestarting);
   if (w == nullptr) {
     v.create_workload = in.spec != nullptr;
     v.message = "creating the Kueue Workload";
+    // Deleted under a running job (or a job admitted before it named a queue): it runs only on
+    // quota, so it stops until Kueue admits the new Workload.
+    if (holds_admission) v.evict = "its Kueue Workload is gone; it queues in Kueue again";
     return v;
   }
   const bool suspended = in.spec != nullptr && in.spec->suspend;
-  if (w->active == suspended) v.set_active = !suspended;
-  const bool holds_admission = in.status != nullptr &&
-                               in.status->ConditionTrue(condition::kAdmitted) &&
-                               phase != Phase::kQueued && phase != Phase::kSuspended;
-  if (w->evicted) {
-    const std::string why = "Kueue evicted Workload " + w->name + " (" + w->evicted_reason + ")" +
-                            (w->evicted_message.empty() ? "" : ": " + w->evicted_message);
+  if (suspended && w->active) {
+    v.set_active = false;
+  } else if (!suspended && !w->active && w->deactivated_for_suspend) {
+    v.set_active = true;
+  }
+  if (w->evicted || (holds_admission && !w->quota_reserved)) {
+    const std::string why =
+        w->evicted ? "Kueue evicted Workload " + w->name + " (" + w->evicted_reason + ")" +
+                         (w->evicted_message.empty() ? "" : ": " + w->evicted_message)
+                   : "Kueue Workload " + w->name + " no longer holds quota" +
+                         (w->pending_message.empty() ? "" : " (" + w->pending_message + ")");
     if (holds_admission) {
       v.evict = why;
-    } else if (!in.pods_left && w->HoldsQuota()) {
+    } else if (w->evicted && !in.pods_left && w->HoldsQuota()) {
       v.release_quota = true;
     }
+    v.readmission = true;
     v.message = why + "; waiting for Kueue to admit it again";
+    return v;
+  }
+  // Pod sets are immutable in Kueue: a waiting job whose pod sets or queue changed gets a new
+  // Workload (an admitted one keeps its own: its layout cannot change while it runs).
+  if (!holds_admission && !in.wanted_digest.empty() && w->spec_digest != in.wanted_digest) {
+    v.recreate = true;
+    v.message = "replacing Kueue Workload " + w->name + ": the job's pods or queue changed";
     return v;
   }
   if (suspended || !w->active) {
     v.message = suspended ? "Workload " + w->name + " is inactive while the job is suspended"
-                          : "activating Workload " + w->name + ": the job was resumed";
+                : w->deactivated_for_suspend
+                    ? "activating Workload " + w->name + ": the job was resumed"
+                    : "Workload " + w->name +
+                          " was deactivated (spec.active is false) by Kueue or an administrator; "
+                          "it is queued again once spec.active is true";
     return v;
+  }
+  if (w->quota_reserved && w->admitted) {
+    // PodsReady, as Kueue's own integrations keep it (its waitForPodsReady evicts a Workload
+    // whose pods are not all ready in time): True while the job runs with every pod ready;
+    // False while its pods start, restart, or a re-issued attempt waits for the old ones to go.
+    const bool ready = phase == Phase::kRunning;
+    if (w->pods_ready != ready) {
+      v.pods_ready = ready;
+      const bool was_ready = w->pods_ready.has_value() &&
+                             (*w->pods_ready || w->pods_ready_reason == "WaitForRecovery");
+      v.pods_ready_reason = ready ? (was_ready ? "Recovered" : "Started")
+                                  : (was_ready ? "WaitForRecovery" : "WaitForStart");
+    }
   }
   if (w->quota_reserved && w->admitted) {
     v.admit = true;
@@ -221,12 +279,11 @@ Json ReleaseQuotaPatch(const WorkloadState& workload, const Json& status,
                      Json{{"admission", nullptr}, {"conditions", std::move(conditions)}});
 }
 
-Json FinishPatch(const WorkloadState& workload, const Json& status,
-                 std::string_view resource_version, bool succeeded, std::string_view message,
-                 WallTime now) {
+Json ConditionPatch(const WorkloadState& workload, const Json& status,
+                    std::string_view resource_version, std::string_view type, bool value,
+                    std::string_view reason, std::string_view message, WallTime now) {
   Json conditions = Conditions(status);
-  SetCondition(conditions, "Finished", true, succeeded ? "Succeeded" : "Failed", message,
-               workload.generation, now);
+  SetCondition(conditions, type, value, reason, message, workload.generation, now);
   return StatusPatch(resource_version, Json{{"conditions", std::move(conditions)}});
 }
 

@@ -13,6 +13,10 @@
 //     they are gone gives the quota back: status.admission cleared, QuotaReserved=False,
 //     Admitted=False, and Requeued=True when the eviction was a preemption or node failures
 //     (the reasons after which Kueue queues the Workload again at once).
+//   - While admitted, the job keeps the Workload's PodsReady condition: True (Started, or
+//     Recovered after a restart) while every pod is ready, False (WaitForStart, or
+//     WaitForRecovery) otherwise; Kueue's waitForPodsReady evicts a Workload that stays without
+//     it too long.
 //   - A finished job sets Finished=True; Kueue then stops counting its quota.
 //
 // What this operator decides on top (docs/kueue.md):
@@ -23,8 +27,13 @@
 //     the time in phase Queued, whoever admits: waiting on Kueue's quota counts. A job evicted
 //     by Kueue is preempted, and a preempted job never times out waiting (as in the operator's
 //     own queue).
-//   - spec.suspend sets the Workload's spec.active to false, so Kueue neither admits it nor
-//     counts it; clearing suspend sets it back.
+//   - spec.suspend sets the Workload's spec.active to false (and marks it so), so Kueue neither
+//     admits it nor counts it; clearing suspend sets it back. A Workload deactivated by someone
+//     else (Kueue after too many requeues, an administrator) is left inactive: the job waits.
+//   - An admitted job whose Workload is gone, or no longer holds quota, is stopped as if evicted:
+//     it runs only on quota.
+//   - A waiting job whose pod sets or LocalQueue changed gets a new Workload (pod sets are
+//     immutable in Kueue).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +59,13 @@ inline constexpr std::string_view kJobUidLabel = "kueue.x-k8s.io/job-uid";
 inline constexpr std::string_view kApiVersion = "kueue.x-k8s.io/v1beta2";
 // A Workload has at most this many pod sets (the CRD's limit).
 inline constexpr int32_t kMaxPodSets = 8;
+// Annotations the operator puts on its Workloads: a digest of the pod sets and LocalQueue they
+// were created for, and the mark of a deactivation it made for spec.suspend.
+inline constexpr std::string_view kSpecDigestAnnotation = "tpujob.dev/workload-spec-digest";
+inline constexpr std::string_view kSuspendedAnnotation = "tpujob.dev/deactivated-for-suspend";
+
+// The digest of a Workload spec's pod sets and queue name (what a new Workload is needed for).
+std::string SpecDigest(const Json& workload_spec);
 
 // The LocalQueue the job names ("" when it names none: the operator's own queue admits it).
 std::string QueueName(const cache::TPUJobInfo& job);
@@ -69,23 +85,26 @@ struct WorkloadState {
   std::string name;
   std::string owner_uid;  // the controlling owner's uid
   int64_t generation = 0;
-  bool active = true;           // spec.active
-  bool quota_reserved = false;  // QuotaReserved=True
-  bool admitted = false;        // Admitted=True
-  bool has_admission = false;   // status.admission is set
-  bool evicted = false;         // Evicted=True
+  bool active = true;                    // spec.active
+  bool deactivated_for_suspend = false;  // kSuspendedAnnotation
+  std::string spec_digest;               // kSpecDigestAnnotation
+  bool quota_reserved = false;           // QuotaReserved=True
+  bool admitted = false;                 // Admitted=True
+  bool has_admission = false;            // status.admission is set
+  bool evicted = false;                  // Evicted=True
   std::string evicted_reason;
   std::string evicted_message;
-  bool finished = false;        // Finished=True
-  std::string cluster_queue;    // status.admission.clusterQueue
-  std::string pending_message;  // QuotaReserved=False's message: why Kueue has not admitted it
+  bool finished = false;           // Finished=True
+  std::string cluster_queue;       // status.admission.clusterQueue
+  std::string pending_message;     // QuotaReserved=False's message: why Kueue has not admitted it
+  std::optional<bool> pods_ready;  // PodsReady, when present
+  std::string pods_ready_reason;
   // status.admission.podSetAssignments: pod set -> resource -> ResourceFlavor.
   std::map<std::string, std::map<std::string, std::string>> flavors;
 
   bool HoldsQuota() const { return quota_reserved || has_admission; }
 };
-WorkloadState ReadWorkload(std::string_view name, std::string_view owner_uid, int64_t generation,
-                           const Json& spec, const Json& status);
+WorkloadState ReadWorkload(const cache::WorkloadInfo& workload);
 
 // What a ResourceFlavor adds to the pods placed on it: its spec.nodeLabels as node selectors
 // and its spec.tolerations (tolerations of its spec.nodeTaints are the user's to write, as with
@@ -102,6 +121,8 @@ struct KueueInput {
   const JobStatus* status = nullptr;        // the job's last written status
   const JobSpec* spec = nullptr;            // nullptr: the spec is invalid
   bool pods_left = false;                   // a pod of the job exists (deleting or not)
+  // SpecDigest of the Workload the job would get now ("": not computed, never stale).
+  std::string wanted_digest;
 };
 
 struct KueueVerdict {
@@ -112,9 +133,16 @@ struct KueueVerdict {
   std::string message;
   // Kueue evicted the admitted attempt: stop it like a preemption, with this message.
   std::optional<std::string> evict;
+  // The attempt waits for Kueue to admit it again after an eviction: like a preempted job in the
+  // operator's own queue, it never times out waiting.
+  bool readmission = false;
   bool release_quota = false;      // write ReleaseQuotaPatch
-  std::optional<bool> finish;      // write FinishPatch (true: succeeded)
-  std::optional<bool> set_active;  // patch spec.active to this
+  std::optional<bool> finish;      // Finished=True (true: reason Succeeded, false: Failed)
+  std::optional<bool> set_active;  // patch spec.active to this (and kSuspendedAnnotation)
+  bool recreate = false;           // delete the Workload (a new one follows): it is stale
+  // Write PodsReady with this status and reason.
+  std::optional<bool> pods_ready;
+  std::string pods_ready_reason;
 };
 KueueVerdict DecideKueue(const KueueInput& in);
 
@@ -124,9 +152,10 @@ KueueVerdict DecideKueue(const KueueInput& in);
 // ReleaseQuotaPatch: the quota given back after an eviction, as described above.
 Json ReleaseQuotaPatch(const WorkloadState& workload, const Json& status,
                        std::string_view resource_version, WallTime now);
-// FinishPatch: Finished=True, reason Succeeded or Failed.
-Json FinishPatch(const WorkloadState& workload, const Json& status,
-                 std::string_view resource_version, bool succeeded, std::string_view message,
-                 WallTime now);
+// ConditionPatch: condition `type` set (Finished=True with reason Succeeded or Failed;
+// PodsReady), the other conditions kept.
+Json ConditionPatch(const WorkloadState& workload, const Json& status,
+                    std::string_view resource_version, std::string_view type, bool value,
+                    std::string_view reason, std::string_view message, WallTime now);
 
 }  // namespace tpujob::policy::kueue

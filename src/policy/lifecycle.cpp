@@ -213,7 +213,7 @@ class Decider {
     JobStatus& s = plan_.status;
     // A preempted job was started once and stopped for someone else: waiting for its turn
     // again never fails it.
-    if (s.ConditionTrue(condition::kPreempted)) return false;
+    if (s.ConditionTrue(condition::kPreempted) || !in_.queue_timeout) return false;
     std::optional<int64_t> timeout = spec_->queue_timeout_seconds;
     if (!timeout && s.reissued) timeout = kDefaultReissueQueueTimeoutSeconds;
     if (!timeout || !s.queued_at) return false;

@@ -77,6 +77,9 @@ struct LifecycleInput {
   // Kueue admits: its admission is quota, not capacity, and its pods wait for the scheduler
   // (Kueue's waitForPodsReady bounds that wait where it is configured).
   bool release_unschedulable = true;
+  // Whether the queue timeout applies to a waiting attempt. false for a job Kueue evicted that
+  // waits to be admitted again: a preempted job never times out waiting.
+  bool queue_timeout = true;
   // Nodes the cache shows cordoned by the operator on this job's evidence; merged into
   // status.cordonedNodes (which keeps them after they are uncordoned: it is the job's record).
   std::vector<std::string> cordoned_nodes;

@@ -199,7 +199,7 @@ TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
 }
 
 TEST_F(JobQueueTest, JobsKueueAdmitsNeverWaitHereButTheirPodsHoldCapacity) {
-  queue_.set_external([](const cache::TPUJobInfo& job) { return KueueAdapter::Manages(job); });
+  queue_.set_external([](const cache::TPUJobInfo& job) { return KueueAdapter::NamesQueue(job); });
   AddNodes(4);
   Json kueue_running = JobJson("kueue-running", 0, "Running", /*admitted=*/true);
   kueue_running["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
@@ -231,7 +231,7 @@ TEST_F(JobQueueTest, AJobAnotherControllerManagesIsNotInTheQueue) {
 }
 
 TEST_F(JobQueueTest, AJobKueueAdmitsIsNeverPreemptedFromHere) {
-  queue_.set_external([](const cache::TPUJobInfo& job) { return KueueAdapter::Manages(job); });
+  queue_.set_external([](const cache::TPUJobInfo& job) { return KueueAdapter::NamesQueue(job); });
   AddNodes(2);
   Json low = JobJson("kueue-low", 1, "Running", /*admitted=*/true);
   low["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};

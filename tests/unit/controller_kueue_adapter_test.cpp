@@ -56,7 +56,7 @@ Json Condition(const std::string& type, const std::string& status, const std::st
 
 class KueueAdapterTest : public ::testing::Test {
  protected:
-  KueueAdapterTest() : adapter_(fake_, workloads_) {}
+  KueueAdapterTest() : adapter_(fake_, workloads_) { adapter_.set_enabled(true); }
 
   cache::TPUJobInfo Job(const Json& json) { return *cache::TPUJobInfo::FromJson(json); }
 
@@ -71,6 +71,13 @@ class KueueAdapterTest : public ::testing::Test {
     w = fake_.Upsert(Resource::Workloads(), w);
     workloads_.Update(
         std::make_shared<const cache::WorkloadInfo>(*cache::WorkloadInfo::FromJson(w)));
+  }
+
+  // Sync, expecting its Workload write (if any) to succeed.
+  policy::kueue::KueueVerdict Sync(const cache::TPUJobInfo& job, bool pods_left = false) {
+    KueueAdapter::SyncResult result = adapter_.Sync(job, policy::ParseJobSpec(job), pods_left);
+    EXPECT_TRUE(result.write) << result.write.error().ToString();
+    return result.verdict;
   }
 
   std::vector<kube::FakeClient::Action> Writes(const std::string& resource) const {
@@ -103,9 +110,8 @@ TEST_F(KueueAdapterTest, ANewJobGetsItsWorkloadWithThePriorityClassValue) {
                                              {"metadata", {{"name", "high"}}},
                                              {"value", 1000}});
   const auto job = Job(JobJson(""));
-  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), false);
-  ASSERT_TRUE(verdict) << verdict.error().ToString();
-  EXPECT_FALSE(verdict->admit);
+  const auto verdict = Sync(job, false);
+  EXPECT_FALSE(verdict.admit);
   const auto stored =
       fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"));
   ASSERT_TRUE(stored.has_value());
@@ -114,15 +120,14 @@ TEST_F(KueueAdapterTest, ANewJobGetsItsWorkloadWithThePriorityClassValue) {
   EXPECT_EQ((*stored)["spec"]["podSets"][0]["count"], 2);
 
   // The cache has not caught up yet: asking again meets AlreadyExists, which is success.
-  auto again = adapter_.Sync(job, policy::ParseJobSpec(job), false);
-  ASSERT_TRUE(again) << again.error().ToString();
+  const auto again = Sync(job, false);
   EXPECT_EQ(Writes("workloads").size(), 2u);
 }
 
 TEST_F(KueueAdapterTest, ACreationErrorIsReturnedForARetry) {
   const auto job = Job(JobJson(""));
   fake_.FailNext("create", kube::Error::Transport("connection reset"));
-  EXPECT_FALSE(adapter_.Sync(job, policy::ParseJobSpec(job), false).has_value());
+  EXPECT_FALSE(adapter_.Sync(job, policy::ParseJobSpec(job), false).write.has_value());
 }
 
 TEST_F(KueueAdapterTest, AdmittedWorkloadAdmitsAndPlacesPodsOnTheFlavor) {
@@ -135,10 +140,17 @@ TEST_F(KueueAdapterTest, AdmittedWorkloadAdmitsAndPlacesPodsOnTheFlavor) {
                 {"spec",
                  {{"nodeLabels", {{"pool", "reserved"}}},
                   {"tolerations", Json::array({{{"key", "team"}, {"operator", "Exists"}}})}}}});
-  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), false);
-  ASSERT_TRUE(verdict) << verdict.error().ToString();
-  EXPECT_TRUE(verdict->admit);
-  EXPECT_TRUE(Writes("workloads").empty()) << "nothing to write";
+  const auto verdict = Sync(job, false);
+  EXPECT_TRUE(verdict.admit);
+  // Admitted, its pods not ready yet: PodsReady=False (WaitForStart), as Kueue expects.
+  const auto writes = Writes("workloads");
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].subresource, "status");
+  bool waiting = false;
+  for (const Json& c : writes[0].body["status"]["conditions"]) {
+    if (c["type"] == "PodsReady") waiting = c["status"] == "False" && c["reason"] == "WaitForStart";
+  }
+  EXPECT_TRUE(waiting) << writes[0].body.dump();
   auto placements = adapter_.Placements(job);
   ASSERT_TRUE(placements) << placements.error().ToString();
   ASSERT_EQ(placements->count("workers"), 1u);
@@ -156,9 +168,8 @@ TEST_F(KueueAdapterTest, AWorkloadOfAnotherJobIsNotThisJobs) {
   const auto job = Job(JobJson("Queued"));
   AddWorkload(job, Admitted(), "uid-of-an-older-job");
   EXPECT_EQ(adapter_.Find(job), nullptr);
-  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), false);
-  ASSERT_TRUE(verdict);
-  EXPECT_FALSE(verdict->admit);
+  const auto verdict = Sync(job, false);
+  EXPECT_FALSE(verdict.admit);
 }
 
 TEST_F(KueueAdapterTest, EvictedJobGivesTheQuotaBackOnceItsPodsAreGone) {
@@ -166,13 +177,11 @@ TEST_F(KueueAdapterTest, EvictedJobGivesTheQuotaBackOnceItsPodsAreGone) {
   Json evicted = Admitted();
   evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
   AddWorkload(job, evicted);
-  auto waiting = adapter_.Sync(job, policy::ParseJobSpec(job), /*pods_left=*/true);
-  ASSERT_TRUE(waiting);
-  EXPECT_FALSE(waiting->admit);
+  const auto waiting = Sync(job, /*pods_left=*/true);
+  EXPECT_FALSE(waiting.admit);
   EXPECT_TRUE(Writes("workloads").empty());
 
-  auto released = adapter_.Sync(job, policy::ParseJobSpec(job), /*pods_left=*/false);
-  ASSERT_TRUE(released) << released.error().ToString();
+  const auto released = Sync(job, /*pods_left=*/false);
   const auto writes = Writes("workloads");
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].verb, "patch");
@@ -188,16 +197,15 @@ TEST_F(KueueAdapterTest, RunningJobEvictedByKueueIsToldToStop) {
   Json evicted = Admitted();
   evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
   AddWorkload(job, evicted);
-  auto verdict = adapter_.Sync(job, policy::ParseJobSpec(job), true);
-  ASSERT_TRUE(verdict);
-  ASSERT_TRUE(verdict->evict.has_value());
-  EXPECT_NE(verdict->evict->find("Preempted message"), std::string::npos) << *verdict->evict;
+  const auto verdict = Sync(job, true);
+  ASSERT_TRUE(verdict.evict.has_value());
+  EXPECT_NE(verdict.evict->find("Preempted message"), std::string::npos) << *verdict.evict;
 }
 
 TEST_F(KueueAdapterTest, FinishedJobFinishesItsWorkload) {
   const auto job = Job(JobJson("Succeeded"));
   AddWorkload(job, Admitted());
-  ASSERT_TRUE(adapter_.Sync(job, policy::ParseJobSpec(job), false));
+  Sync(job);
   const auto stored =
       fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"));
   ASSERT_TRUE(stored.has_value());
@@ -211,7 +219,7 @@ TEST_F(KueueAdapterTest, FinishedJobFinishesItsWorkload) {
 TEST_F(KueueAdapterTest, SuspendingTheJobDeactivatesItsWorkload) {
   const auto job = Job(JobJson("Suspended", false, /*suspend=*/true));
   AddWorkload(job, Admitted());
-  ASSERT_TRUE(adapter_.Sync(job, policy::ParseJobSpec(job), false));
+  Sync(job);
   const auto writes = Writes("workloads");
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].subresource, "");

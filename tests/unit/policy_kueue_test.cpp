@@ -33,8 +33,22 @@ Json AdmittedStatus() {
                                           Condition("Admitted", "True", "Admitted")})}};
 }
 
-WorkloadState Read(const Json& status, const Json& spec = Json::object()) {
-  return ReadWorkload("tpujob-train-abcde", "job-uid-1", 1, spec, status);
+WorkloadState Read(const Json& status, const Json& spec = Json::object(),
+                   const Json& annotations = Json::object()) {
+  Json object = {{"metadata",
+                  {{"name", "tpujob-train-abcde"},
+                   {"namespace", "team-a"},
+                   {"generation", 1},
+                   {"annotations", annotations},
+                   {"ownerReferences", Json::array({{{"kind", "TPUJob"},
+                                                     {"name", "train"},
+                                                     {"uid", "job-uid-1"},
+                                                     {"controller", true}}})}}},
+                 {"spec", spec.is_object() ? spec : Json::object()},
+                 {"status", status.is_object() ? status : Json::object()}};
+  auto workload = cache::WorkloadInfo::FromJson(object);
+  EXPECT_TRUE(workload.has_value());
+  return ReadWorkload(*workload);
 }
 
 const Json* Find(const Json& conditions, std::string_view type) {
@@ -172,6 +186,8 @@ struct DecideCase {
   bool pods_left = false;
   std::optional<Json> workload_status;  // nullopt: no Workload
   Json workload_spec = Json::object();
+  Json workload_annotations = Json::object();
+  std::string wanted_digest;
   // Expected:
   bool create = false;
   bool admit = false;
@@ -180,7 +196,16 @@ struct DecideCase {
   std::optional<bool> finish;
   std::optional<bool> set_active;
   std::string message_has;
+  bool recreate = false;
+  bool readmission = false;
+  std::optional<bool> pods_ready;
+  std::string pods_ready_reason;
 };
+
+Json WithCondition(Json status, std::string type, std::string value, std::string reason) {
+  status["conditions"].push_back(Condition(type, value, reason));
+  return status;
+}
 
 Json Evicted(std::string reason = "Preempted") {
   Json s = AdmittedStatus();
@@ -207,13 +232,18 @@ TEST_P(KueueDecideTest, Verdict) {
   status.attempt = 1;
   if (c.job_admitted) status.SetCondition(condition::kAdmitted, true, "Admitted", "", At(0), 1);
   std::optional<WorkloadState> w;
-  if (c.workload_status) w = Read(*c.workload_status, c.workload_spec);
+  if (c.workload_status) w = Read(*c.workload_status, c.workload_spec, c.workload_annotations);
   KueueInput in;
   in.workload = w ? &*w : nullptr;
   in.status = &status;
   in.spec = &*spec;
   in.pods_left = c.pods_left;
+  in.wanted_digest = c.wanted_digest;
   const KueueVerdict v = DecideKueue(in);
+  EXPECT_EQ(v.recreate, c.recreate);
+  EXPECT_EQ(v.readmission, c.readmission);
+  EXPECT_EQ(v.pods_ready, c.pods_ready);
+  EXPECT_EQ(v.pods_ready_reason, c.pods_ready_reason);
   EXPECT_EQ(v.create_workload, c.create);
   EXPECT_EQ(v.admit, c.admit);
   EXPECT_EQ(v.evict.has_value(), c.evict);
@@ -249,42 +279,52 @@ INSTANTIATE_TEST_SUITE_P(
         DecideCase{.name = "AdmittedStarts",
                    .workload_status = AdmittedStatus(),
                    .admit = true,
-                   .message_has = "ClusterQueue tpu"},
+                   .message_has = "ClusterQueue tpu",
+                   .pods_ready = false,
+                   .pods_ready_reason = "WaitForStart"},
         DecideCase{.name = "ReissuedAttemptKeepsTheAdmission",
                    .phase = Phase::kRestarting,
                    .pods_left = true,
                    .workload_status = AdmittedStatus(),
-                   .admit = true},
+                   .admit = true,
+                   .pods_ready = false,
+                   .pods_ready_reason = "WaitForStart"},
         DecideCase{.name = "EvictedWhileRunningStopsTheJob",
                    .phase = Phase::kRunning,
                    .job_admitted = true,
                    .pods_left = true,
                    .workload_status = Evicted(),
                    .evict = true,
-                   .message_has = "Kueue evicted Workload tpujob-train-abcde (Preempted)"},
+                   .message_has = "Kueue evicted Workload tpujob-train-abcde (Preempted)",
+                   .readmission = true},
         DecideCase{.name = "EvictedWhileStartingStopsTheJob",
                    .phase = Phase::kStarting,
                    .job_admitted = true,
                    .pods_left = true,
                    .workload_status = Evicted(),
-                   .evict = true},
+                   .evict = true,
+                   .readmission = true},
         DecideCase{.name = "EvictedJobKeepsTheQuotaWhilePodsAreGoing",
                    .phase = Phase::kQueued,
                    .pods_left = true,
-                   .workload_status = Evicted()},
+                   .workload_status = Evicted(),
+                   .readmission = true},
         DecideCase{.name = "EvictedJobGivesTheQuotaBackOncePodsAreGone",
                    .phase = Phase::kQueued,
                    .workload_status = Evicted(),
                    .release = true,
-                   .message_has = "waiting for Kueue to admit it again"},
+                   .message_has = "waiting for Kueue to admit it again",
+                   .readmission = true},
         DecideCase{.name = "ReleasedEvictedWorkloadIsNotReleasedTwice",
                    .phase = Phase::kQueued,
-                   .workload_status = EvictedAndReleased()},
+                   .workload_status = EvictedAndReleased(),
+                   .readmission = true},
         DecideCase{.name = "RestartingAfterAPreemptionDoesNotStopAgain",
                    .phase = Phase::kRestarting,
                    .job_admitted = false,
                    .pods_left = true,
-                   .workload_status = Evicted()},
+                   .workload_status = Evicted(),
+                   .readmission = true},
         DecideCase{.name = "SucceededFinishesTheWorkload",
                    .phase = Phase::kSucceeded,
                    .workload_status = AdmittedStatus(),
@@ -313,13 +353,85 @@ INSTANTIATE_TEST_SUITE_P(
                    .phase = Phase::kQueued,
                    .workload_status = Json{{"conditions", Json::array()}},
                    .workload_spec = Json{{"active", false}},
+                   .workload_annotations = Json{{"tpujob.dev/deactivated-for-suspend", "true"}},
                    .set_active = true},
         DecideCase{.name = "DeactivationEvictionGivesTheQuotaBack",
                    .phase = Phase::kSuspended,
                    .suspend = true,
                    .workload_status = Evicted("InactiveWorkload"),
                    .workload_spec = Json{{"active", false}},
-                   .release = true}),
+                   .release = true,
+                   .readmission = true},
+        DecideCase{.name = "RunningJobIsReadyOnItsWorkload",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .workload_status = AdmittedStatus(),
+                   .admit = true,
+                   .pods_ready = true,
+                   .pods_ready_reason = "Started"},
+        DecideCase{
+            .name = "ReadyIsWrittenOnce",
+            .phase = Phase::kRunning,
+            .job_admitted = true,
+            .pods_left = true,
+            .workload_status = WithCondition(AdmittedStatus(), "PodsReady", "True", "Started"),
+            .admit = true},
+        DecideCase{
+            .name = "AWorkerRestartingWaitsForRecovery",
+            .phase = Phase::kRestarting,
+            .job_admitted = true,
+            .pods_left = true,
+            .workload_status = WithCondition(AdmittedStatus(), "PodsReady", "True", "Started"),
+            .admit = true,
+            .pods_ready = false,
+            .pods_ready_reason = "WaitForRecovery"},
+        DecideCase{.name = "RunningAgainIsRecovered",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .workload_status = WithCondition(AdmittedStatus(), "PodsReady", "False",
+                                                    "WaitForRecovery"),
+                   .admit = true,
+                   .pods_ready = true,
+                   .pods_ready_reason = "Recovered"},
+        DecideCase{.name = "WorkloadGoneUnderARunningJobStopsItAndIsCreatedAgain",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .create = true,
+                   .evict = true,
+                   .message_has = "Workload is gone"},
+        DecideCase{
+            .name = "WorkloadWithoutQuotaUnderARunningJobStopsIt",
+            .phase = Phase::kRunning,
+            .job_admitted = true,
+            .pods_left = true,
+            .workload_status =
+                Json{{"conditions", Json::array({Condition("QuotaReserved", "False", "Inadmissible",
+                                                           "LocalQueue team-a is inactive")})}},
+            .evict = true,
+            .message_has = "no longer holds quota (LocalQueue team-a is inactive)",
+            .readmission = true},
+        DecideCase{.name = "StaleWorkloadOfAWaitingJobIsReplaced",
+                   .workload_status = AdmittedStatus(),
+                   .workload_annotations = Json{{"tpujob.dev/workload-spec-digest", "old"}},
+                   .wanted_digest = "new",
+                   .recreate = true},
+        DecideCase{.name = "AdmittedJobKeepsItsWorkload",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .workload_status = AdmittedStatus(),
+                   .workload_annotations = Json{{"tpujob.dev/workload-spec-digest", "old"}},
+                   .wanted_digest = "new",
+                   .admit = true,
+                   .pods_ready = true,
+                   .pods_ready_reason = "Started"},
+        DecideCase{.name = "WorkloadDeactivatedByKueueStaysInactive",
+                   .workload_status = Json{{"conditions", Json::array()}},
+                   .workload_spec = Json{{"active", false}},
+                   .message_has = "by Kueue or an administrator"}),
     [](const ::testing::TestParamInfo<DecideCase>& info) { return info.param.name; });
 #pragma GCC diagnostic pop
 
@@ -371,7 +483,8 @@ TEST(KueuePatchTest, ReleaseAfterADeactivationLeavesTheRequeueToKueue) {
 
 TEST(KueuePatchTest, FinishAddsFinishedAndKeepsTheOtherConditions) {
   const Json status = AdmittedStatus();
-  const Json patch = FinishPatch(Read(status), status, "9", false, "the TPUJob failed", At(3));
+  const Json patch = ConditionPatch(Read(status), status, "9", "Finished", true, "Failed",
+                                    "the TPUJob failed", At(3));
   const Json& conditions = patch["status"]["conditions"];
   EXPECT_EQ(conditions.size(), 3u);
   const Json* finished = Find(conditions, "Finished");

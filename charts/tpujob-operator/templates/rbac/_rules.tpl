@@ -12,7 +12,8 @@ The operator's permissions, derived from the requests it makes (src/controller):
   - the job queue gets PriorityClasses named by spec.priorityClassName;
   - unless operator.kueue is "false", the Kueue adapter (controller/kueue_adapter.cpp) lists
     and watches the Workloads it writes, creates one per job naming a LocalQueue, patches its
-    spec.active (suspend) and its status (quota given back after an eviction, Finished), and
+    spec.active (suspend) and its status (quota given back after an eviction, PodsReady,
+    Finished), deletes one that no longer matches its job (or whose job left Kueue), and
     gets the ResourceFlavors Kueue assigns; the owner reference with blockOwnerDeletion on a
     Workload is covered by tpujobs/finalizers as for Pods;
   - leader election gets, creates and updates its Lease (rbac/leader-election.yaml);
@@ -44,7 +45,7 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 {{- if ne (toString .Values.operator.kueue) "false" }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["list", "watch", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["patch"]
