@@ -52,6 +52,17 @@ void SetCondition(Json& conditions, std::string_view type, bool status, std::str
                             {"observedGeneration", generation}});
 }
 
+// FNV-1a: a hash stable across processes and versions (std::hash is neither), for names and
+// digests that outlive the process that wrote them.
+uint64_t Fnv1a(std::string_view text) {
+  uint64_t hash = 14695981039346656037ULL;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  return hash;
+}
+
 Json Conditions(const Json& status) {
   auto it = status.find("conditions");
   return it != status.end() && it->is_array() ? *it : Json::array();
@@ -69,12 +80,7 @@ std::string QueueName(const cache::TPUJobInfo& job) {
 }
 
 std::string WorkloadName(std::string_view job_name, std::string_view job_uid) {
-  // FNV-1a over the uid: stable across processes and versions (std::hash is neither).
-  uint64_t hash = 14695981039346656037ULL;
-  for (unsigned char c : job_uid) {
-    hash ^= c;
-    hash *= 1099511628211ULL;
-  }
+  const uint64_t hash = Fnv1a(job_uid);
   char suffix[8];
   std::snprintf(suffix, sizeof(suffix), "%05x", static_cast<unsigned>(hash & 0xfffff));
   constexpr size_t kMaxName = 253;
@@ -95,12 +101,8 @@ std::string PodSetName(const JobSpec& spec, ReplicaType type, int32_t index) {
 std::string SpecDigest(const Json& workload_spec) {
   const Json basis = {{"queueName", workload_spec.value("queueName", Json())},
                       {"podSets", workload_spec.value("podSets", Json())}};
-  // FNV-1a over the canonical dump (nlohmann orders object members): stable across processes.
-  uint64_t hash = 14695981039346656037ULL;
-  for (unsigned char c : basis.dump()) {
-    hash ^= c;
-    hash *= 1099511628211ULL;
-  }
+  // Over the canonical dump: nlohmann orders object members.
+  const uint64_t hash = Fnv1a(basis.dump());
   char out[17];
   std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(hash));
   return out;
