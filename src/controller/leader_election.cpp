@@ -201,6 +201,28 @@ bool LeaderElector::MayWriteLease(std::string* why) {
   return true;
 }
 
+kube::WriteOptions LeaderElector::HolderWriteOptions() {
+  // The client retries a write that failed in transport or with a 5xx, backing off for seconds:
+  // a renewal retried once the API server answers again, after the deadline, would renew for
+  // another lease duration a Lease this replica has given up (and delay the standby by as much).
+  kube::WriteOptions options;
+  options.before_send = [this]() -> kube::Status {
+    std::lock_guard<std::mutex> guard(mu_);
+    const Duration age = clock_.Now() - renewed_at_;
+    if (lost_) {
+      return std::unexpected(kube::Error::Cancelled("leadership of lease " + LeaseKey() +
+                                                    " was lost (" + lost_reason_ + ")"));
+    }
+    if (age >= options_.renew_deadline) {
+      return std::unexpected(kube::Error::Cancelled(
+          "the leader lease " + LeaseKey() + " was last renewed " + std::to_string(Millis(age)) +
+          "ms ago, beyond the renew deadline of " + SecondsText(options_.renew_deadline)));
+    }
+    return {};
+  };
+  return options;
+}
+
 LeaderElector::Record LeaderElector::RecordOf(const kube::Json& lease) {
   Record record;
   const auto spec = lease.find("spec");
@@ -269,7 +291,7 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
     lease["spec"]["leaseDurationSeconds"] = duration_seconds;
     lease["spec"]["renewTime"] = FormatMicroTime(clock_.WallNow());
     if (!MayWriteLease(&why)) return Attempt::kFailed;
-    auto updated = client_.Update(leases, options_.ns, lease);
+    auto updated = client_.Update(leases, options_.ns, lease, HolderWriteOptions());
     if (updated) return succeeded(*updated);
     if (!updated.error().IsConflict()) {
       log::Warn("cannot renew the leader lease", {{"lease", LeaseKey()},
@@ -455,7 +477,7 @@ void LeaderElector::Release() {
   spec["leaseDurationSeconds"] = 1;
   spec["acquireTime"] = now;
   spec["renewTime"] = now;
-  auto updated = client_.Update(kube::Resource::Leases(), options_.ns, lease);
+  auto updated = client_.Update(kube::Resource::Leases(), options_.ns, lease, HolderWriteOptions());
   if (!updated) {
     log::Warn("cannot release the leader lease; a standby takes over when it expires",
               {{"lease", LeaseKey()},

@@ -130,6 +130,9 @@ class LeaderElector {
   void Observe(const kube::Json& lease, TimePoint now);
   // Whether a Lease write may be sent now: not lost, and if leading, the renewal is fresh.
   bool MayWriteLease(std::string* why);
+  // For the writes of the holder (a renewal, the release): the client checks, before sending
+  // each attempt of the request, that the last renewal is still within the renew deadline.
+  kube::WriteOptions HolderWriteOptions();
   // Ends leadership (first call only) and tells on_stopped_leading.
   void Lose(const std::string& reason);
   void Release();

@@ -66,6 +66,7 @@ class SteppedClient final : public kube::Client {
     Count("update");
     {
       std::unique_lock<std::mutex> lock(mu_);
+      update_gate_ = options.before_send;
       if (hang_updates_) {
         ++hanging_;
         cv_.notify_all();
@@ -106,6 +107,11 @@ class SteppedClient final : public kube::Client {
     }
     cv_.notify_all();
   }
+  // The send check of the last update: what the client calls before each retry of it.
+  std::function<kube::Status()> update_gate() const {
+    std::lock_guard<std::mutex> guard(mu_);
+    return update_gate_;
+  }
   bool AwaitHanging() {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, kWait, [&] { return hanging_ > 0; });
@@ -126,6 +132,7 @@ class SteppedClient final : public kube::Client {
   std::vector<std::string> verbs_;
   bool hang_updates_ = false;
   int hanging_ = 0;
+  std::function<kube::Status()> update_gate_;
 };
 
 // A clock whose time can jump forward without waking anyone: what the threads of a process
@@ -445,6 +452,34 @@ TEST_F(LeaderElectionTest, DeclaresTheLossOnTimeWhileARenewalHangs) {
   EXPECT_FALSE(elector->CheckFence().has_value());
   client_.HangUpdates(false);
   elector->Stop();
+}
+
+// The client retries a renewal that failed in transport (the API server down) with backoff; a
+// retry sent once the API server is back, after the deadline, would renew a Lease this replica
+// has given up for another lease duration, and the standby would wait that much longer.
+TEST_F(LeaderElectionTest, ARenewalIsNotRetriedPastTheRenewDeadline) {
+  Observed observed;
+  auto elector = Elector("op-a");
+  elector->Start(observed.Callbacks());
+  ASSERT_TRUE(observed.AwaitStarted());
+  Settle(2, 2);
+  client_.HangUpdates(true);  // the renewal, as the client retries it
+  struct Unhang {  // on every way out, before the elector is destroyed
+    SteppedClient& client;
+    ~Unhang() { client.HangUpdates(false); }
+  } unhang{client_};
+  clock_.Advance(seconds(2));
+  ASSERT_TRUE(client_.AwaitHanging());
+  const std::function<kube::Status()> gate = client_.update_gate();
+  ASSERT_TRUE(gate) << "a renewal must carry a send check for the client's retries";
+  EXPECT_TRUE(gate().has_value()) << "within the deadline a retry may be sent";
+  ASSERT_TRUE(clock_.AwaitWaiters(1));  // the watchdog
+  clock_.Advance(seconds(8));
+  ASSERT_TRUE(observed.AwaitLost());
+  const kube::Status retry = gate();
+  ASSERT_FALSE(retry.has_value()) << "a retry after the deadline must not be sent";
+  EXPECT_EQ(retry.error().kind, kube::ErrorKind::kCancelled) << retry.error().ToString();
+  EXPECT_THAT(retry.error().message, HasSubstr("lost"));
 }
 
 TEST_F(LeaderElectionTest, StopReleasesTheLeaseAndAStandbyTakesItAtOnce) {
