@@ -26,9 +26,29 @@
 
 namespace tpujob::e2e {
 
+// Waits until the nodes selected by `selector` are Ready and carry none of the taints the node
+// lifecycle controller puts on a new node (node.kubernetes.io/not-ready, which it lifts a moment
+// after the node reports Ready): a pod the scheduler tries meanwhile is marked unschedulable,
+// and the operator would count that against the attempt.
+inline void AwaitNodesSchedulable(const std::string& selector) {
+  const auto ready = Kubectl("wait --for=condition=Ready node " + selector + " --timeout=60s");
+  ASSERT_EQ(ready.exit_code, 0) << ready.output;
+  std::string taints;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto got = Kubectl("get node " + selector +
+                                 " -o jsonpath='{range .items[*]}{.metadata.name}: "
+                                 "{.spec.taints[*].key}{\"\\n\"}{end}'");
+        taints = got.output;
+        return got.exit_code == 0 && taints.find("node.kubernetes.io/") == std::string::npos;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << taints;
+}
+
 // Creates `count` KWOK nodes named <prefix>-<i> advertising `chips` google.com/tpu, labelled
 // with the accelerator, topology and node pool, and tainted as GKE taints TPU nodes. Waits until
-// every one is Ready.
+// every one is Ready and schedulable.
 inline void CreateTpuNodes(const std::string& prefix, int count, const std::string& accelerator,
                            const std::string& topology, const std::string& pool, int chips = 4) {
   std::ostringstream yaml;
@@ -47,9 +67,30 @@ inline void CreateTpuNodes(const std::string& prefix, int count, const std::stri
   std::ofstream(path) << yaml.str();
   const auto applied = Kubectl("apply -f " + path);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
-  const auto ready = Kubectl("wait --for=condition=Ready node -l tpujob.dev/e2e-nodes=" + prefix +
-                             " --timeout=60s");
-  ASSERT_EQ(ready.exit_code, 0) << ready.output;
+  AwaitNodesSchedulable("-l tpujob.dev/e2e-nodes=" + prefix);
+  // The scheduler's own cache may lag the API server, by up to its informers' backoff after an
+  // API-server restart in an earlier test: a pod it tries meanwhile finds no node of the pool
+  // and is marked unschedulable. A probe pod bound to a node of the pool shows it has them.
+  const std::string probe = "probe-" + prefix;
+  const std::string probe_yaml =
+      "apiVersion: v1\nkind: Pod\nmetadata: {name: " + probe +
+      ", namespace: default}\nspec:\n  nodeSelector: {cloud.google.com/gke-nodepool: " + pool +
+      "}\n  tolerations: [{key: google.com/tpu, operator: Exists}]\n  containers: [{name: c, "
+      "image: probe}]\n";
+  const std::string probe_path = ClusterDir() + "/probe-" + prefix + ".yaml";
+  std::ofstream(probe_path) << probe_yaml;
+  const auto created = Kubectl("apply -f " + probe_path);
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  std::string node;
+  const bool bound = Eventually(
+      [&] {
+        node = Kubectl("get pod -n default " + probe + " -o jsonpath='{.spec.nodeName}'", false)
+                   .output;
+        return !node.empty();
+      },
+      std::chrono::seconds(90), std::chrono::milliseconds(100));
+  Kubectl("delete pod -n default " + probe + " --grace-period=0 --force --wait=false");
+  ASSERT_TRUE(bound) << "the scheduler placed no pod on a node of " << pool;
 }
 
 // A KWOK node without TPUs or taints, for the pods that need no TPU (a Master replica).
@@ -64,8 +105,7 @@ inline void CreateCpuNode(const std::string& name) {
   std::ofstream(path) << yaml;
   const auto applied = Kubectl("apply -f " + path);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
-  const auto ready = Kubectl("wait --for=condition=Ready node/" + name + " --timeout=60s");
-  ASSERT_EQ(ready.exit_code, 0) << ready.output;
+  AwaitNodesSchedulable("-l tpujob.dev/e2e-nodes=" + name);
 }
 
 inline void DeleteTpuNodes(const std::string& prefix) {
