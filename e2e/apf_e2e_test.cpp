@@ -263,7 +263,7 @@ TEST_F(ApfE2E, RealApfRejectionsDuringA64WorkerCreationHonourRetryAfterAndLoseNo
   const std::string uid = JobField(n, "gang", "{.metadata.uid}");
   EXPECT_EQ(JobField(n, "gang", "{.status.attempt}"), "1");
   EXPECT_TRUE(ExactlyTheWorkersAndNothingElse(n, "gang", uid, kWorkers));
-  const auto report = watch.Check();
+  const auto report = watch.CheckAfterCreations(kWorkers);
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
   EXPECT_EQ(report.creations, kWorkers) << watch.Raw();
 

@@ -101,7 +101,7 @@ TEST_F(LifecycleE2E, MultiHostJobRunsWhenAllWorkersReadyAndSucceedsWhenWorkerZer
     EXPECT_NE(reasons.find(reason), std::string::npos) << reason << " in " << reasons;
   }
 
-  const auto report = watch.Check();
+  const auto report = watch.CheckAfterCreations(4);
   EXPECT_EQ(report.creations, 4);
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
 }
@@ -347,7 +347,7 @@ TEST_F(LifecycleE2E, ConvergesThroughTwentySigkillsWithoutDuplicatesOrOrphans) {
   // Each decision taken exactly once, whatever the kills interrupted.
   EXPECT_EQ(JobField(ns.name(), "chaos", "{.status.faults[*].action}"), "RestartWorker ReissueJob");
   EXPECT_EQ(JobField(ns.name(), "chaos", "{.status.jobRetries}"), "1");
-  const auto report = watch.Check();
+  const auto report = watch.CheckAfterCreations(4 + 1 + 4);
   EXPECT_EQ(report.creations, 4 + 1 + 4);  // attempt 1, one in-place restart, attempt 2
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
   // No orphans: every pod and the Service belong to the job.

@@ -244,7 +244,7 @@ TEST_F(MultisliceE2E, HardwareFaultInSliceOneReissuesEverySliceOnPoolsWithoutThe
     EXPECT_NE(NodeOf(n, pod), node) << pod;
   }
   // Every pod of attempt 1 was gone before any pod of attempt 2 existed; no worker id twice.
-  const auto report = watch.Check();
+  const auto report = watch.CheckAfterCreations(24);
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
   EXPECT_EQ(report.creations, 24);
   ExpectNothingLeftBehind(n, node_sets_);
@@ -351,7 +351,7 @@ TEST_F(MultisliceE2E, OperatorKilledDuringTheCreationOfFourSlicesOfSixteenLeaves
   EXPECT_EQ(NodePools(n, "big").size(), 4u);
   const std::vector<std::string> pods = JobPods(n, "big");
   EXPECT_EQ(pods.size(), 64u);
-  const auto report = watch.Check();
+  const auto report = watch.CheckAfterCreations(64);
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
   EXPECT_EQ(report.creations, 64) << "killed with " << at_kill << " pods made";
   ExpectNothingLeftBehind(n, node_sets_);

@@ -452,6 +452,17 @@ class PodWatch {
     return report;
   }
 
+  // Check(), once the record holds at least `creations` creations (for at most 30 s): the
+  // watching kubectl can trail the API server by seconds on a loaded machine, and a test that
+  // looks as soon as the job runs would otherwise read a record cut short. A count above
+  // `creations` is returned at once.
+  Report CheckAfterCreations(int creations) const {
+    Report report;
+    Eventually([&] { return (report = Check()).creations >= creations; }, std::chrono::seconds(30),
+               std::chrono::milliseconds(200));
+    return report;
+  }
+
  private:
   std::string ns_;
   std::string path_;
