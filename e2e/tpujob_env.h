@@ -26,6 +26,37 @@
 
 namespace tpujob::e2e {
 
+// Applies `yaml` in `ns`; returns kubectl's result.
+inline CommandResult ApplyYaml(const std::string& ns, const std::string& yaml) {
+  static int counter = 0;
+  const std::string path = ClusterDir() + "/manifest-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(++counter) + ".yaml";
+  std::ofstream(path) << yaml;
+  return Kubectl("apply -n " + ns + " -f " + path);
+}
+
+// Waits until the scheduler places a probe pod on a node of `pool`, then deletes it. The
+// scheduler's own cache may lag the API server, by up to its informers' backoff after an
+// API-server restart in an earlier test: a pod it tries meanwhile finds no node of the pool and
+// is marked unschedulable.
+inline void AwaitSchedulerPlacesOn(const std::string& pool, const std::string& name) {
+  const std::string probe = "probe-" + name;
+  const auto created = ApplyYaml(
+      "default", "apiVersion: v1\nkind: Pod\nmetadata: {name: " + probe +
+                     "}\nspec:\n  nodeSelector: {cloud.google.com/gke-nodepool: " + pool +
+                     "}\n  tolerations: [{key: google.com/tpu, operator: Exists}]\n  containers: "
+                     "[{name: c, image: probe}]\n");
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  const bool bound = Eventually(
+      [&] {
+        return !Kubectl("get pod -n default " + probe + " -o jsonpath='{.spec.nodeName}'", false)
+                    .output.empty();
+      },
+      std::chrono::seconds(90), std::chrono::milliseconds(100));
+  Kubectl("delete pod -n default " + probe + " --grace-period=0 --force --wait=false");
+  ASSERT_TRUE(bound) << "the scheduler placed no pod on a node of " << pool;
+}
+
 // Waits until the nodes selected by `selector` are Ready and carry none of the taints the node
 // lifecycle controller puts on a new node (node.kubernetes.io/not-ready, which it lifts a moment
 // after the node reports Ready): a pod the scheduler tries meanwhile is marked unschedulable,
@@ -68,29 +99,7 @@ inline void CreateTpuNodes(const std::string& prefix, int count, const std::stri
   const auto applied = Kubectl("apply -f " + path);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
   AwaitNodesSchedulable("-l tpujob.dev/e2e-nodes=" + prefix);
-  // The scheduler's own cache may lag the API server, by up to its informers' backoff after an
-  // API-server restart in an earlier test: a pod it tries meanwhile finds no node of the pool
-  // and is marked unschedulable. A probe pod bound to a node of the pool shows it has them.
-  const std::string probe = "probe-" + prefix;
-  const std::string probe_yaml =
-      "apiVersion: v1\nkind: Pod\nmetadata: {name: " + probe +
-      ", namespace: default}\nspec:\n  nodeSelector: {cloud.google.com/gke-nodepool: " + pool +
-      "}\n  tolerations: [{key: google.com/tpu, operator: Exists}]\n  containers: [{name: c, "
-      "image: probe}]\n";
-  const std::string probe_path = ClusterDir() + "/probe-" + prefix + ".yaml";
-  std::ofstream(probe_path) << probe_yaml;
-  const auto created = Kubectl("apply -f " + probe_path);
-  ASSERT_EQ(created.exit_code, 0) << created.output;
-  std::string node;
-  const bool bound = Eventually(
-      [&] {
-        node = Kubectl("get pod -n default " + probe + " -o jsonpath='{.spec.nodeName}'", false)
-                   .output;
-        return !node.empty();
-      },
-      std::chrono::seconds(90), std::chrono::milliseconds(100));
-  Kubectl("delete pod -n default " + probe + " --grace-period=0 --force --wait=false");
-  ASSERT_TRUE(bound) << "the scheduler placed no pod on a node of " << pool;
+  AwaitSchedulerPlacesOn(pool, prefix);
 }
 
 // A KWOK node without TPUs or taints, for the pods that need no TPU (a Master replica).
@@ -110,15 +119,6 @@ inline void CreateCpuNode(const std::string& name) {
 
 inline void DeleteTpuNodes(const std::string& prefix) {
   Kubectl("delete node -l tpujob.dev/e2e-nodes=" + prefix + " --wait=false");
-}
-
-// Applies `yaml` in `ns`; returns kubectl's result.
-inline CommandResult ApplyYaml(const std::string& ns, const std::string& yaml) {
-  static int counter = 0;
-  const std::string path = ClusterDir() + "/manifest-" + std::to_string(::getpid()) + "-" +
-                           std::to_string(++counter) + ".yaml";
-  std::ofstream(path) << yaml;
-  return Kubectl("apply -n " + ns + " -f " + path);
 }
 
 // A TPUJob manifest with `workers` workers of 4 chips on tpu-v5-lite-podslice; `extra_spec`

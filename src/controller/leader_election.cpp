@@ -164,15 +164,19 @@ kube::Status LeaderElector::CheckFence() const {
 }
 
 kube::Status LeaderElector::FenceLocked(TimePoint now) const {
-  if (lost_) {
-    return std::unexpected(kube::Error::Cancelled("leadership of lease " + LeaseKey() +
-                                                  " was lost (" + lost_reason_ + ")"));
-  }
-  if (!leading_) {
+  if (!leading_ && !lost_) {
     std::string message =
         "this replica (" + options_.identity + ") does not hold the leader lease " + LeaseKey();
     if (!observed_.holder.empty()) message += " (held by " + observed_.holder + ")";
     return std::unexpected(kube::Error::Cancelled(std::move(message)));
+  }
+  return RenewalFreshLocked(now);
+}
+
+kube::Status LeaderElector::RenewalFreshLocked(TimePoint now) const {
+  if (lost_) {
+    return std::unexpected(kube::Error::Cancelled("leadership of lease " + LeaseKey() +
+                                                  " was lost (" + lost_reason_ + ")"));
   }
   const Duration age = now - renewed_at_;
   if (age >= options_.renew_deadline) {
@@ -208,17 +212,7 @@ kube::WriteOptions LeaderElector::HolderWriteOptions() {
   kube::WriteOptions options;
   options.before_send = [this]() -> kube::Status {
     std::lock_guard<std::mutex> guard(mu_);
-    const Duration age = clock_.Now() - renewed_at_;
-    if (lost_) {
-      return std::unexpected(kube::Error::Cancelled("leadership of lease " + LeaseKey() +
-                                                    " was lost (" + lost_reason_ + ")"));
-    }
-    if (age >= options_.renew_deadline) {
-      return std::unexpected(kube::Error::Cancelled(
-          "the leader lease " + LeaseKey() + " was last renewed " + std::to_string(Millis(age)) +
-          "ms ago, beyond the renew deadline of " + SecondsText(options_.renew_deadline)));
-    }
-    return {};
+    return RenewalFreshLocked(clock_.Now());
   };
   return options;
 }

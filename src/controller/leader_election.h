@@ -137,6 +137,8 @@ class LeaderElector {
   void Lose(const std::string& reason);
   void Release();
   kube::Status FenceLocked(TimePoint now) const;
+  // The part of the fence that also holds while releasing: not lost, renewed within the deadline.
+  kube::Status RenewalFreshLocked(TimePoint now) const;
 
   static Record RecordOf(const kube::Json& lease);
 
