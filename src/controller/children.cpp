@@ -35,15 +35,6 @@ std::string StringField(const Json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-Json OwnerReference(const cache::TPUJobInfo& job) {
-  return Json{{"apiVersion", kTPUJobApiVersion},
-              {"kind", kTPUJobKind},
-              {"name", job.name},
-              {"uid", job.uid},
-              {"controller", true},
-              {"blockOwnerDeletion", true}};
-}
-
 std::vector<std::string> WorkerHostnameList(std::string_view job, const policy::JobSpec& spec,
                                             int32_t slice) {
   std::vector<std::string> hostnames;
@@ -201,6 +192,15 @@ std::optional<int32_t> ParseCanonicalInt(std::string_view text) {
 }
 
 }  // namespace
+
+Json OwnerReference(const cache::TPUJobInfo& job) {
+  return Json{{"apiVersion", kTPUJobApiVersion},
+              {"kind", kTPUJobKind},
+              {"name", job.name},
+              {"uid", job.uid},
+              {"controller", true},
+              {"blockOwnerDeletion", true}};
+}
 
 std::string PodName(std::string_view job, ReplicaType type, int32_t index) {
   std::string name(job);

@@ -132,6 +132,10 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy:
 // requests, the pre-flight container's included) without what Kueue does not read.
 Json BuildWorkload(const cache::TPUJobInfo& job, const policy::JobSpec& spec, int32_t priority);
 
+// The owner reference the job's pods, Service and Workload carry: the job, as their controller,
+// blocking its own deletion until the garbage collector has deleted them.
+Json OwnerReference(const cache::TPUJobInfo& job);
+
 // The headless Service (clusterIP None, no ports) selecting every pod of the job, publishing
 // addresses of pods that are not ready yet: peers must resolve each other while they start.
 Json BuildService(const cache::TPUJobInfo& job);

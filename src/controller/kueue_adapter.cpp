@@ -14,16 +14,34 @@ KueueAdapter::KueueAdapter(kube::Client& client, const cache::Store<cache::Workl
                            Clock& clock)
     : client_(client), workloads_(workloads), clock_(clock), priority_classes_(client, clock) {}
 
+std::string KueueAdapter::WorkloadNameOf(const cache::TPUJobInfo& job) {
+  std::string prebuilt = kueue::PrebuiltWorkloadName(job);
+  return prebuilt.empty() ? kueue::WorkloadName(job.name, job.uid) : prebuilt;
+}
+
 cache::Store<cache::WorkloadInfo>::Ptr KueueAdapter::Find(const cache::TPUJobInfo& job) const {
-  auto workload =
-      workloads_.Get(cache::ObjectKey(job.ns.view(), kueue::WorkloadName(job.name, job.uid)));
-  if (workload == nullptr || workload->owner.uid.view() != job.uid) return nullptr;
-  return workload;
+  auto workload = workloads_.Get(cache::ObjectKey(job.ns.view(), WorkloadNameOf(job)));
+  if (workload == nullptr) return nullptr;
+  if (workload->owner.uid.view() == job.uid) return workload;
+  // A prebuilt Workload is the job's before the job adopts it, unless another job controls it.
+  const bool adoptable = !kueue::PrebuiltWorkloadName(job).empty() && workload->owner.empty();
+  return adoptable ? workload : nullptr;
 }
 
 KueueAdapter::SyncResult KueueAdapter::Sync(const cache::TPUJobInfo& job,
                                             const std::expected<policy::JobSpec, std::string>& spec,
                                             bool pods_left) {
+  return Decide(job, spec, pods_left, kueue::DecideKueue);
+}
+
+KueueAdapter::SyncResult KueueAdapter::Dispatch(
+    const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec) {
+  return Decide(job, spec, /*pods_left=*/false, kueue::DecideDispatch);
+}
+
+KueueAdapter::SyncResult KueueAdapter::Decide(
+    const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec,
+    bool pods_left, kueue::KueueVerdict (*decide)(const kueue::KueueInput&)) {
   const policy::JobStatus status = policy::JobStatus::FromJson(job.status);
   const auto workload = Find(job);
   std::optional<kueue::WorkloadState> state;
@@ -33,16 +51,53 @@ KueueAdapter::SyncResult KueueAdapter::Sync(const cache::TPUJobInfo& job,
   input.status = &status;
   input.spec = spec ? &*spec : nullptr;
   input.pods_left = pods_left;
+  input.prebuilt = kueue::PrebuiltWorkloadName(job);
   // Whether a waiting job's Workload still describes it (the pod sets and queue it would get
   // now). Only while it holds no admission: an admitted job's layout cannot change.
   if (spec && state && !status.ConditionTrue(policy::condition::kAdmitted)) {
     input.wanted_digest = kueue::SpecDigest(BuildWorkload(job, *spec, 0)["spec"]);
   }
   SyncResult result;
-  result.verdict = kueue::DecideKueue(input);
+  result.verdict = decide(input);
   result.write = Write(job, spec ? &*spec : nullptr, workload.get(), state ? &*state : nullptr,
                        result.verdict);
   return result;
+}
+
+kube::Status KueueAdapter::Adopt(const cache::TPUJobInfo& job,
+                                 const cache::WorkloadInfo& workload) {
+  // Read whole and written back with its resourceVersion: the owner references a merge patch
+  // would replace are kept, and a Workload that changed since is not adopted on stale grounds.
+  const std::string ns(workload.ns.view());
+  auto current = client_.Get(kube::Resource::Workloads(), ns, workload.name);
+  if (!current) {
+    if (current.error().IsNotFound()) return {};
+    return std::unexpected(current.error());
+  }
+  Json object = std::move(*current);
+  Json& metadata = object["metadata"];
+  if (metadata.value("uid", "") != workload.uid) return {};  // another Workload by now
+  Json& owners = metadata["ownerReferences"];
+  if (!owners.is_array()) owners = Json::array();
+  for (const Json& owner : owners) {
+    if (owner.is_object() && owner.value("controller", false)) {
+      log::Warn("the prebuilt Kueue Workload is controlled by another object; not adopting it",
+                {{"tpujob", job.Key()}, {"workload", workload.name}});
+      return {};
+    }
+  }
+  owners.push_back(OwnerReference(job));
+  metadata["labels"][std::string(kueue::kJobUidLabel)] = job.uid;
+  auto answer = client_.Update(kube::Resource::Workloads(), ns, object);
+  if (!answer && !answer.error().IsNotFound()) {
+    log::Warn(
+        "cannot adopt the prebuilt Kueue Workload",
+        {{"tpujob", job.Key()}, {"workload", workload.name}, {"error", answer.error().ToString()}});
+    return std::unexpected(answer.error());
+  }
+  log::Info("adopted the Kueue Workload MultiKueue made for the job",
+            {{"tpujob", job.Key()}, {"workload", workload.name}});
+  return {};
 }
 
 kube::Status KueueAdapter::Write(const cache::TPUJobInfo& job, const policy::JobSpec* spec,
@@ -66,6 +121,7 @@ kube::Status KueueAdapter::Write(const cache::TPUJobInfo& job, const policy::Job
     }
   }
   if (workload == nullptr || state == nullptr) return {};
+  if (verdict.adopt) return Adopt(job, *workload);  // the next writes follow on its event
   if (verdict.recreate) return Delete(*workload, "the job's pods or queue changed", key);
   if (verdict.set_active) {
     // The Workload's own field: Kueue neither admits nor counts an inactive Workload (it evicts
@@ -103,6 +159,12 @@ kube::Status KueueAdapter::Write(const cache::TPUJobInfo& job, const policy::Job
                               true, *verdict.finish ? "Succeeded" : "Failed",
                               *verdict.finish ? "the TPUJob succeeded" : "the TPUJob failed", now);
     return PatchStatus(*workload, patch, "finished", key);
+  }
+  if (verdict.out_of_sync) {
+    const Json patch = kueue::ConditionPatch(
+        *state, workload->status, workload->resource_version, "Finished", true,
+        kueue::kFinishedOutOfSync, "The prebuilt workload is out of sync with its user job", now);
+    return PatchStatus(*workload, patch, "finished (out of sync with its job)", key);
   }
   if (verdict.pods_ready) {
     const Json patch =

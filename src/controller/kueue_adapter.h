@@ -44,8 +44,12 @@ class KueueAdapter {
   void set_enabled(bool enabled) { enabled_ = enabled; }
   bool enabled() const { return enabled_.load(); }
 
+  // The name of the job's Workload: the one MultiKueue made for it in this worker cluster
+  // (policy::kueue::PrebuiltWorkloadName), or else the one the operator creates.
+  static std::string WorkloadNameOf(const cache::TPUJobInfo& job);
+
   // The job's Workload in the cache (nullptr when there is none, or only one of another job
-  // of the same name).
+  // of the same name). A prebuilt Workload that no object controls yet counts as the job's.
   cache::Store<cache::WorkloadInfo>::Ptr Find(const cache::TPUJobInfo& job) const;
 
   struct SyncResult {
@@ -59,6 +63,11 @@ class KueueAdapter {
   SyncResult Sync(const cache::TPUJobInfo& job,
                   const std::expected<policy::JobSpec, std::string>& spec, bool pods_left);
 
+  // The manager cluster's side of MultiKueue (policy::kueue::DecideDispatch), for a job whose
+  // spec.managedBy names it: only the Workload's writes; the verdict never admits or evicts.
+  SyncResult Dispatch(const cache::TPUJobInfo& job,
+                      const std::expected<policy::JobSpec, std::string>& spec);
+
   // The job no longer names a LocalQueue: its Workload, if any, is deleted (Kueue stops counting
   // it; the operator's own queue admits the job from now on).
   kube::Status Forget(const cache::TPUJobInfo& job);
@@ -69,6 +78,11 @@ class KueueAdapter {
       const cache::TPUJobInfo& job);
 
  private:
+  SyncResult Decide(const cache::TPUJobInfo& job,
+                    const std::expected<policy::JobSpec, std::string>& spec, bool pods_left,
+                    policy::kueue::KueueVerdict (*decide)(const policy::kueue::KueueInput&));
+  // Makes the job the controlling owner of the prebuilt Workload MultiKueue made for it.
+  kube::Status Adopt(const cache::TPUJobInfo& job, const cache::WorkloadInfo& workload);
   kube::Status PatchStatus(const cache::WorkloadInfo& workload, const nlohmann::json& patch,
                            std::string_view what, const std::string& job_key);
   kube::Status Delete(const cache::WorkloadInfo& workload, std::string_view why,

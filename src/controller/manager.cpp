@@ -13,6 +13,7 @@
 #include "cache/store.h"
 #include "controller/metrics.h"
 #include "policy/goodput.h"
+#include "policy/job_spec.h"
 
 namespace tpujob::controller {
 namespace {
@@ -196,6 +197,8 @@ void Manager::Collect() {
   std::set<std::vector<std::string>> goodput_series;
   const WallTime now = clock_.WallNow();
   for (const auto& job : jobs_->store().List()) {
+    // Another controller's job (MultiKueue's, run by a worker cluster) counts where it runs.
+    if (!policy::ManagedByUs(*job)) continue;
     const policy::JobStatus status = policy::JobStatus::FromJson(job->status);
     ++phases[status.phase];
     // Suspended jobs are left out: their low goodput is their owner's choice, not a problem.

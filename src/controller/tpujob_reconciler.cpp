@@ -121,6 +121,37 @@ std::optional<Duration> TPUJobReconciler::Pending(const std::string& key,
   return e.deadline - now;
 }
 
+void TPUJobReconciler::ReportWorkloadRefusal(const cache::TPUJobInfo& job,
+                                             const kube::Status& write) {
+  if (write) return;
+  const kube::Error& error = write.error();
+  // Refused for good (a webhook, a quota, RBAC), not a blip: the job's owner needs to know.
+  if (error.http_status >= 400 && error.http_status < 500 && !error.IsConflict() &&
+      !error.IsNotFound() && !error.IsTooManyRequests()) {
+    recorder_.Record(RefOf(job), EventType::kWarning, "KueueWorkloadRefused",
+                     "writing Kueue Workload " + KueueAdapter::WorkloadNameOf(job) +
+                         " was refused: " + error.ToString());
+  }
+}
+
+kube::Result<ReconcileResult> TPUJobReconciler::Dispatch(const std::string& key,
+                                                         const cache::TPUJobInfo& job) {
+  // MultiKueue's job in a manager cluster: queued in Kueue here, run by a worker cluster, its
+  // status MultiKueue's to write. Only its Workload is the operator's.
+  const auto spec = policy::ParseJobSpec(job);
+  if (!spec) {
+    recorder_.Record(RefOf(job), EventType::kWarning, "InvalidSpec",
+                     "not queued in Kueue: " + spec.error());
+  }
+  const KueueAdapter::SyncResult sync = options_.kueue->Dispatch(job, spec);
+  log::Debug("MultiKueue dispatches the TPUJob", {{"tpujob", key},
+                                                  {"workload", KueueAdapter::WorkloadNameOf(job)},
+                                                  {"state", sync.verdict.message}});
+  ReportWorkloadRefusal(job, sync.write);
+  if (!sync.write) return std::unexpected(sync.write.error());
+  return ReconcileResult{};
+}
+
 kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key) {
   auto job = jobs_.Get(key);
   if (job == nullptr) {
@@ -132,6 +163,10 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     return ReconcileResult{};
   }
   if (!policy::ManagedByUs(*job)) {
+    if (options_.kueue != nullptr && options_.kueue->Manages(*job) &&
+        policy::kueue::DispatchedByMultiKueue(*job)) {
+      return Dispatch(key, *job);
+    }
     // Another controller's (spec.managedBy): not a pod, status or Workload of it is ours.
     log::Debug("TPUJob managed by another controller; leaving it alone",
                {{"tpujob", key}, {"managedBy", job->spec.value("managedBy", "")}});
@@ -174,17 +209,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     const bool pods_left = !input.pods.empty() || !input.strays.empty();
     KueueAdapter::SyncResult sync = options_.kueue->Sync(*job, spec, pods_left);
     kueue_write = sync.write;
-    if (!kueue_write) {
-      const kube::Error& error = kueue_write.error();
-      // Refused for good (a webhook, a quota, RBAC), not a blip: the job's owner needs to know.
-      if (error.http_status >= 400 && error.http_status < 500 && !error.IsConflict() &&
-          !error.IsNotFound() && !error.IsTooManyRequests()) {
-        recorder_.Record(RefOf(*job), EventType::kWarning, "KueueWorkloadRefused",
-                         "writing Kueue Workload " +
-                             policy::kueue::WorkloadName(job->name, job->uid) +
-                             " was refused: " + error.ToString());
-      }
-    }
+    ReportWorkloadRefusal(*job, kueue_write);
     const policy::kueue::KueueVerdict& verdict = sync.verdict;
     input.release_unschedulable = false;
     input.queue_timeout = !verdict.readmission;

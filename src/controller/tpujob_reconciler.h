@@ -91,6 +91,11 @@ class TPUJobReconciler {
   // True when the caches reflect what this reconciler last wrote for `key` (or it waited long
   // enough); otherwise the remaining wait.
   std::optional<Duration> Pending(const std::string& key, const cache::TPUJobInfo& job);
+  // A job whose spec.managedBy names MultiKueue, in the manager cluster: only its Workload's
+  // writes (KueueAdapter::Dispatch); no pod, status or place in the operator's queue.
+  kube::Result<ReconcileResult> Dispatch(const std::string& key, const cache::TPUJobInfo& job);
+  // A Workload write refused for good is told to the job's owner in a Warning event.
+  void ReportWorkloadRefusal(const cache::TPUJobInfo& job, const kube::Status& write);
   // spec.ttlSecondsAfterFinished has passed: deletes the job (its pods go with it).
   kube::Result<ReconcileResult> DeleteFinishedJob(const cache::TPUJobInfo& job);
   kube::Status WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,

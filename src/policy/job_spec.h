@@ -130,8 +130,9 @@ struct JobSpec {
 // spec.managedBy naming this operator (as batch/v1 Job's and JobSet's managedBy name theirs).
 inline constexpr std::string_view kControllerName = "tpujob.dev/operator";
 
-// Whether this operator runs the job: spec.managedBy unset, empty or kControllerName. Any other
-// controller's job (MultiKueue's copy in a manager cluster, say) is left alone entirely.
+// Whether this operator runs the job: spec.managedBy unset, empty or kControllerName. Of any
+// other controller's job the operator touches nothing, except the Kueue Workload of a job
+// MultiKueue dispatches (policy/kueue.h, DecideDispatch).
 bool ManagedByUs(const cache::TPUJobInfo& job);
 
 // Decodes and validates a job. On error the message names the field and what is wrong, e.g.

@@ -73,10 +73,36 @@ Json StatusPatch(std::string_view resource_version, Json status) {
               {"status", std::move(status)}};
 }
 
+// spec.active follows spec.suspend; a deactivation made by someone else is left alone.
+void FollowSuspend(const KueueInput& in, const WorkloadState& w, KueueVerdict& v) {
+  const bool suspended = in.spec != nullptr && in.spec->suspend;
+  if (suspended && w.active) {
+    v.set_active = false;
+  } else if (!suspended && !w.active && w.deactivated_for_suspend) {
+    v.set_active = true;
+  }
+}
+
+std::string EvictionText(const WorkloadState& w) {
+  return "Kueue evicted Workload " + w.name + " (" + w.evicted_reason + ")" +
+         (w.evicted_message.empty() ? "" : ": " + w.evicted_message);
+}
+
 }  // namespace
 
 std::string QueueName(const cache::TPUJobInfo& job) {
   return std::string(job.labels.Value(kQueueNameLabel));
+}
+
+bool DispatchedByMultiKueue(const cache::TPUJobInfo& job) {
+  if (!job.spec.is_object()) return false;
+  auto it = job.spec.find("managedBy");
+  return it != job.spec.end() && it->is_string() &&
+         it->get<std::string>() == kMultiKueueControllerName;
+}
+
+std::string PrebuiltWorkloadName(const cache::TPUJobInfo& job) {
+  return std::string(job.labels.Value(kPrebuiltWorkloadLabel));
 }
 
 std::string WorkloadName(std::string_view job_name, std::string_view job_uid) {
@@ -193,23 +219,22 @@ KueueVerdict DecideKueue(const KueueInput& in) {
       in.status != nullptr && in.status->ConditionTrue(condition::kAdmitted) &&
       (phase == Phase::kStarting || phase == Phase::kRunning || phase == Phase::kRestarting);
   if (w == nullptr) {
-    v.create_workload = in.spec != nullptr;
-    v.message = "creating the Kueue Workload";
+    v.create_workload = in.spec != nullptr && in.prebuilt.empty();
+    v.message = in.prebuilt.empty() ? "creating the Kueue Workload"
+                                    : "waiting for Kueue Workload " + in.prebuilt +
+                                          ", which MultiKueue creates for it (label " +
+                                          std::string(kPrebuiltWorkloadLabel) + ")";
     // Deleted under a running job (or a job admitted before it named a queue): it runs only on
     // quota, so it stops until Kueue admits the new Workload.
     if (holds_admission) v.evict = "its Kueue Workload is gone; it queues in Kueue again";
     return v;
   }
+  v.adopt = !in.prebuilt.empty() && w->owner_uid.empty();
   const bool suspended = in.spec != nullptr && in.spec->suspend;
-  if (suspended && w->active) {
-    v.set_active = false;
-  } else if (!suspended && !w->active && w->deactivated_for_suspend) {
-    v.set_active = true;
-  }
+  FollowSuspend(in, *w, v);
   if (w->evicted || (holds_admission && !w->quota_reserved)) {
     const std::string why =
-        w->evicted ? "Kueue evicted Workload " + w->name + " (" + w->evicted_reason + ")" +
-                         (w->evicted_message.empty() ? "" : ": " + w->evicted_message)
+        w->evicted ? EvictionText(*w)
                    : "Kueue Workload " + w->name + " no longer holds quota" +
                          (w->pending_message.empty() ? "" : " (" + w->pending_message + ")");
     if (holds_admission) {
@@ -224,6 +249,13 @@ KueueVerdict DecideKueue(const KueueInput& in) {
   // Pod sets are immutable in Kueue: a waiting job whose pod sets or queue changed gets a new
   // Workload (an admitted one keeps its own: its layout cannot change while it runs).
   if (!holds_admission && !in.wanted_digest.empty() && w->spec_digest != in.wanted_digest) {
+    if (!in.prebuilt.empty()) {
+      // Not ours to replace: Kueue's answer to a prebuilt Workload that does not fit its job.
+      v.out_of_sync = !w->finished;
+      v.message = "Kueue Workload " + w->name +
+                  " does not describe the job (its pods or queue differ); it cannot run on it";
+      return v;
+    }
     v.recreate = true;
     v.message = "replacing Kueue Workload " + w->name + ": the job's pods or queue changed";
     return v;
@@ -259,6 +291,39 @@ KueueVerdict DecideKueue(const KueueInput& in) {
   }
   v.message = "waiting for Kueue to admit Workload " + w->name +
               (w->pending_message.empty() ? "" : ": " + w->pending_message);
+  return v;
+}
+
+KueueVerdict DecideDispatch(const KueueInput& in) {
+  KueueVerdict v;
+  v.reason = "KueuePending";
+  const Phase phase = in.status != nullptr ? in.status->phase : Phase::kNone;
+  const WorkloadState* w = in.workload;
+  if (IsTerminal(phase)) {
+    if (w != nullptr && !w->finished) v.finish = phase == Phase::kSucceeded;
+    return v;
+  }
+  if (w == nullptr) {
+    v.create_workload = in.spec != nullptr;
+    v.message = "creating the Kueue Workload";
+    return v;
+  }
+  FollowSuspend(in, *w, v);
+  if (w->evicted) {
+    v.release_quota = w->HoldsQuota();
+    v.message = EvictionText(*w) + "; MultiKueue stops its copy, and it waits to be admitted again";
+    return v;
+  }
+  if (!w->HoldsQuota() && !in.wanted_digest.empty() && w->spec_digest != in.wanted_digest) {
+    v.recreate = true;
+    v.message = "replacing Kueue Workload " + w->name + ": the job's pods or queue changed";
+    return v;
+  }
+  v.message = w->quota_reserved && w->admitted
+                  ? "MultiKueue runs it in a worker cluster: Kueue admitted Workload " + w->name +
+                        (w->cluster_queue.empty() ? "" : " in ClusterQueue " + w->cluster_queue)
+                  : "waiting for Kueue and MultiKueue to admit Workload " + w->name +
+                        (w->pending_message.empty() ? "" : ": " + w->pending_message);
   return v;
 }
 

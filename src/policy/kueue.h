@@ -56,6 +56,14 @@ using Json = nlohmann::json;
 inline constexpr std::string_view kQueueNameLabel = "kueue.x-k8s.io/queue-name";
 // The label Kueue's own integrations put on a Workload: the uid of the job it is for.
 inline constexpr std::string_view kJobUidLabel = "kueue.x-k8s.io/job-uid";
+// MultiKueue: spec.managedBy naming it marks the job a manager cluster only queues; MultiKueue
+// runs a copy (without managedBy) in the worker cluster that admitted it, labelled with the name
+// of the Workload MultiKueue created for it there, and copies the copy's status back.
+inline constexpr std::string_view kMultiKueueControllerName = "kueue.x-k8s.io/multikueue";
+inline constexpr std::string_view kPrebuiltWorkloadLabel = "kueue.x-k8s.io/prebuilt-workload-name";
+// The reason of the Finished condition Kueue's own integrations give a prebuilt Workload that
+// does not describe its job.
+inline constexpr std::string_view kFinishedOutOfSync = "OutOfSync";
 inline constexpr std::string_view kApiVersion = "kueue.x-k8s.io/v1beta2";
 // A Workload has at most this many pod sets (the CRD's limit).
 inline constexpr int32_t kMaxPodSets = 8;
@@ -69,6 +77,13 @@ std::string SpecDigest(const Json& workload_spec);
 
 // The LocalQueue the job names ("" when it names none: the operator's own queue admits it).
 std::string QueueName(const cache::TPUJobInfo& job);
+
+// Whether the job's spec.managedBy names MultiKueue (the manager cluster's side).
+bool DispatchedByMultiKueue(const cache::TPUJobInfo& job);
+
+// The Workload MultiKueue made for the job in this worker cluster (kPrebuiltWorkloadLabel; ""
+// when it has none: the operator creates the job's Workload itself).
+std::string PrebuiltWorkloadName(const cache::TPUJobInfo& job);
 
 // "tpujob-<job>-<5 hex digits of the job's uid>", at most 253 characters: one Workload name per
 // job incarnation, so a job deleted and created again under its name never takes the old
@@ -123,6 +138,9 @@ struct KueueInput {
   bool pods_left = false;                   // a pod of the job exists (deleting or not)
   // SpecDigest of the Workload the job would get now ("": not computed, never stale).
   std::string wanted_digest;
+  // The prebuilt Workload's name (PrebuiltWorkloadName): the job uses that one and never creates
+  // or replaces its own.
+  std::string prebuilt;
 };
 
 struct KueueVerdict {
@@ -140,11 +158,26 @@ struct KueueVerdict {
   std::optional<bool> finish;      // Finished=True (true: reason Succeeded, false: Failed)
   std::optional<bool> set_active;  // patch spec.active to this (and kSuspendedAnnotation)
   bool recreate = false;           // delete the Workload (a new one follows): it is stale
+  // A prebuilt Workload no job controls yet: make the job its controlling owner (and set
+  // kJobUidLabel), as Kueue's own integrations adopt one.
+  bool adopt = false;
+  // A prebuilt Workload that does not describe the job: Finished=True, reason
+  // kFinishedOutOfSync (Kueue's answer; MultiKueue then gives up this worker's copy).
+  bool out_of_sync = false;
   // Write PodsReady with this status and reason.
   std::optional<bool> pods_ready;
   std::string pods_ready_reason;
 };
 KueueVerdict DecideKueue(const KueueInput& in);
+
+// The manager cluster's side of MultiKueue, for a job whose spec.managedBy names it: the job
+// queues in Kueue through its Workload as any other, but nothing of it runs here. MultiKueue
+// runs the copy in a worker cluster and writes that copy's status onto this job (in.status), and
+// stops the copy when this Workload loses its quota. So the operator only creates the Workload,
+// keeps spec.active in step with spec.suspend, replaces a stale one that holds no quota, gives
+// the quota back at once after an eviction (no pod here to wait for) and marks it Finished once
+// the copied status is terminal. Never admit, evict or pods_ready; in.pods_left is ignored.
+KueueVerdict DecideDispatch(const KueueInput& in);
 
 // The Workload status merge patches (with the Workload's resourceVersion as a precondition, as
 // `status` was read at it). Conditions are replaced as a whole list, each changed one keeping

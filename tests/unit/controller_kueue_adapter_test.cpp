@@ -73,6 +73,38 @@ class KueueAdapterTest : public ::testing::Test {
         std::make_shared<const cache::WorkloadInfo>(*cache::WorkloadInfo::FromJson(w)));
   }
 
+  // The Workload MultiKueue makes in a worker cluster for the manager's copy of `job`: the
+  // manager operator's Workload (built for the manager's job, uid "uid-manager"), cloned without
+  // its owner references. Returns its name, which the worker's job carries as its
+  // kueue.x-k8s.io/prebuilt-workload-name label.
+  std::string AddPrebuilt(const Json& job_json, const Json& status,
+                          const Json& annotations = Json::object()) {
+    Json manager_job = job_json;
+    manager_job["metadata"]["uid"] = "uid-manager";
+    const auto manager = Job(manager_job);
+    Json w = BuildWorkload(manager, *policy::ParseJobSpec(manager), 0);
+    w["metadata"]["uid"] = "wl-uid";
+    w["metadata"].erase("ownerReferences");
+    for (const auto& [key, value] : annotations.items()) w["metadata"]["annotations"][key] = value;
+    w["spec"].erase("active");
+    w["status"] = status;
+    w = fake_.Upsert(Resource::Workloads(), w);
+    Cache(w);
+    return w["metadata"]["name"].get<std::string>();
+  }
+  void Cache(const Json& workload) {
+    workloads_.Update(
+        std::make_shared<const cache::WorkloadInfo>(*cache::WorkloadInfo::FromJson(workload)));
+  }
+  static Json WithLabel(Json job, const std::string& key, const std::string& value) {
+    job["metadata"]["labels"][key] = value;
+    return job;
+  }
+  static Json WithManagedBy(Json job, const std::string& value) {
+    job["spec"]["managedBy"] = value;
+    return job;
+  }
+
   // Sync, expecting its Workload write (if any) to succeed.
   policy::kueue::KueueVerdict Sync(const cache::TPUJobInfo& job, bool pods_left = false) {
     KueueAdapter::SyncResult result = adapter_.Sync(job, policy::ParseJobSpec(job), pods_left);
@@ -224,6 +256,140 @@ TEST_F(KueueAdapterTest, SuspendingTheJobDeactivatesItsWorkload) {
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].subresource, "");
   EXPECT_EQ(writes[0].body["spec"]["active"], false);
+}
+
+// --- MultiKueue: the worker cluster's copy runs on the Workload MultiKueue made for it -------
+
+TEST_F(KueueAdapterTest, AWorkerClusterJobAdoptsThePrebuiltWorkloadAndRunsOnItsAdmission) {
+  const std::string prebuilt = AddPrebuilt(JobJson(""), Admitted());
+  const auto job =
+      Job(WithLabel(JobJson("Queued"), "kueue.x-k8s.io/prebuilt-workload-name", prebuilt));
+  ASSERT_NE(adapter_.Find(job), nullptr) << "an unowned prebuilt Workload is the job's to adopt";
+  const auto verdict = Sync(job);
+  EXPECT_TRUE(verdict.admit);
+  EXPECT_TRUE(verdict.adopt);
+  // Adopted with a whole-object update at the Workload's resourceVersion; none created.
+  const auto writes = Writes("workloads");
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].verb, "update");
+  const auto stored = fake_.Stored(Resource::Workloads(), "team", prebuilt);
+  ASSERT_TRUE(stored.has_value());
+  const Json& owners = (*stored)["metadata"]["ownerReferences"];
+  ASSERT_EQ(owners.size(), 1u);
+  EXPECT_EQ(owners[0]["uid"], "uid-llm");
+  EXPECT_EQ(owners[0]["kind"], "TPUJob");
+  EXPECT_EQ(owners[0]["controller"], true);
+  EXPECT_EQ((*stored)["metadata"]["labels"]["kueue.x-k8s.io/job-uid"], "uid-llm");
+  EXPECT_FALSE(
+      fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"))
+          .has_value());
+
+  // Once the cache shows the adoption: PodsReady is kept on it, as on the job's own Workload.
+  Cache(*stored);
+  const auto next = Sync(job);
+  EXPECT_FALSE(next.adopt);
+  EXPECT_TRUE(next.admit);
+  const auto after = Writes("workloads");
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[1].subresource, "status");
+  EXPECT_EQ(after[1].name, prebuilt);
+}
+
+TEST_F(KueueAdapterTest, AWorkerClusterJobWaitsForItsPrebuiltWorkloadAndCreatesNone) {
+  const auto job =
+      Job(WithLabel(JobJson(""), "kueue.x-k8s.io/prebuilt-workload-name", "tpujob-llm-00000"));
+  const auto verdict = Sync(job);
+  EXPECT_FALSE(verdict.admit);
+  EXPECT_FALSE(verdict.create_workload);
+  EXPECT_TRUE(Writes("workloads").empty());
+}
+
+TEST_F(KueueAdapterTest, APrebuiltWorkloadControlledByAnotherObjectIsNotTaken) {
+  const std::string prebuilt = AddPrebuilt(JobJson(""), Admitted());
+  Json owned = *fake_.Stored(Resource::Workloads(), "team", prebuilt);
+  owned["metadata"]["ownerReferences"] = Json::array({{{"apiVersion", "tpujob.dev/v1alpha1"},
+                                                       {"kind", "TPUJob"},
+                                                       {"name", "llm"},
+                                                       {"uid", "uid-of-another-job"},
+                                                       {"controller", true}}});
+  Cache(fake_.Upsert(Resource::Workloads(), owned));
+  const auto job =
+      Job(WithLabel(JobJson("Queued"), "kueue.x-k8s.io/prebuilt-workload-name", prebuilt));
+  EXPECT_EQ(adapter_.Find(job), nullptr);
+  const auto verdict = Sync(job);
+  EXPECT_FALSE(verdict.admit);
+  EXPECT_TRUE(Writes("workloads").empty());
+}
+
+TEST_F(KueueAdapterTest, APrebuiltWorkloadThatDoesNotDescribeTheJobIsFinishedOutOfSync) {
+  const std::string prebuilt =
+      AddPrebuilt(JobJson(""), Json{{"conditions", Json::array()}},
+                  Json{{"tpujob.dev/workload-spec-digest", "built-for-other-pods"}});
+  Json adopted = *fake_.Stored(Resource::Workloads(), "team", prebuilt);
+  adopted["metadata"]["ownerReferences"] = Json::array(
+      {{{"kind", "TPUJob"}, {"name", "llm"}, {"uid", "uid-llm"}, {"controller", true}}});
+  Cache(fake_.Upsert(Resource::Workloads(), adopted));
+  const auto job =
+      Job(WithLabel(JobJson("Queued"), "kueue.x-k8s.io/prebuilt-workload-name", prebuilt));
+  const auto verdict = Sync(job);
+  EXPECT_TRUE(verdict.out_of_sync);
+  EXPECT_FALSE(verdict.recreate);
+  const auto stored = fake_.Stored(Resource::Workloads(), "team", prebuilt);
+  ASSERT_TRUE(stored.has_value()) << "a prebuilt Workload is never deleted to be replaced";
+  bool out_of_sync = false;
+  for (const Json& c : (*stored)["status"]["conditions"]) {
+    if (c["type"] == "Finished") out_of_sync = c["status"] == "True" && c["reason"] == "OutOfSync";
+  }
+  EXPECT_TRUE(out_of_sync) << stored->dump();
+}
+
+// --- MultiKueue: the manager cluster's job only queues through its Workload -----------------
+
+TEST_F(KueueAdapterTest, AManagerClusterJobGetsAWorkloadAndItsQuotaGoesBackAtOnceAfterAnEviction) {
+  const Json manager = WithManagedBy(JobJson(""), "kueue.x-k8s.io/multikueue");
+  const auto job = Job(manager);
+  auto created = adapter_.Dispatch(job, policy::ParseJobSpec(job));
+  ASSERT_TRUE(created.write) << created.write.error().ToString();
+  EXPECT_TRUE(created.verdict.create_workload);
+  const std::string name = policy::kueue::WorkloadName("llm", "uid-llm");
+  ASSERT_TRUE(fake_.Stored(Resource::Workloads(), "team", name).has_value());
+
+  // MultiKueue copied the worker's status (Running, admitted there): nothing to write here.
+  Json running = WithManagedBy(JobJson("Running", /*admitted=*/true), "kueue.x-k8s.io/multikueue");
+  AddWorkload(Job(running), Admitted());
+  fake_.ClearActions();
+  auto admitted = adapter_.Dispatch(Job(running), policy::ParseJobSpec(Job(running)));
+  ASSERT_TRUE(admitted.write);
+  EXPECT_FALSE(admitted.verdict.admit);
+  EXPECT_TRUE(Writes("workloads").empty());
+
+  // Evicted here: no pod of it runs here to wait for, the quota goes back at once.
+  Json evicted = Admitted();
+  evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
+  AddWorkload(Job(running), evicted);
+  fake_.ClearActions();
+  auto released = adapter_.Dispatch(Job(running), policy::ParseJobSpec(Job(running)));
+  ASSERT_TRUE(released.write);
+  EXPECT_TRUE(released.verdict.release_quota);
+  EXPECT_FALSE(released.verdict.evict.has_value());
+  const auto stored = fake_.Stored(Resource::Workloads(), "team", name);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_FALSE((*stored)["status"].contains("admission"));
+}
+
+TEST_F(KueueAdapterTest, AManagerClusterJobFinishesItsWorkloadOnTheCopiedStatus) {
+  const Json done = WithManagedBy(JobJson("Failed"), "kueue.x-k8s.io/multikueue");
+  AddWorkload(Job(done), Admitted());
+  auto finished = adapter_.Dispatch(Job(done), policy::ParseJobSpec(Job(done)));
+  ASSERT_TRUE(finished.write);
+  const auto stored =
+      fake_.Stored(Resource::Workloads(), "team", policy::kueue::WorkloadName("llm", "uid-llm"));
+  ASSERT_TRUE(stored.has_value());
+  bool failed = false;
+  for (const Json& c : (*stored)["status"]["conditions"]) {
+    if (c["type"] == "Finished") failed = c["status"] == "True" && c["reason"] == "Failed";
+  }
+  EXPECT_TRUE(failed) << stored->dump();
 }
 
 }  // namespace

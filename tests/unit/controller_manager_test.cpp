@@ -120,6 +120,45 @@ TEST(ManagerTest, SyncsThenReconcilesAJobIntoItsWorkersAndStopsCleanly) {
   EXPECT_FALSE(running.manager().Ready());
 }
 
+// With Kueue: a job MultiKueue dispatches (spec.managedBy kueue.x-k8s.io/multikueue) gets its
+// Workload in this, the manager cluster, and nothing else: no pod, no status write. A job of
+// another controller gets nothing at all, even when it names a LocalQueue.
+TEST(ManagerTest, AMultiKueueJobGetsOnlyItsWorkloadAndAnotherControllersJobNothing) {
+  kube::FakeClient fake;
+  fake.Upsert(Resource::Nodes(), Node("n0"));
+  fake.Upsert(Resource::Nodes(), Node("n1"));
+  ManagerOptions options = Options();
+  options.kueue = ManagerOptions::KueueMode::kRequired;
+  Running running(fake, options);
+  ASSERT_TRUE(Eventually([&] { return running.manager().Ready(); }));
+
+  auto queued = [](const std::string& name, const std::string& managed_by) {
+    Json job = Job(name);
+    job["metadata"]["uid"] = "uid-" + name;
+    job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team"}};
+    job["spec"]["managedBy"] = managed_by;
+    return job;
+  };
+  fake.Upsert(Resource::TPUJobs(), queued("other", "example.com/another-controller"));
+  fake.Upsert(Resource::TPUJobs(), queued("mk", "kueue.x-k8s.io/multikueue"));
+  auto workloads_of = [&](const std::string& job) {
+    size_t count = 0;
+    for (const Json& w : fake.StoredAll(Resource::Workloads())) {
+      if (w["metadata"]["ownerReferences"][0]["name"] == job) ++count;
+    }
+    return count;
+  };
+  EXPECT_TRUE(Eventually([&] { return workloads_of("mk") == 1; }));
+  EXPECT_EQ(workloads_of("other"), 0u);
+  EXPECT_EQ(PodsOf(fake, "mk"), 0u);
+  EXPECT_EQ(PodsOf(fake, "other"), 0u);
+  for (const auto& action : fake.actions()) {
+    EXPECT_NE(action.resource, "tpujobs")
+        << action.verb << " " << action.name << " " << action.body.dump();
+    EXPECT_NE(action.resource, "services") << action.verb << " " << action.name;
+  }
+}
+
 // A pod deleted right after its creation (by a kubelet that deletes by name, say, hitting the pod
 // that took the name of one it was removing) is created again at once. The reconciler waits for
 // the cache to show its creations before deciding again, but a creation the cache has already

@@ -226,6 +226,11 @@ class FakeClient : public Client {
     std::lock_guard<std::mutex> lock(mu_);
     return actions_;
   }
+  // Forgets the recorded actions (a test step's writes counted from here).
+  void ClearActions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    actions_.clear();
+  }
   // Watches of `r` opened and not yet finished (ended, broken, cancelled or destroyed).
   int OpenWatches(const Resource& r) const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -34,18 +34,18 @@ Json AdmittedStatus() {
 }
 
 WorkloadState Read(const Json& status, const Json& spec = Json::object(),
-                   const Json& annotations = Json::object()) {
+                   const Json& annotations = Json::object(), bool owned = true) {
   Json object = {{"metadata",
                   {{"name", "tpujob-train-abcde"},
                    {"namespace", "team-a"},
                    {"generation", 1},
-                   {"annotations", annotations},
-                   {"ownerReferences", Json::array({{{"kind", "TPUJob"},
-                                                     {"name", "train"},
-                                                     {"uid", "job-uid-1"},
-                                                     {"controller", true}}})}}},
+                   {"annotations", annotations}}},
                  {"spec", spec.is_object() ? spec : Json::object()},
                  {"status", status.is_object() ? status : Json::object()}};
+  if (owned) {
+    object["metadata"]["ownerReferences"] = Json::array(
+        {{{"kind", "TPUJob"}, {"name", "train"}, {"uid", "job-uid-1"}, {"controller", true}}});
+  }
   auto workload = cache::WorkloadInfo::FromJson(object);
   EXPECT_TRUE(workload.has_value());
   return ReadWorkload(*workload);
@@ -63,6 +63,20 @@ TEST(KueueNamesTest, QueueNameComesFromTheLabel) {
   EXPECT_EQ(QueueName(job), "");
   job.labels = cache::LabelMap({{"kueue.x-k8s.io/queue-name", "team-a"}});
   EXPECT_EQ(QueueName(job), "team-a");
+}
+
+TEST(KueueNamesTest, MultiKueueMarks) {
+  Json spec = SpecJson();
+  cache::TPUJobInfo job = MakeJob(spec);
+  EXPECT_FALSE(DispatchedByMultiKueue(job));
+  EXPECT_EQ(PrebuiltWorkloadName(job), "");
+  spec["managedBy"] = "kueue.x-k8s.io/multikueue";
+  job = MakeJob(spec);
+  EXPECT_TRUE(DispatchedByMultiKueue(job));
+  spec["managedBy"] = "example.com/other";
+  EXPECT_FALSE(DispatchedByMultiKueue(MakeJob(spec)));
+  job.labels = cache::LabelMap({{"kueue.x-k8s.io/prebuilt-workload-name", "tpujob-train-0a1b2"}});
+  EXPECT_EQ(PrebuiltWorkloadName(job), "tpujob-train-0a1b2");
 }
 
 TEST(KueueNamesTest, WorkloadNameIsStablePerJobIncarnationAndBounded) {
@@ -188,6 +202,9 @@ struct DecideCase {
   Json workload_spec = Json::object();
   Json workload_annotations = Json::object();
   std::string wanted_digest;
+  std::string prebuilt;   // the job's kueue.x-k8s.io/prebuilt-workload-name
+  bool owned = true;      // the Workload has a controlling owner
+  bool dispatch = false;  // DecideDispatch (a manager cluster's MultiKueue job)
   // Expected:
   bool create = false;
   bool admit = false;
@@ -200,6 +217,8 @@ struct DecideCase {
   bool readmission = false;
   std::optional<bool> pods_ready;
   std::string pods_ready_reason;
+  bool adopt = false;
+  bool out_of_sync = false;
 };
 
 Json WithCondition(Json status, std::string type, std::string value, std::string reason) {
@@ -232,14 +251,25 @@ TEST_P(KueueDecideTest, Verdict) {
   status.attempt = 1;
   if (c.job_admitted) status.SetCondition(condition::kAdmitted, true, "Admitted", "", At(0), 1);
   std::optional<WorkloadState> w;
-  if (c.workload_status) w = Read(*c.workload_status, c.workload_spec, c.workload_annotations);
+  if (c.workload_status) {
+    w = Read(*c.workload_status, c.workload_spec, c.workload_annotations, c.owned);
+  }
   KueueInput in;
   in.workload = w ? &*w : nullptr;
   in.status = &status;
   in.spec = &*spec;
   in.pods_left = c.pods_left;
   in.wanted_digest = c.wanted_digest;
-  const KueueVerdict v = DecideKueue(in);
+  in.prebuilt = c.prebuilt;
+  const KueueVerdict v = c.dispatch ? DecideDispatch(in) : DecideKueue(in);
+  EXPECT_EQ(v.adopt, c.adopt);
+  EXPECT_EQ(v.out_of_sync, c.out_of_sync);
+  if (c.dispatch) {
+    // Nothing of the job runs in a manager cluster: nothing to start, stop or call ready.
+    EXPECT_FALSE(v.admit);
+    EXPECT_FALSE(v.evict.has_value());
+    EXPECT_FALSE(v.pods_ready.has_value());
+  }
   EXPECT_EQ(v.recreate, c.recreate);
   EXPECT_EQ(v.readmission, c.readmission);
   EXPECT_EQ(v.pods_ready, c.pods_ready);
@@ -418,6 +448,93 @@ INSTANTIATE_TEST_SUITE_P(
                    .workload_annotations = Json{{"tpujob.dev/workload-spec-digest", "old"}},
                    .wanted_digest = "new",
                    .recreate = true},
+        // A worker cluster's copy of a MultiKueue job runs on the Workload MultiKueue made.
+        DecideCase{
+            .name = "PrebuiltWorkloadNotThereYetIsAwaitedNotCreated",
+            .phase = Phase::kNone,
+            .prebuilt = "tpujob-train-abcde",
+            .message_has = "waiting for Kueue Workload tpujob-train-abcde, which MultiKueue"},
+        DecideCase{.name = "UnownedPrebuiltWorkloadIsAdoptedAndItsAdmissionUsed",
+                   .workload_status = AdmittedStatus(),
+                   .prebuilt = "tpujob-train-abcde",
+                   .owned = false,
+                   .admit = true,
+                   .pods_ready = false,
+                   .pods_ready_reason = "WaitForStart",
+                   .adopt = true},
+        DecideCase{.name = "AdoptedPrebuiltWorkloadIsNotAdoptedAgain",
+                   .workload_status = AdmittedStatus(),
+                   .prebuilt = "tpujob-train-abcde",
+                   .admit = true,
+                   .pods_ready = false,
+                   .pods_ready_reason = "WaitForStart"},
+        DecideCase{.name = "PrebuiltWorkloadOutOfSyncIsFinishedNotReplaced",
+                   .workload_status = AdmittedStatus(),
+                   .workload_annotations = Json{{"tpujob.dev/workload-spec-digest", "old"}},
+                   .wanted_digest = "new",
+                   .prebuilt = "tpujob-train-abcde",
+                   .message_has = "does not describe the job",
+                   .out_of_sync = true},
+        DecideCase{.name = "PrebuiltWorkloadGoneUnderARunningJobStopsItAndIsNotCreated",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .pods_left = true,
+                   .prebuilt = "tpujob-train-abcde",
+                   .evict = true,
+                   .message_has = "Workload is gone"},
+        // A manager cluster's MultiKueue job: only its Workload; its status is the worker's copy.
+        DecideCase{.name = "DispatchCreatesTheWorkload",
+                   .phase = Phase::kNone,
+                   .dispatch = true,
+                   .create = true},
+        DecideCase{.name = "DispatchWaitsWithKueuesMessage",
+                   .workload_status = Json{{"conditions",
+                                            Json::array({Condition("QuotaReserved", "False",
+                                                                   "Pending", "8 more needed")})}},
+                   .dispatch = true,
+                   .message_has = "8 more needed"},
+        DecideCase{.name = "DispatchedAndRunningInTheWorkerNeedsNothing",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .workload_status = AdmittedStatus(),
+                   .dispatch = true,
+                   .message_has = "MultiKueue runs it"},
+        DecideCase{.name = "DispatchEvictedGivesTheQuotaBackAtOnce",
+                   .phase = Phase::kRunning,
+                   .job_admitted = true,
+                   .workload_status = Evicted(),
+                   .dispatch = true,
+                   .release = true,
+                   .message_has = "MultiKueue stops its copy"},
+        DecideCase{.name = "DispatchReleasedIsNotReleasedTwice",
+                   .workload_status = EvictedAndReleased(),
+                   .dispatch = true},
+        DecideCase{.name = "DispatchSucceededInTheWorkerFinishes",
+                   .phase = Phase::kSucceeded,
+                   .workload_status = AdmittedStatus(),
+                   .dispatch = true,
+                   .finish = true},
+        DecideCase{.name = "DispatchFailedInTheWorkerFinishes",
+                   .phase = Phase::kFailed,
+                   .workload_status = AdmittedStatus(),
+                   .dispatch = true,
+                   .finish = false},
+        DecideCase{.name = "DispatchStaleWorkloadWithoutQuotaIsReplaced",
+                   .workload_status = Json{{"conditions", Json::array()}},
+                   .workload_annotations = Json{{"tpujob.dev/workload-spec-digest", "old"}},
+                   .wanted_digest = "new",
+                   .dispatch = true,
+                   .recreate = true},
+        DecideCase{.name = "DispatchStaleWorkloadWithQuotaIsKept",
+                   .workload_status = AdmittedStatus(),
+                   .workload_annotations = Json{{"tpujob.dev/workload-spec-digest", "old"}},
+                   .wanted_digest = "new",
+                   .dispatch = true},
+        DecideCase{.name = "DispatchSuspendDeactivatesTheWorkload",
+                   .suspend = true,
+                   .workload_status = AdmittedStatus(),
+                   .dispatch = true,
+                   .set_active = false},
         DecideCase{.name = "AdmittedJobKeepsItsWorkload",
                    .phase = Phase::kRunning,
                    .job_admitted = true,
