@@ -31,17 +31,17 @@ cache::Store<cache::WorkloadInfo>::Ptr KueueAdapter::Find(const cache::TPUJobInf
 KueueAdapter::SyncResult KueueAdapter::Sync(const cache::TPUJobInfo& job,
                                             const std::expected<policy::JobSpec, std::string>& spec,
                                             bool pods_left) {
-  return Decide(job, spec, pods_left, kueue::DecideKueue);
+  return Decide(job, spec, pods_left, /*dispatch=*/false);
 }
 
 KueueAdapter::SyncResult KueueAdapter::Dispatch(
     const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec) {
-  return Decide(job, spec, /*pods_left=*/false, kueue::DecideDispatch);
+  return Decide(job, spec, /*pods_left=*/false, /*dispatch=*/true);
 }
 
 KueueAdapter::SyncResult KueueAdapter::Decide(
     const cache::TPUJobInfo& job, const std::expected<policy::JobSpec, std::string>& spec,
-    bool pods_left, kueue::KueueVerdict (*decide)(const kueue::KueueInput&)) {
+    bool pods_left, bool dispatch) {
   const policy::JobStatus status = policy::JobStatus::FromJson(job.status);
   const auto workload = Find(job);
   std::optional<kueue::WorkloadState> state;
@@ -58,9 +58,12 @@ KueueAdapter::SyncResult KueueAdapter::Decide(
     input.wanted_digest = kueue::SpecDigest(BuildWorkload(job, *spec, 0)["spec"]);
   }
   SyncResult result;
-  result.verdict = decide(input);
+  result.verdict = dispatch ? kueue::DecideDispatch(input) : kueue::DecideKueue(input);
   result.write = Write(job, spec ? &*spec : nullptr, workload.get(), state ? &*state : nullptr,
                        result.verdict);
+  if (dispatch) {
+    result.status = kueue::DispatchStatus(input, result.verdict, job.generation, clock_.WallNow());
+  }
   return result;
 }
 

@@ -58,6 +58,9 @@ class KueueAdapter {
     // commits on the verdict all the same (a finished job still stops its pods when Kueue's
     // webhook refuses the Finished condition), then returns this error to be retried.
     kube::Status write;
+    // Dispatch only: the status the manager's job should read now, when it reads otherwise
+    // (policy::kueue::DispatchStatus); the reconciler writes it.
+    std::optional<policy::JobStatus> status;
   };
   // See the file comment. `pods_left`: a pod of the job still exists.
   SyncResult Sync(const cache::TPUJobInfo& job,
@@ -80,7 +83,7 @@ class KueueAdapter {
  private:
   SyncResult Decide(const cache::TPUJobInfo& job,
                     const std::expected<policy::JobSpec, std::string>& spec, bool pods_left,
-                    policy::kueue::KueueVerdict (*decide)(const policy::kueue::KueueInput&));
+                    bool dispatch);
   // Makes the job the controlling owner of the prebuilt Workload MultiKueue made for it.
   kube::Status Adopt(const cache::TPUJobInfo& job, const cache::WorkloadInfo& workload);
   kube::Status PatchStatus(const cache::WorkloadInfo& workload, const nlohmann::json& patch,

@@ -137,7 +137,8 @@ void TPUJobReconciler::ReportWorkloadRefusal(const cache::TPUJobInfo& job,
 kube::Result<ReconcileResult> TPUJobReconciler::Dispatch(const std::string& key,
                                                          const cache::TPUJobInfo& job) {
   // MultiKueue's job in a manager cluster: queued in Kueue here, run by a worker cluster, its
-  // status MultiKueue's to write. Only its Workload is the operator's.
+  // status MultiKueue's to write while a copy runs. Its Workload is the operator's, and its
+  // status while no copy runs.
   const auto spec = policy::ParseJobSpec(job);
   if (!spec) {
     recorder_.Record(RefOf(job), EventType::kWarning, "InvalidSpec",
@@ -148,6 +149,28 @@ kube::Result<ReconcileResult> TPUJobReconciler::Dispatch(const std::string& key,
                                                   {"workload", KueueAdapter::WorkloadNameOf(job)},
                                                   {"state", sync.verdict.message}});
   ReportWorkloadRefusal(job, sync.write);
+  if (sync.status && !job.deleting()) {
+    // No copy runs (not dispatched yet, or stopped after an eviction), and MultiKueue copies no
+    // status meanwhile: the job says so itself. At the cached resourceVersion, so that a status
+    // MultiKueue wrote since is never overwritten.
+    const nlohmann::json current = job.status.is_object() ? job.status : nlohmann::json::object();
+    const nlohmann::json patch = {{"metadata", {{"resourceVersion", job.resource_version}}},
+                                  {"status", CreateMergePatch(current, sync.status->ToJson())}};
+    kube::PatchOptions options;
+    options.subresource = "status";
+    auto answer = client_.Patch(kube::Resource::TPUJobs(), std::string(job.ns.view()), job.name,
+                                kube::PatchType::kMerge, patch, options);
+    if (!answer) return std::unexpected(answer.error());
+    const auto before = policy::JobStatus::FromJson(current);
+    if (before.phase != sync.status->phase) {
+      log::Info("phase changed",
+                {{"tpujob", key},
+                 {"from",
+                  before.phase == policy::Phase::kNone ? "<none>" : policy::ToString(before.phase)},
+                 {"to", policy::ToString(sync.status->phase)},
+                 {"why", sync.verdict.message}});
+    }
+  }
   if (!sync.write) return std::unexpected(sync.write.error());
   return ReconcileResult{};
 }

@@ -327,6 +327,25 @@ KueueVerdict DecideDispatch(const KueueInput& in) {
   return v;
 }
 
+std::optional<JobStatus> DispatchStatus(const KueueInput& in, const KueueVerdict& verdict,
+                                        int64_t generation, WallTime now) {
+  const JobStatus current = in.status != nullptr ? *in.status : JobStatus{};
+  if (IsTerminal(current.phase)) return std::nullopt;
+  const WorkloadState* w = in.workload;
+  if (w != nullptr && w->quota_reserved && w->admitted && !w->evicted) return std::nullopt;
+  JobStatus next = current;
+  next.phase = in.spec != nullptr && in.spec->suspend ? Phase::kSuspended : Phase::kQueued;
+  if (!next.queued_at) next.queued_at = now;
+  next.ready_workers.clear();
+  next.SetCondition(condition::kAdmitted, false, verdict.reason, verdict.message, now, generation);
+  if (next.ConditionTrue(condition::kReady)) {
+    next.SetCondition(condition::kReady, false, "NotRunning", "no copy of the job runs", now,
+                      generation);
+  }
+  if (next == current) return std::nullopt;
+  return next;
+}
+
 Json ReleaseQuotaPatch(const WorkloadState& workload, const Json& status,
                        std::string_view resource_version, WallTime now) {
   Json conditions = Conditions(status);

@@ -179,6 +179,16 @@ KueueVerdict DecideKueue(const KueueInput& in);
 // the copied status is terminal. Never admit, evict or pods_ready; in.pods_left is ignored.
 KueueVerdict DecideDispatch(const KueueInput& in);
 
+// What a manager cluster's job reads while no copy of it runs in a worker (before its first
+// dispatch, and after an eviction, when MultiKueue has deleted the copy and copies no status
+// until it dispatches the job again): phase Queued (Suspended with spec.suspend), condition
+// Admitted=False with the reason and message of DecideDispatch's verdict, the rest of the last
+// copied status kept (attempts, faults, goodput). std::nullopt while the Workload is admitted
+// (MultiKueue's copy runs and its status is MultiKueue's to write), once the job is finished,
+// or when the job reads so already.
+std::optional<JobStatus> DispatchStatus(const KueueInput& in, const KueueVerdict& verdict,
+                                        int64_t generation, WallTime now);
+
 // The Workload status merge patches (with the Workload's resourceVersion as a precondition, as
 // `status` was read at it). Conditions are replaced as a whole list, each changed one keeping
 // Kueue's metav1.Condition conventions (lastTransitionTime moves only when the status does).

@@ -121,8 +121,8 @@ TEST(ManagerTest, SyncsThenReconcilesAJobIntoItsWorkersAndStopsCleanly) {
 }
 
 // With Kueue: a job MultiKueue dispatches (spec.managedBy kueue.x-k8s.io/multikueue) gets its
-// Workload in this, the manager cluster, and nothing else: no pod, no status write. A job of
-// another controller gets nothing at all, even when it names a LocalQueue.
+// Workload in this, the manager cluster, and reads Queued until a worker runs it; no pod or
+// Service. A job of another controller gets nothing at all, even when it names a LocalQueue.
 TEST(ManagerTest, AMultiKueueJobGetsOnlyItsWorkloadAndAnotherControllersJobNothing) {
   kube::FakeClient fake;
   fake.Upsert(Resource::Nodes(), Node("n0"));
@@ -149,13 +149,22 @@ TEST(ManagerTest, AMultiKueueJobGetsOnlyItsWorkloadAndAnotherControllersJobNothi
     return count;
   };
   EXPECT_TRUE(Eventually([&] { return workloads_of("mk") == 1; }));
+  EXPECT_TRUE(Eventually([&] {
+    const Json status = fake.Stored(Resource::TPUJobs(), "team", "mk")->value("status", Json());
+    return status.is_object() && status.value("phase", "") == "Queued";
+  }));
+  const Json status = (*fake.Stored(Resource::TPUJobs(), "team", "mk"))["status"];
+  ASSERT_TRUE(status["conditions"].is_array()) << status.dump();
+  EXPECT_EQ(status["conditions"][0]["type"], "Admitted") << status.dump();
+  EXPECT_EQ(status["conditions"][0]["reason"], "KueuePending") << status.dump();
   EXPECT_EQ(workloads_of("other"), 0u);
   EXPECT_EQ(PodsOf(fake, "mk"), 0u);
   EXPECT_EQ(PodsOf(fake, "other"), 0u);
   for (const auto& action : fake.actions()) {
-    EXPECT_NE(action.resource, "tpujobs")
-        << action.verb << " " << action.name << " " << action.body.dump();
     EXPECT_NE(action.resource, "services") << action.verb << " " << action.name;
+    if (action.resource != "tpujobs") continue;
+    EXPECT_EQ(action.name, "mk") << action.verb << " " << action.body.dump();
+    EXPECT_EQ(action.subresource, "status") << action.verb << " " << action.body.dump();
   }
 }
 

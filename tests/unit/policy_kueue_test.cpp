@@ -552,6 +552,76 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<DecideCase>& info) { return info.param.name; });
 #pragma GCC diagnostic pop
 
+// What a manager cluster's MultiKueue job reads while no copy of it runs.
+class KueueDispatchStatusTest : public ::testing::Test {
+ protected:
+  std::optional<JobStatus> StatusFor(const JobStatus& status, const std::optional<Json>& workload,
+                                     bool suspend = false) {
+    Json spec_json = SpecJson();
+    if (suspend) spec_json["suspend"] = true;
+    spec_ = ParseJobSpec(MakeJob(spec_json));
+    EXPECT_TRUE(spec_.has_value());
+    if (workload) state_ = Read(*workload);
+    KueueInput in;
+    in.workload = workload ? &*state_ : nullptr;
+    in.status = &status;
+    in.spec = &*spec_;
+    return DispatchStatus(in, DecideDispatch(in), 3, At(100));
+  }
+  std::expected<JobSpec, std::string> spec_;
+  std::optional<WorkloadState> state_;
+};
+
+TEST_F(KueueDispatchStatusTest, NotDispatchedYetItReadsQueuedWithKueuesMessage) {
+  const auto next = StatusFor(
+      JobStatus{},
+      Json{{"conditions",
+            Json::array({Condition("QuotaReserved", "False", "Pending", "8 more needed")})}});
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->phase, Phase::kQueued);
+  EXPECT_EQ(next->queued_at, At(100));
+  const policy::Condition* admitted = next->FindCondition(condition::kAdmitted);
+  ASSERT_NE(admitted, nullptr);
+  EXPECT_EQ(admitted->status, "False");
+  EXPECT_EQ(admitted->reason, "KueuePending");
+  EXPECT_NE(admitted->message.find("8 more needed"), std::string::npos) << admitted->message;
+  // Written once: the job reading so already needs no write.
+  EXPECT_FALSE(
+      StatusFor(*next, Json{{"conditions", Json::array({Condition("QuotaReserved", "False",
+                                                                  "Pending", "8 more needed")})}})
+          .has_value());
+  EXPECT_EQ(StatusFor(JobStatus{}, Json{{"conditions", Json::array()}}, /*suspend=*/true)->phase,
+            Phase::kSuspended);
+}
+
+TEST_F(KueueDispatchStatusTest, WhileACopyRunsOrOnceFinishedTheStatusIsMultiKueues) {
+  JobStatus running;
+  running.phase = Phase::kRunning;
+  running.SetCondition(condition::kAdmitted, true, "Admitted", "", At(0), 1);
+  EXPECT_FALSE(StatusFor(running, AdmittedStatus()).has_value());
+  JobStatus done;
+  done.phase = Phase::kSucceeded;
+  EXPECT_FALSE(StatusFor(done, Evicted()).has_value());
+}
+
+TEST_F(KueueDispatchStatusTest, AfterAnEvictionTheLastCopiedRunReadsQueuedAgain) {
+  JobStatus running;
+  running.phase = Phase::kRunning;
+  running.attempt = 2;
+  running.ready_workers = "2/2";
+  running.SetCondition(condition::kAdmitted, true, "Admitted", "", At(0), 1);
+  running.SetCondition(condition::kReady, true, "AllWorkersReady", "", At(0), 1);
+  const auto next = StatusFor(running, Evicted());
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->phase, Phase::kQueued);
+  EXPECT_EQ(next->attempt, 2);  // the copied history stays
+  EXPECT_EQ(next->ready_workers, "");
+  EXPECT_FALSE(next->ConditionTrue(condition::kAdmitted));
+  EXPECT_FALSE(next->ConditionTrue(condition::kReady));
+  EXPECT_NE(next->FindCondition(condition::kAdmitted)->message.find("Kueue evicted"),
+            std::string::npos);
+}
+
 TEST(KueueDecideTest, InvalidSpecCreatesNoWorkload) {
   JobStatus status;
   status.phase = Phase::kNone;
