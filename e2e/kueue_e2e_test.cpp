@@ -288,10 +288,11 @@ TEST_F(KueueE2E, AJobManagedByAnotherControllerIsLeftAloneAndManagedByIsImmutabl
   SetUpQueue(ns.name());
   const std::string& n = ns_;
   OperatorProcess op(OperatorArgs());
-  // As MultiKueue keeps its copy in the manager cluster: labelled for a queue, managed by it.
-  ASSERT_EQ(
-      ApplyYaml(n, Job("remote", 0, true, "  managedBy: kueue.x-k8s.io/multikueue\n")).exit_code,
-      0);
+  // Labelled for a queue, managed by a controller other than this operator and MultiKueue
+  // (whose jobs e2e/multikueue_e2e_test.cpp covers).
+  ASSERT_EQ(ApplyYaml(n, Job("remote", 0, true, "  managedBy: example.com/another-controller\n"))
+                .exit_code,
+            0);
   ASSERT_EQ(ApplyYaml(n, Job("local")).exit_code, 0);
   // The operator is working (the other job runs), and has not touched this one.
   ASSERT_TRUE(JobFieldBecomes(n, "local", "{.status.phase}", "Running")) << op.Log();

@@ -171,15 +171,18 @@ class OperatorProcess : public ChildProcess {
   int metrics_port_ = 0;
 };
 
-inline void InstallCrd() {
-  const auto applied = Kubectl(std::string("apply -f ") + TPUJOB_SOURCE_DIR + "/crds/");
+// Installs the TPUJob CRD with `kubectl` (the test cluster's unless another is given) and waits
+// until it is established.
+inline void InstallCrd(
+    const std::function<CommandResult(const std::string&, bool)>& kubectl = Kubectl) {
+  const auto applied = kubectl(std::string("apply -f ") + TPUJOB_SOURCE_DIR + "/crds/", true);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
   // `kubectl wait --for=condition` gives up at once on a CRD whose status has no conditions
   // yet (just created), so poll.
   std::string established;
   ASSERT_TRUE(Eventually(
       [&] {
-        established = Trim(Kubectl("get crd tpujobs.tpujob.dev -o "
+        established = Trim(kubectl("get crd tpujobs.tpujob.dev -o "
                                    "jsonpath='{range .status.conditions[*]}{.type}={.status} "
                                    "{end}'",
                                    false)
