@@ -14,7 +14,7 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
     cat >&2 <<MSG
 [make $1] First run on this machine: the pinned control plane (etcd, kube-apiserver,
 [make $1] kube-controller-manager, kube-scheduler, kubectl, KWOK, Helm) is built from the Go
-[make $1] module proxy into ${dest%/bin}. That takes about 30-40 minutes on 2 cores,
+[make $1] module proxy into ${dest%/bin}. That takes about 15-40 minutes on 2 cores,
 [make $1] then about 8 minutes to compile the operator and its tests; each step is printed
 [make $1] with the time elapsed. Later runs reuse both and start in seconds.
 MSG
