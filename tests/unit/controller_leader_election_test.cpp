@@ -464,7 +464,7 @@ TEST_F(LeaderElectionTest, ARenewalIsNotRetriedPastTheRenewDeadline) {
   ASSERT_TRUE(observed.AwaitStarted());
   Settle(2, 2);
   client_.HangUpdates(true);  // the renewal, as the client retries it
-  struct Unhang {  // on every way out, before the elector is destroyed
+  struct Unhang {             // on every way out, before the elector is destroyed
     SteppedClient& client;
     ~Unhang() { client.HangUpdates(false); }
   } unhang{client_};
