@@ -302,15 +302,16 @@ TEST_F(MultiKueueE2E, DeletingTheManagersJobDeletesTheCopyAndItsPodsInTheWorker)
   EXPECT_TRUE(ReservedChipsBecome(/*manager=*/true, "0"));
 }
 
-// Kueue preempts in the manager: the lower job's Workload is evicted there, its quota given back
-// at once (nothing of it runs in the manager), MultiKueue deletes its copy and that copy's pods in
-// the worker, and the manager's job reads Queued with Kueue's reason instead of the last status
-// copied from the worker. The higher job runs in the worker; once it is gone, the lower one is
-// dispatched and runs again.
+// Kueue preempts in the manager: the lower job's Workload is evicted there; MultiKueue deactivates
+// its copy in the worker, whose pods stop with the job's 5 s grace period; once the copied status
+// shows it stopped, the manager's operator gives the quota back, MultiKueue deletes the copy, and
+// the manager's job reads Queued with Kueue's reason. The higher job runs in the worker; once it
+// is gone, the lower one is dispatched and runs again.
 TEST_F(MultiKueueE2E, KueuePreemptsInTheManagerTheCopyStopsInTheWorkerAndRunsAgainLater) {
   TestNamespace ns("mk-preempt");
   SetUpQueues(ns.name());
   const std::string& n = ns_;
+  PodWatch watch(n);
   OperatorProcess worker(WorkerArgs());
   OperatorProcess manager(ManagerArgs());
   ASSERT_EQ(ManagerApply(n, Job("low", 1)).exit_code, 0);
@@ -349,6 +350,11 @@ TEST_F(MultiKueueE2E, KueuePreemptsInTheManagerTheCopyStopsInTheWorkerAndRunsAga
         return true;
       },
       std::chrono::seconds(60)));
+  // Stopped as Kueue's own eviction stops a job, with its grace period to checkpoint, not
+  // killed by the garbage collector with the copy.
+  EXPECT_TRUE(Eventually([&] { return watch.Raw().find("grace=5") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << watch.Raw();
 
   // The higher job ends: the lower one is dispatched again and runs.
   ASSERT_EQ(Manager("delete tpujob high -n " + n + " --wait=false").exit_code, 0);

@@ -761,6 +761,9 @@ kube::Result<WorkloadInfo> WorkloadInfo::FromJson(const Json& object) {
     workload.annotations = reader.StringMap(*meta.object, "annotations", meta_at, KeepAll);
     workload.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
     workload.owner = ReadControllerOwner(reader, *meta.object, meta_at);
+    if (const Json* owners = reader.Array(*meta.object, "ownerReferences", meta_at)) {
+      workload.owner_references = owners->size();
+    }
     if (const Json* spec = reader.Object(object, "spec", root)) workload.spec = *spec;
     if (const Json* status = reader.Object(object, "status", root)) workload.status = *status;
     if (!reader.ok()) return std::unexpected(reader.error());

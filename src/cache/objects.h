@@ -237,7 +237,8 @@ struct WorkloadInfo {
   int64_t generation = 0;
   LabelMap labels;
   LabelMap annotations;
-  OwnerInfo owner;
+  OwnerInfo owner;              // the controlling owner
+  size_t owner_references = 0;  // how many metadata.ownerReferences it has
   std::optional<WallTime> deletion_timestamp;
   Json spec = Json::object();
   Json status = Json::object();

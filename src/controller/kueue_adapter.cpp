@@ -69,30 +69,24 @@ KueueAdapter::SyncResult KueueAdapter::Decide(
 
 kube::Status KueueAdapter::Adopt(const cache::TPUJobInfo& job,
                                  const cache::WorkloadInfo& workload) {
-  // Read whole and written back with its resourceVersion: the owner references a merge patch
-  // would replace are kept, and a Workload that changed since is not adopted on stale grounds.
-  const std::string ns(workload.ns.view());
-  auto current = client_.Get(kube::Resource::Workloads(), ns, workload.name);
-  if (!current) {
-    if (current.error().IsNotFound()) return {};
-    return std::unexpected(current.error());
-  }
-  Json object = std::move(*current);
-  Json& metadata = object["metadata"];
-  if (metadata.value("uid", "") != workload.uid) return {};  // another Workload by now
-  Json& owners = metadata["ownerReferences"];
-  if (!owners.is_array()) owners = Json::array();
-  for (const Json& owner : owners) {
-    if (owner.is_object() && owner.value("controller", false)) {
-      log::Warn("the prebuilt Kueue Workload is controlled by another object; not adopting it",
-                {{"tpujob", job.Key()}, {"workload", workload.name}});
-      return {};
-    }
-  }
-  owners.push_back(OwnerReference(job));
-  metadata["labels"][std::string(kueue::kJobUidLabel)] = job.uid;
-  auto answer = client_.Update(kube::Resource::Workloads(), ns, object);
-  if (!answer && !answer.error().IsNotFound()) {
+  // A JSON patch at the cached resourceVersion (its `test`): the owner references the cache saw
+  // are kept (appended to, or created), and a Workload that changed since is not adopted on stale
+  // grounds (the work queue retries on a fresher cache). Only `patch` on workloads is needed.
+  const Json owner = OwnerReference(job);
+  Json patch = Json::array(
+      {{{"op", "test"},
+        {"path", "/metadata/resourceVersion"},
+        {"value", workload.resource_version}},
+       workload.owner_references > 0
+           ? Json{{"op", "add"}, {"path", "/metadata/ownerReferences/-"}, {"value", owner}}
+           : Json{{"op", "add"},
+                  {"path", "/metadata/ownerReferences"},
+                  {"value", Json::array({owner})}},
+       {{"op", "add"}, {"path", "/metadata/labels/kueue.x-k8s.io~1job-uid"}, {"value", job.uid}}});
+  auto answer = client_.Patch(kube::Resource::Workloads(), std::string(workload.ns.view()),
+                              workload.name, kube::PatchType::kJson, patch, kube::PatchOptions{});
+  if (!answer) {
+    if (answer.error().IsNotFound()) return {};
     log::Warn(
         "cannot adopt the prebuilt Kueue Workload",
         {{"tpujob", job.Key()}, {"workload", workload.name}, {"error", answer.error().ToString()}});

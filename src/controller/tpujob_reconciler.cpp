@@ -172,6 +172,17 @@ kube::Result<ReconcileResult> TPUJobReconciler::Dispatch(const std::string& key,
     }
   }
   if (!sync.write) return std::unexpected(sync.write.error());
+  // spec.ttlSecondsAfterFinished, once MultiKueue copied a finished status: deleting this job
+  // deletes its Workload, and MultiKueue then the copy in the worker.
+  if (spec) {
+    const auto status = policy::JobStatus::FromJson(job.status);
+    const auto expiry = policy::FinishedJobExpiry(*spec, status);
+    if (expiry && policy::IsTerminal(status.phase)) {
+      const WallTime now = clock_.WallNow();
+      if (now >= *expiry) return DeleteFinishedJob(job);
+      return ReconcileResult{std::chrono::duration_cast<Duration>(*expiry - now)};
+    }
+  }
   return ReconcileResult{};
 }
 
@@ -285,7 +296,12 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
                            : input.preempt->head_message);
     }
   }
-  if (plan.delete_job) return DeleteFinishedJob(*job);
+  // A worker cluster's copy of a MultiKueue job is deleted by MultiKueue once the manager's
+  // Workload is finished: deleted before MultiKueue saw it end (and its adopted Workload with
+  // it), the copy would be created and run again. Its TTL is the manager's job's.
+  if (plan.delete_job && policy::kueue::PrebuiltWorkloadName(*job).empty()) {
+    return DeleteFinishedJob(*job);
+  }
 
   // Faulty nodes, within the operator's cordon limits; the job's Event says what was done.
   // Cordons and deletions are independent of each other (the next attempt's pods are created

@@ -83,6 +83,13 @@ void FollowSuspend(const KueueInput& in, const WorkloadState& w, KueueVerdict& v
   }
 }
 
+// Whether the job's status (a manager cluster's copy of the worker's) shows an attempt running.
+bool CopyRunning(const KueueInput& in) {
+  if (in.status == nullptr || !in.status->ConditionTrue(condition::kAdmitted)) return false;
+  const Phase phase = in.status->phase;
+  return phase == Phase::kStarting || phase == Phase::kRunning || phase == Phase::kRestarting;
+}
+
 std::string EvictionText(const WorkloadState& w) {
   return "Kueue evicted Workload " + w.name + " (" + w.evicted_reason + ")" +
          (w.evicted_message.empty() ? "" : ": " + w.evicted_message);
@@ -150,7 +157,12 @@ WorkloadState ReadWorkload(const cache::WorkloadInfo& workload) {
   if (!status.is_object()) return w;
   w.quota_reserved = ConditionIs(status, "QuotaReserved", "True");
   w.admitted = ConditionIs(status, "Admitted", "True");
-  w.finished = ConditionIs(status, "Finished", "True");
+  if (const Json* finished = FindCondition(status, "Finished");
+      finished != nullptr && finished->value("status", "") == "True") {
+    w.finished = true;
+    w.finished_reason = finished->value("reason", "");
+    w.finished_message = finished->value("message", "");
+  }
   if (const Json* evicted = FindCondition(status, "Evicted");
       evicted != nullptr && evicted->value("status", "") == "True") {
     w.evicted = true;
@@ -229,7 +241,12 @@ KueueVerdict DecideKueue(const KueueInput& in) {
     if (holds_admission) v.evict = "its Kueue Workload is gone; it queues in Kueue again";
     return v;
   }
-  v.adopt = !in.prebuilt.empty() && w->owner_uid.empty();
+  if (!in.prebuilt.empty() && w->owner_uid.empty()) {
+    // As Kueue's own integrations: the job owns its prebuilt Workload before it uses it.
+    v.adopt = true;
+    v.message = "adopting Kueue Workload " + w->name + ", which MultiKueue made for it";
+    return v;
+  }
   const bool suspended = in.spec != nullptr && in.spec->suspend;
   FollowSuspend(in, *w, v);
   if (w->evicted || (holds_admission && !w->quota_reserved)) {
@@ -308,10 +325,22 @@ KueueVerdict DecideDispatch(const KueueInput& in) {
     v.message = "creating the Kueue Workload";
     return v;
   }
+  if (w->finished) {
+    v.message = "Kueue Workload " + w->name + " is finished (" + w->finished_reason + ")" +
+                (w->finished_message.empty() ? "" : ": " + w->finished_message) +
+                "; the job runs no more";
+    return v;
+  }
   FollowSuspend(in, *w, v);
   if (w->evicted) {
-    v.release_quota = w->HoldsQuota();
-    v.message = EvictionText(*w) + "; MultiKueue stops its copy, and it waits to be admitted again";
+    // As Kueue's own integrations: the quota goes back once the job stopped. Here that is the
+    // copy in the worker, which MultiKueue deactivates there (its pods stop with their grace
+    // period) and whose stopped status it copies back; a job no copy of which runs gives it
+    // back at once.
+    const bool copy_running = CopyRunning(in);
+    v.release_quota = w->HoldsQuota() && !copy_running;
+    v.message = EvictionText(*w) + (copy_running ? "; MultiKueue stops its copy in the worker"
+                                                 : "; it waits to be admitted again");
     return v;
   }
   if (!w->HoldsQuota() && !in.wanted_digest.empty() && w->spec_digest != in.wanted_digest) {
@@ -332,8 +361,22 @@ std::optional<JobStatus> DispatchStatus(const KueueInput& in, const KueueVerdict
   const JobStatus current = in.status != nullptr ? *in.status : JobStatus{};
   if (IsTerminal(current.phase)) return std::nullopt;
   const WorkloadState* w = in.workload;
-  if (w != nullptr && w->quota_reserved && w->admitted && !w->evicted) return std::nullopt;
   JobStatus next = current;
+  if (w != nullptr && w->finished) {
+    // Finished without a finished copy (out of sync in the worker, say): Kueue admits it no
+    // more, so it has failed. (A copy that ended has its terminal status copied first.)
+    next.phase = Phase::kFailed;
+    if (!next.completion_time) next.completion_time = now;
+    next.ready_workers.clear();
+    next.SetCondition(condition::kAdmitted, false, "KueueWorkloadFinished", verdict.message, now,
+                      generation);
+    next.SetCondition(condition::kFailed, true, "KueueWorkloadFinished", verdict.message, now,
+                      generation);
+    return next == current ? std::nullopt : std::optional<JobStatus>(std::move(next));
+  }
+  // Admitted, or evicted while the copy still runs: the copy's status is MultiKueue's to write.
+  if (w != nullptr && w->HoldsQuota() && CopyRunning(in)) return std::nullopt;
+  if (w != nullptr && w->quota_reserved && w->admitted && !w->evicted) return std::nullopt;
   next.phase = in.spec != nullptr && in.spec->suspend ? Phase::kSuspended : Phase::kQueued;
   if (!next.queued_at) next.queued_at = now;
   next.ready_workers.clear();

@@ -109,7 +109,9 @@ struct WorkloadState {
   bool evicted = false;                  // Evicted=True
   std::string evicted_reason;
   std::string evicted_message;
-  bool finished = false;           // Finished=True
+  bool finished = false;  // Finished=True
+  std::string finished_reason;
+  std::string finished_message;
   std::string cluster_queue;       // status.admission.clusterQueue
   std::string pending_message;     // QuotaReserved=False's message: why Kueue has not admitted it
   std::optional<bool> pods_ready;  // PodsReady, when present
@@ -159,10 +161,11 @@ struct KueueVerdict {
   std::optional<bool> set_active;  // patch spec.active to this (and kSuspendedAnnotation)
   bool recreate = false;           // delete the Workload (a new one follows): it is stale
   // A prebuilt Workload no job controls yet: make the job its controlling owner (and set
-  // kJobUidLabel), as Kueue's own integrations adopt one.
+  // kJobUidLabel), as Kueue's own integrations adopt one; nothing else is decided before.
   bool adopt = false;
   // A prebuilt Workload that does not describe the job: Finished=True, reason
-  // kFinishedOutOfSync (Kueue's answer; MultiKueue then gives up this worker's copy).
+  // kFinishedOutOfSync (Kueue's answer; MultiKueue then finishes the manager's Workload too,
+  // and the manager's job fails: see DispatchStatus).
   bool out_of_sync = false;
   // Write PodsReady with this status and reason.
   std::optional<bool> pods_ready;
@@ -175,17 +178,20 @@ KueueVerdict DecideKueue(const KueueInput& in);
 // runs the copy in a worker cluster and writes that copy's status onto this job (in.status), and
 // stops the copy when this Workload loses its quota. So the operator only creates the Workload,
 // keeps spec.active in step with spec.suspend, replaces a stale one that holds no quota, gives
-// the quota back at once after an eviction (no pod here to wait for) and marks it Finished once
-// the copied status is terminal. Never admit, evict or pods_ready; in.pods_left is ignored.
+// the quota back after an eviction once the copied status shows no running attempt (MultiKueue
+// deactivates the copy in the worker, whose pods stop with their grace period; at once when no
+// copy runs) and marks it Finished once the copied status is terminal. Never admit, evict or
+// pods_ready; in.pods_left is ignored.
 KueueVerdict DecideDispatch(const KueueInput& in);
 
 // What a manager cluster's job reads while no copy of it runs in a worker (before its first
 // dispatch, and after an eviction, when MultiKueue has deleted the copy and copies no status
 // until it dispatches the job again): phase Queued (Suspended with spec.suspend), condition
 // Admitted=False with the reason and message of DecideDispatch's verdict, the rest of the last
-// copied status kept (attempts, faults, goodput). std::nullopt while the Workload is admitted
-// (MultiKueue's copy runs and its status is MultiKueue's to write), once the job is finished,
-// or when the job reads so already.
+// copied status kept (attempts, faults, goodput). Failed when the Workload is finished and the
+// copied status is not (Kueue admits it no more). std::nullopt while the Workload is admitted,
+// or holds quota while the copied status shows a running attempt (the copy's status is
+// MultiKueue's to write), once the job is finished, or when the job reads so already.
 std::optional<JobStatus> DispatchStatus(const KueueInput& in, const KueueVerdict& verdict,
                                         int64_t generation, WallTime now);
 

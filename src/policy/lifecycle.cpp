@@ -366,10 +366,9 @@ class Decider {
   // spec.ttlSecondsAfterFinished, counted from status.completionTime (whole seconds: from the
   // end of its second, never early).
   void ExpireAfterFinish() {
-    const JobStatus& s = plan_.status;
-    const std::optional<int64_t> ttl = spec_->ttl_seconds_after_finished;
-    if (!ttl || !s.completion_time) return;
-    const WallTime at = *s.completion_time + std::chrono::seconds(1 + *ttl);
+    const std::optional<WallTime> expiry = FinishedJobExpiry(*spec_, plan_.status);
+    if (!expiry) return;
+    const WallTime at = *expiry;
     if (now_ >= at) {
       plan_.delete_job = true;
     } else {
@@ -1006,6 +1005,12 @@ PodState ObservePod(const cache::PodInfo& pod, Termination* termination) {
     return PodState::kSucceeded;
   }
   return pod.ready ? PodState::kReady : PodState::kPending;
+}
+
+std::optional<WallTime> FinishedJobExpiry(const JobSpec& spec, const JobStatus& status) {
+  const std::optional<int64_t> ttl = spec.ttl_seconds_after_finished;
+  if (!ttl || !status.completion_time) return std::nullopt;
+  return *status.completion_time + std::chrono::seconds(1 + *ttl);
 }
 
 Plan Decide(const LifecycleInput& input) {

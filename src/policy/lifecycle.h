@@ -149,6 +149,10 @@ struct Plan {
 
 Plan Decide(const LifecycleInput& input);
 
+// When a finished job is to be deleted: spec.ttlSecondsAfterFinished after status.completionTime
+// (counted from the end of its whole second, never early); std::nullopt without either.
+std::optional<WallTime> FinishedJobExpiry(const JobSpec& spec, const JobStatus& status);
+
 // What a pod's status says about the replica it runs.
 enum class PodState { kPending, kReady, kSucceeded, kFailed };
 struct Termination {

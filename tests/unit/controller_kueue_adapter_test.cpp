@@ -266,12 +266,16 @@ TEST_F(KueueAdapterTest, AWorkerClusterJobAdoptsThePrebuiltWorkloadAndRunsOnItsA
       Job(WithLabel(JobJson("Queued"), "kueue.x-k8s.io/prebuilt-workload-name", prebuilt));
   ASSERT_NE(adapter_.Find(job), nullptr) << "an unowned prebuilt Workload is the job's to adopt";
   const auto verdict = Sync(job);
-  EXPECT_TRUE(verdict.admit);
+  EXPECT_FALSE(verdict.admit) << "not used before it is adopted";
   EXPECT_TRUE(verdict.adopt);
-  // Adopted with a whole-object update at the Workload's resourceVersion; none created.
+  // Adopted with a JSON patch (only `patch` on workloads needed) that tests the cached
+  // resourceVersion; none created.
   const auto writes = Writes("workloads");
   ASSERT_EQ(writes.size(), 1u);
-  EXPECT_EQ(writes[0].verb, "update");
+  EXPECT_EQ(writes[0].verb, "patch");
+  ASSERT_TRUE(writes[0].body.is_array()) << writes[0].body.dump();
+  EXPECT_EQ(writes[0].body[0]["op"], "test");
+  EXPECT_EQ(writes[0].body[0]["path"], "/metadata/resourceVersion");
   const auto stored = fake_.Stored(Resource::Workloads(), "team", prebuilt);
   ASSERT_TRUE(stored.has_value());
   const Json& owners = (*stored)["metadata"]["ownerReferences"];
@@ -293,6 +297,38 @@ TEST_F(KueueAdapterTest, AWorkerClusterJobAdoptsThePrebuiltWorkloadAndRunsOnItsA
   ASSERT_EQ(after.size(), 2u);
   EXPECT_EQ(after[1].subresource, "status");
   EXPECT_EQ(after[1].name, prebuilt);
+}
+
+TEST_F(KueueAdapterTest, AdoptionKeepsOtherOwnersAndIsRefusedOnAChangedWorkload) {
+  const std::string prebuilt = AddPrebuilt(JobJson(""), Admitted());
+  Json shared = *fake_.Stored(Resource::Workloads(), "team", prebuilt);
+  shared["metadata"]["ownerReferences"] = Json::array(
+      {{{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "keeper"}, {"uid", "uid-keeper"}}});
+  shared = fake_.Upsert(Resource::Workloads(), shared);
+  Cache(shared);
+  const auto job =
+      Job(WithLabel(JobJson("Queued"), "kueue.x-k8s.io/prebuilt-workload-name", prebuilt));
+  Sync(job);
+  const auto stored = fake_.Stored(Resource::Workloads(), "team", prebuilt);
+  ASSERT_TRUE(stored.has_value());
+  const Json& owners = (*stored)["metadata"]["ownerReferences"];
+  ASSERT_EQ(owners.size(), 2u) << owners.dump();
+  EXPECT_EQ(owners[0]["uid"], "uid-keeper");
+  EXPECT_EQ(owners[1]["uid"], "uid-llm");
+
+  // Changed since the cache saw it: the patch's test fails and nothing is written.
+  const std::string other = "tpujob-llm-other";
+  Json changed = shared;
+  changed["metadata"]["name"] = other;
+  changed["metadata"].erase("ownerReferences");
+  changed = fake_.Upsert(Resource::Workloads(), changed);
+  Cache(changed);
+  fake_.Upsert(Resource::Workloads(), changed);  // a newer resourceVersion than the cache's
+  const auto racing =
+      Job(WithLabel(JobJson("Queued"), "kueue.x-k8s.io/prebuilt-workload-name", other));
+  EXPECT_FALSE(adapter_.Sync(racing, policy::ParseJobSpec(racing), false).write.has_value());
+  EXPECT_FALSE((*fake_.Stored(Resource::Workloads(), "team", other))["metadata"].contains(
+      "ownerReferences"));
 }
 
 TEST_F(KueueAdapterTest, AWorkerClusterJobWaitsForItsPrebuiltWorkloadAndCreatesNone) {
@@ -363,12 +399,20 @@ TEST_F(KueueAdapterTest, AManagerClusterJobGetsAWorkloadAndItsQuotaGoesBackAtOnc
   EXPECT_FALSE(admitted.verdict.admit);
   EXPECT_TRUE(Writes("workloads").empty());
 
-  // Evicted here: no pod of it runs here to wait for, the quota goes back at once.
+  EXPECT_FALSE(admitted.status.has_value()) << "a running copy's status is MultiKueue's";
+
+  // Evicted here: the quota is kept while the copy (MultiKueue deactivates it in the worker)
+  // still runs, and goes back once the copied status shows it stopped.
   Json evicted = Admitted();
   evicted["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
   AddWorkload(Job(running), evicted);
   fake_.ClearActions();
-  auto released = adapter_.Dispatch(Job(running), policy::ParseJobSpec(Job(running)));
+  auto stopping = adapter_.Dispatch(Job(running), policy::ParseJobSpec(Job(running)));
+  ASSERT_TRUE(stopping.write);
+  EXPECT_FALSE(stopping.verdict.release_quota);
+  EXPECT_TRUE(Writes("workloads").empty());
+  Json stopped = WithManagedBy(JobJson("Queued"), "kueue.x-k8s.io/multikueue");
+  auto released = adapter_.Dispatch(Job(stopped), policy::ParseJobSpec(Job(stopped)));
   ASSERT_TRUE(released.write);
   EXPECT_TRUE(released.verdict.release_quota);
   EXPECT_FALSE(released.verdict.evict.has_value());

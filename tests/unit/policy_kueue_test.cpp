@@ -454,13 +454,11 @@ INSTANTIATE_TEST_SUITE_P(
             .phase = Phase::kNone,
             .prebuilt = "tpujob-train-abcde",
             .message_has = "waiting for Kueue Workload tpujob-train-abcde, which MultiKueue"},
-        DecideCase{.name = "UnownedPrebuiltWorkloadIsAdoptedAndItsAdmissionUsed",
+        DecideCase{.name = "UnownedPrebuiltWorkloadIsAdoptedBeforeItsAdmissionIsUsed",
                    .workload_status = AdmittedStatus(),
                    .prebuilt = "tpujob-train-abcde",
                    .owned = false,
-                   .admit = true,
-                   .pods_ready = false,
-                   .pods_ready_reason = "WaitForStart",
+                   .message_has = "adopting Kueue Workload tpujob-train-abcde",
                    .adopt = true},
         DecideCase{.name = "AdoptedPrebuiltWorkloadIsNotAdoptedAgain",
                    .workload_status = AdmittedStatus(),
@@ -499,13 +497,24 @@ INSTANTIATE_TEST_SUITE_P(
                    .workload_status = AdmittedStatus(),
                    .dispatch = true,
                    .message_has = "MultiKueue runs it"},
-        DecideCase{.name = "DispatchEvictedGivesTheQuotaBackAtOnce",
+        DecideCase{.name = "DispatchEvictedKeepsTheQuotaWhileTheCopyStops",
                    .phase = Phase::kRunning,
                    .job_admitted = true,
                    .workload_status = Evicted(),
                    .dispatch = true,
+                   .message_has = "MultiKueue stops its copy in the worker"},
+        DecideCase{.name = "DispatchEvictedGivesTheQuotaBackOnceTheCopyStopped",
+                   .phase = Phase::kQueued,
+                   .workload_status = Evicted(),
+                   .dispatch = true,
                    .release = true,
-                   .message_has = "MultiKueue stops its copy"},
+                   .message_has = "waits to be admitted again"},
+        DecideCase{
+            .name = "DispatchFinishedWorkloadOfAnUnfinishedJobRunsNoMore",
+            .phase = Phase::kQueued,
+            .workload_status = WithCondition(AdmittedStatus(), "Finished", "True", "OutOfSync"),
+            .dispatch = true,
+            .message_has = "is finished (OutOfSync)"},
         DecideCase{.name = "DispatchReleasedIsNotReleasedTwice",
                    .workload_status = EvictedAndReleased(),
                    .dispatch = true},
@@ -611,7 +620,10 @@ TEST_F(KueueDispatchStatusTest, AfterAnEvictionTheLastCopiedRunReadsQueuedAgain)
   running.ready_workers = "2/2";
   running.SetCondition(condition::kAdmitted, true, "Admitted", "", At(0), 1);
   running.SetCondition(condition::kReady, true, "AllWorkersReady", "", At(0), 1);
-  const auto next = StatusFor(running, Evicted());
+  // Evicted, the copy still stopping in the worker: its status is still MultiKueue's to copy.
+  EXPECT_FALSE(StatusFor(running, Evicted()).has_value());
+  // The quota given back (MultiKueue deletes the copy, and copies no more): the operator's.
+  const auto next = StatusFor(running, EvictedAndReleased());
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->phase, Phase::kQueued);
   EXPECT_EQ(next->attempt, 2);  // the copied history stays
@@ -620,6 +632,18 @@ TEST_F(KueueDispatchStatusTest, AfterAnEvictionTheLastCopiedRunReadsQueuedAgain)
   EXPECT_FALSE(next->ConditionTrue(condition::kReady));
   EXPECT_NE(next->FindCondition(condition::kAdmitted)->message.find("Kueue evicted"),
             std::string::npos);
+}
+
+TEST_F(KueueDispatchStatusTest, AFinishedWorkloadOfAJobThatDidNotFinishFailsIt) {
+  JobStatus queued;
+  queued.phase = Phase::kQueued;
+  const auto next =
+      StatusFor(queued, WithCondition(AdmittedStatus(), "Finished", "True", "OutOfSync"));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->phase, Phase::kFailed);
+  EXPECT_EQ(next->completion_time, At(100));
+  EXPECT_TRUE(next->ConditionTrue(condition::kFailed));
+  EXPECT_NE(next->FindCondition(condition::kFailed)->message.find("OutOfSync"), std::string::npos);
 }
 
 TEST(KueueDecideTest, InvalidSpecCreatesNoWorkload) {
