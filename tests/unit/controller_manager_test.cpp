@@ -168,6 +168,35 @@ TEST(ManagerTest, AMultiKueueJobGetsOnlyItsWorkloadAndAnotherControllersJobNothi
   }
 }
 
+// ttlSecondsAfterFinished with MultiKueue: the manager's job is deleted once MultiKueue copied a
+// finished status onto it (deleting it deletes the copy); the worker's copy never deletes itself
+// (MultiKueue would create it again and run it twice).
+TEST(ManagerTest, TheManagersJobExpiresAfterItsTtlAndTheWorkersCopyDoesNot) {
+  kube::FakeClient fake;
+  ManagerOptions options = Options();
+  options.kueue = ManagerOptions::KueueMode::kRequired;
+  auto finished = [](const std::string& name) {
+    Json job = Job(name);
+    job["metadata"]["uid"] = "uid-" + name;
+    job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team"}};
+    job["spec"]["ttlSecondsAfterFinished"] = 0;
+    job["status"] = {{"phase", "Succeeded"}, {"completionTime", "2026-01-01T00:00:00Z"}};
+    return job;
+  };
+  Json copy = finished("copy");
+  copy["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] = "tpujob-copy-0a1b2";
+  fake.Upsert(Resource::TPUJobs(), copy);
+  Json manager = finished("dispatched");
+  manager["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue";
+  fake.Upsert(Resource::TPUJobs(), manager);
+  Running running(fake, options);
+  ASSERT_TRUE(Eventually([&] { return running.manager().Ready(); }));
+  EXPECT_TRUE(Eventually([&] { return !fake.Stored(Resource::TPUJobs(), "team", "dispatched"); }))
+      << "the manager's finished job outlived its TTL";
+  EXPECT_TRUE(fake.Stored(Resource::TPUJobs(), "team", "copy").has_value())
+      << "the worker's copy deleted itself";
+}
+
 // A pod deleted right after its creation (by a kubelet that deletes by name, say, hitting the pod
 // that took the name of one it was removing) is created again at once. The reconciler waits for
 // the cache to show its creations before deciding again, but a creation the cache has already
