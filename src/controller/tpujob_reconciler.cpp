@@ -153,23 +153,8 @@ kube::Result<ReconcileResult> TPUJobReconciler::Dispatch(const std::string& key,
     // No copy runs (not dispatched yet, or stopped after an eviction), and MultiKueue copies no
     // status meanwhile: the job says so itself. At the cached resourceVersion, so that a status
     // MultiKueue wrote since is never overwritten.
-    const nlohmann::json current = job.status.is_object() ? job.status : nlohmann::json::object();
-    const nlohmann::json patch = {{"metadata", {{"resourceVersion", job.resource_version}}},
-                                  {"status", CreateMergePatch(current, sync.status->ToJson())}};
-    kube::PatchOptions options;
-    options.subresource = "status";
-    auto answer = client_.Patch(kube::Resource::TPUJobs(), std::string(job.ns.view()), job.name,
-                                kube::PatchType::kMerge, patch, options);
-    if (!answer) return std::unexpected(answer.error());
-    const auto before = policy::JobStatus::FromJson(current);
-    if (before.phase != sync.status->phase) {
-      log::Info("phase changed",
-                {{"tpujob", key},
-                 {"from",
-                  before.phase == policy::Phase::kNone ? "<none>" : policy::ToString(before.phase)},
-                 {"to", policy::ToString(sync.status->phase)},
-                 {"why", sync.verdict.message}});
-    }
+    auto written = PatchJobStatus(job, *sync.status);
+    if (!written) return std::unexpected(written.error());
   }
   if (!sync.write) return std::unexpected(sync.write.error());
   // spec.ttlSecondsAfterFinished, once MultiKueue copied a finished status: deleting this job
@@ -428,11 +413,24 @@ void TPUJobReconciler::CountPreflightReports(
 kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
                                            Expectations& expect) {
   const nlohmann::json current = job.status.is_object() ? job.status : nlohmann::json::object();
-  const nlohmann::json desired = plan.status.ToJson();
-  if (current == desired) return {};
+  if (current == plan.status.ToJson()) return {};
+  auto answer = PatchJobStatus(job, plan.status);
+  if (!answer) return std::unexpected(answer.error());
+  expect.job_resource_version =
+      answer->value("/metadata/resourceVersion"_json_pointer, std::string());
+  const policy::JobStatus before = policy::JobStatus::FromJson(current);
+  RecordStatusChange(before, plan.status, clock_.WallNow());
+  RecordGoodput(job.ns.view(), before, plan.status);
+  RecordPreemptions(job.ns.view(), before, plan.status);
+  return {};
+}
+
+kube::Result<nlohmann::json> TPUJobReconciler::PatchJobStatus(const cache::TPUJobInfo& job,
+                                                              const policy::JobStatus& desired) {
+  const nlohmann::json current = job.status.is_object() ? job.status : nlohmann::json::object();
   const std::string key = job.Key();
   nlohmann::json patch = {{"metadata", {{"resourceVersion", job.resource_version}}},
-                          {"status", CreateMergePatch(current, desired)}};
+                          {"status", CreateMergePatch(current, desired.ToJson())}};
   kube::PatchOptions options;
   options.subresource = "status";
   auto answer = client_.Patch(kube::Resource::TPUJobs(), std::string(job.ns.view()), job.name,
@@ -441,23 +439,17 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
     if (answer.error().IsConflict()) {
       log::Debug("status write refused: the cache is stale; retrying", {{"tpujob", key}});
     }
-    return std::unexpected(answer.error());
+    return answer;
   }
-  expect.job_resource_version =
-      answer->value("/metadata/resourceVersion"_json_pointer, std::string());
-  const policy::JobStatus before = policy::JobStatus::FromJson(current);
-  RecordStatusChange(before, plan.status, clock_.WallNow());
-  RecordGoodput(job.ns.view(), before, plan.status);
-  RecordPreemptions(job.ns.view(), before, plan.status);
-  const auto old_phase = before.phase;
-  if (old_phase != plan.status.phase) {
+  const auto old_phase = policy::JobStatus::FromJson(current).phase;
+  if (old_phase != desired.phase) {
     log::Info("phase changed",
               {{"tpujob", key},
                {"from", old_phase == policy::Phase::kNone ? "<none>" : policy::ToString(old_phase)},
-               {"to", policy::ToString(plan.status.phase)},
-               {"attempt", plan.status.attempt}});
+               {"to", policy::ToString(desired.phase)},
+               {"attempt", desired.attempt}});
   }
-  return {};
+  return answer;
 }
 
 kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const policy::JobSpec& spec,

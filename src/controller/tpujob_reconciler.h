@@ -100,6 +100,10 @@ class TPUJobReconciler {
   kube::Result<ReconcileResult> DeleteFinishedJob(const cache::TPUJobInfo& job);
   kube::Status WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
                            Expectations& expect);
+  // Writes `desired` as a merge patch on the status subresource at the job's cached
+  // resourceVersion (409 when the cache is stale) and logs a phase change; the API's answer.
+  kube::Result<nlohmann::json> PatchJobStatus(const cache::TPUJobInfo& job,
+                                              const policy::JobStatus& desired);
   // Counts each terminated pre-flight init container's report once per pod (metrics).
   void CountPreflightReports(const std::string& key,
                              const std::vector<cache::Store<cache::PodInfo>::Ptr>& pods);

@@ -83,8 +83,10 @@ void FollowSuspend(const KueueInput& in, const WorkloadState& w, KueueVerdict& v
   }
 }
 
-// Whether the job's status (a manager cluster's copy of the worker's) shows an attempt running.
-bool CopyRunning(const KueueInput& in) {
+// Whether the job's status shows an attempt it was admitted for running (pods being created,
+// running, or a worker restarting in place). In a manager cluster that status is the worker's
+// copy's.
+bool AttemptRunning(const KueueInput& in) {
   if (in.status == nullptr || !in.status->ConditionTrue(condition::kAdmitted)) return false;
   const Phase phase = in.status->phase;
   return phase == Phase::kStarting || phase == Phase::kRunning || phase == Phase::kRestarting;
@@ -225,11 +227,7 @@ KueueVerdict DecideKueue(const KueueInput& in) {
     if (w != nullptr && !w->finished) v.finish = phase == Phase::kSucceeded;
     return v;
   }
-  // The job runs an attempt it was admitted for (pods being created, running, or a worker
-  // restarting in place).
-  const bool holds_admission =
-      in.status != nullptr && in.status->ConditionTrue(condition::kAdmitted) &&
-      (phase == Phase::kStarting || phase == Phase::kRunning || phase == Phase::kRestarting);
+  const bool holds_admission = AttemptRunning(in);
   if (w == nullptr) {
     v.create_workload = in.spec != nullptr && in.prebuilt.empty();
     v.message = in.prebuilt.empty() ? "creating the Kueue Workload"
@@ -337,7 +335,7 @@ KueueVerdict DecideDispatch(const KueueInput& in) {
     // copy in the worker, which MultiKueue deactivates there (its pods stop with their grace
     // period) and whose stopped status it copies back; a job no copy of which runs gives it
     // back at once.
-    const bool copy_running = CopyRunning(in);
+    const bool copy_running = AttemptRunning(in);
     v.release_quota = w->HoldsQuota() && !copy_running;
     v.message = EvictionText(*w) + (copy_running ? "; MultiKueue stops its copy in the worker"
                                                  : "; it waits to be admitted again");
@@ -375,7 +373,7 @@ std::optional<JobStatus> DispatchStatus(const KueueInput& in, const KueueVerdict
     return next == current ? std::nullopt : std::optional<JobStatus>(std::move(next));
   }
   // Admitted, or evicted while the copy still runs: the copy's status is MultiKueue's to write.
-  if (w != nullptr && w->HoldsQuota() && CopyRunning(in)) return std::nullopt;
+  if (w != nullptr && w->HoldsQuota() && AttemptRunning(in)) return std::nullopt;
   if (w != nullptr && w->quota_reserved && w->admitted && !w->evicted) return std::nullopt;
   next.phase = in.spec != nullptr && in.spec->suspend ? Phase::kSuspended : Phase::kQueued;
   if (!next.queued_at) next.queued_at = now;
