@@ -4,7 +4,8 @@
 // TPUUnhealthy within one interval; the operator cordons the node and re-issues the job running
 // there; the device back clears the condition after --pass-after rounds, and the operator's
 // automatic uncordon lifts the cordon. The agent also runs with the token of a ServiceAccount that
-// may only patch nodes/status, and the Helm chart's DaemonSet and RBAC are rendered and installed.
+// may only patch nodes/status (without list and watch on pods it warns once and keeps its periodic
+// rounds), and the Helm chart's DaemonSet and RBAC are rendered and installed.
 // Every assertion reads the cluster through kubectl (and the API server's audit log).
 
 #include <gtest/gtest.h>
@@ -92,6 +93,16 @@ class AgentProcess : public ChildProcess {
   }
 };
 
+// Waits for the agent's first round (the node healthy) and for its watch of the node's pods.
+void AwaitHealthyAndWatching(const std::string& node, const AgentProcess& agent) {
+  ASSERT_TRUE(
+      ConditionBecomes(node, "False HardwareHealthy", std::chrono::seconds(10), agent.Describe()));
+  ASSERT_TRUE(Eventually(
+      [&] { return agent.Log().find("msg=\"watching the node's pods\"") != std::string::npos; },
+      std::chrono::seconds(10)))
+      << agent.Describe();
+}
+
 // `node-agent --once`: its exit code and log.
 CommandResult RunOnce(const std::string& kubeconfig, const std::string& node,
                       const std::string& dev) {
@@ -132,6 +143,16 @@ class NodeAgentE2E : public ::testing::Test {
   }
   void TearDown() override { DeleteTpuNodes(prefix_); }
 
+  // Applies a 2-worker job with re-issues (and pre-flight) on and waits until it runs.
+  void RunJob(const std::string& ns, const OperatorProcess& op, const std::string& name,
+              const std::string& extra_spec = "") {
+    ASSERT_EQ(ApplyYaml(ns, JobYaml(name, 2, "2x4", extra_spec, false,
+                                    "fault-tolerance/job-retry-num: \"2\"", accelerator_))
+                  .exit_code,
+              0);
+    ASSERT_TRUE(JobFieldBecomes(ns, name, "{.status.phase}", "Running")) << op.Log();
+  }
+
   std::string prefix_;
   std::string accelerator_;
 };
@@ -141,11 +162,7 @@ TEST_F(NodeAgentE2E, MissingDeviceCordonsTheNodeReissuesTheJobAndTheRestoredDevi
   constexpr int kHealthySeconds = 2;
   OperatorProcess op({"--namespace", ns.name(), "--max-cordoned-fraction", "1",
                       "--auto-uncordon-after", std::to_string(kHealthySeconds)});
-  ASSERT_EQ(ApplyYaml(ns.name(), JobYaml("nd", 2, "2x4", "", false,
-                                         "fault-tolerance/job-retry-num: \"2\"", accelerator_))
-                .exit_code,
-            0);
-  ASSERT_TRUE(JobFieldBecomes(ns.name(), "nd", "{.status.phase}", "Running")) << op.Log();
+  ASSERT_NO_FATAL_FAILURE(RunJob(ns.name(), op, "nd"));
   const std::string node = NodeOf(ns.name(), "nd-worker-0");
   ASSERT_FALSE(node.empty());
   EXPECT_EQ(NodeField(node, "{.status.capacity.google\\.com/tpu}"), "4");
@@ -239,6 +256,95 @@ TEST_F(NodeAgentE2E, MissingDeviceCordonsTheNodeReissuesTheJobAndTheRestoredDevi
 }
 
 // A restarted agent starts from the condition on the node: True needs --pass-after passes.
+// On real hosts a dying chip usually kills the program before any check sees it. The agent
+// watches the pods of its node: a worker's exit 1 while a device is missing runs a round at
+// once (its interval here is 10 minutes, its --fail-after 3), which sets the condition True in
+// one round; within the fault attribution window the operator takes the exit as the
+// hardware's: the node is cordoned and the job re-issued, not failed.
+TEST_F(NodeAgentE2E, AWorkerExitRunsTheCheckAtOnceAndTheExitIsTheHardwares) {
+  TestNamespace ns("na-exit");
+  OperatorProcess op({"--namespace", ns.name(), "--max-cordoned-fraction", "1"});
+  ASSERT_NO_FATAL_FAILURE(RunJob(ns.name(), op, "ex"));
+  const std::string node = NodeOf(ns.name(), "ex-worker-1");
+  ASSERT_FALSE(node.empty());
+  const std::string dev = FakeDev(prefix_, 4);
+  AgentProcess agent(KubeconfigPath(), node, dev, {"--interval", "600", "--fail-after", "3"});
+  ASSERT_NO_FATAL_FAILURE(AwaitHealthyAndWatching(node, agent));
+
+  // The chip dies: no periodic round for 10 minutes, so nothing is written yet.
+  std::filesystem::remove(dev + "/accel3");
+  ASSERT_EQ(TerminatePod(ns.name(), "ex-worker-1", 1, "Error", "libtpu: TPU chip halted").exit_code,
+            0);
+  const auto exited = SteadyClock::now();
+  ASSERT_TRUE(ConditionBecomes(node, "True AcceleratorMissing", std::chrono::seconds(10),
+                               agent.Describe()));
+  const auto verdict_after = SteadyClock::now() - exited;
+  const std::string message = AgentConditionField(node, "message");
+  EXPECT_NE(message.find("checked at once after container trainer of pod " + ns.name() +
+                         "/ex-worker-1 exited with code 1"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(agent.Log().find("msg=\"worker exited, checking the node now\""), std::string::npos)
+      << agent.Describe();
+  std::printf(
+      "[ measured ] worker exit -> %s=True written by the agent's immediate round: %.2f s "
+      "(its interval: 600 s)\n",
+      kCondition, std::chrono::duration<double>(verdict_after).count());
+
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ex", "{.status.attempt}", "2")) << op.Log();
+  EXPECT_NE(JobField(ns.name(), "ex", "{.status.phase}"), "Failed");
+  EXPECT_EQ(JobField(ns.name(), "ex",
+                     "{.status.faults[0].kind}/{.status.faults[0].exitCode}/"
+                     "{.status.faults[0].node}/{.status.faults[0].action}"),
+            "NodeUnhealthy/1/" + node + "/ReissueJob");
+  EXPECT_EQ(JobField(ns.name(), "ex", "{.status.jobRetries}"), "1");
+  ASSERT_TRUE(Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; }))
+      << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ex", "{.status.phase}", "Running")) << op.Log();
+  for (const char* pod : {"ex-worker-0", "ex-worker-1"}) {
+    EXPECT_NE(NodeOf(ns.name(), pod), node) << pod;
+  }
+}
+
+// The same exit on a node whose devices are all there: the agent's immediate round passes,
+// the node stays healthy, and at the end of the window (here 5 s) the job fails for the
+// user's reason.
+TEST_F(NodeAgentE2E, AWorkerExitOnAHealthyNodeFailsTheJobAtTheEndOfTheWindow) {
+  TestNamespace ns("na-exit-ok");
+  OperatorProcess op({"--namespace", ns.name()});
+  ASSERT_NO_FATAL_FAILURE(
+      RunJob(ns.name(), op, "ok", "  faultTolerance: {faultAttributionSeconds: 5}\n"));
+  const std::string node = NodeOf(ns.name(), "ok-worker-1");
+  const std::string dev = FakeDev(prefix_, 4);
+  AgentProcess agent(KubeconfigPath(), node, dev, {"--interval", "600"});
+  ASSERT_NO_FATAL_FAILURE(AwaitHealthyAndWatching(node, agent));
+  ASSERT_EQ(TerminatePod(ns.name(), "ok-worker-1", 1, "Error", "ValueError: bad batch").exit_code,
+            0);
+  const auto exited = SteadyClock::now();
+  // The immediate round ran and passed.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return AgentConditionField(node, "message")
+                   .find(
+                       "checked at once after container "
+                       "trainer of pod " +
+                       ns.name() + "/ok-worker-1") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << agent.Describe();
+  EXPECT_EQ(AgentCondition(node), "False HardwareHealthy");
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "ok", "{.status.phase}", "Failed")) << op.Log();
+  const auto decided = SteadyClock::now() - exited;
+  EXPECT_GE(decided, std::chrono::seconds(4)) << "failed before the node had its window";
+  EXPECT_EQ(JobField(ns.name(), "ok", "{.status.conditions[?(@.type==\"Failed\")].reason}"),
+            "PermanentError");
+  EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "");
+  std::printf(
+      "[ measured ] exit 1 on a healthy node with the agent, window 5 s: Failed after "
+      "%.2f s\n",
+      std::chrono::duration<double>(decided).count());
+}
+
 TEST_F(NodeAgentE2E, RestartedAgentKeepsATrueConditionUntilPassAfterPasses) {
   const std::string node = prefix_ + "-1";
   const std::string dev = FakeDev(prefix_ + "-restart", 3);
@@ -265,7 +371,9 @@ TEST_F(NodeAgentE2E, RestartedAgentKeepsATrueConditionUntilPassAfterPasses) {
 }
 
 // Least privilege: a ServiceAccount bound to a ClusterRole with only `patch` on `nodes/status`
-// is enough; the agent reads the node's capacity from the answers to its patches.
+// is enough for the checks; the agent reads the node's capacity from the answers to its patches.
+// Without `list` and `watch` on pods (an older ClusterRole) it cannot watch the node's pods: it
+// says so once and keeps its periodic rounds.
 TEST_F(NodeAgentE2E, RunsWithOnlyPatchOnNodesStatus) {
   TestNamespace ns("na-rbac");
   const std::string account = "node-agent";
@@ -335,6 +443,43 @@ TEST_F(NodeAgentE2E, RunsWithOnlyPatchOnNodesStatus) {
               "system:serviceaccount:" + ns.name() + ":" + account)
         << write.dump();
   }
+
+  // The agent's loop with the same account: the pod watch is refused, the rounds go on.
+  AgentProcess agent(kubeconfig, node, dev, {"--interval", "1"});
+  ASSERT_TRUE(Eventually(
+      [&] { return agent.Log().find("cannot watch the pods on this node") != std::string::npos; },
+      std::chrono::seconds(10)))
+      << agent.Describe();
+  for (int round = 0; round < 3; ++round) {
+    const std::string beat = AgentConditionField(node, "lastHeartbeatTime");
+    ASSERT_TRUE(Eventually([&] { return AgentConditionField(node, "lastHeartbeatTime") != beat; },
+                           std::chrono::seconds(5)))
+        << round << "\n"
+        << agent.Describe();
+  }
+  EXPECT_EQ(AgentCondition(node), "True AcceleratorMissing");
+  EXPECT_EQ(agent.StopWith(SIGTERM), 0);
+  const std::string log = agent.Log();
+  // One warning naming what is missing (the failing rounds warn too, each), nothing at error
+  // level.
+  size_t warnings = 0;
+  for (size_t at = log.find("cannot watch the pods"); at != std::string::npos;
+       at = log.find("cannot watch the pods", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 1u) << log;
+  EXPECT_NE(log.find("level=warning msg=\"cannot watch the pods on this node: the agent's account "
+                     "lacks list and watch on pods in all namespaces; checking every interval "
+                     "only\" node=" +
+                     node + " denied=\"list pods\" error=\"403 Forbidden"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("level=error"), std::string::npos) << log;
+  // Its writes are still only patches of the node's status.
+  for (const nlohmann::json& write : AgentWrites(node)) {
+    EXPECT_EQ(write["objectRef"].value("resource", ""), "nodes") << write.dump();
+    EXPECT_EQ(write["objectRef"].value("subresource", ""), "status") << write.dump();
+  }
 }
 
 // A device directory that does not exist is the agent's configuration at fault: the condition is
@@ -397,7 +542,7 @@ nlohmann::json ToJson(const YAML::Node& node) {
   return nullptr;
 }
 
-TEST(NodeAgentChartE2E, DaemonSetRendersWithTheAffinityTheHostPathAndOnlyNodesStatusPatch) {
+TEST(NodeAgentChartE2E, DaemonSetRendersWithTheAffinityTheHostPathAndLeastPrivilege) {
   auto docs = RenderAgent("");
   ASSERT_EQ(docs.size(), 4u) << "DaemonSet, ServiceAccount, ClusterRole, ClusterRoleBinding";
   const YAML::Node ds = docs["DaemonSet"];
@@ -435,10 +580,10 @@ TEST(NodeAgentChartE2E, DaemonSetRendersWithTheAffinityTheHostPathAndOnlyNodesSt
       {"effect": "NoSchedule", "key": "google.com/tpu", "operator": "Exists"},
       {"effect": "NoSchedule", "key": "tpujob.dev/faulty", "operator": "Exists"}])"));
 
-  // The only permission: patch on nodes/status.
-  EXPECT_EQ(ToJson(docs["ClusterRole"]["rules"]),
-            nlohmann::json::parse(
-                R"([{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}])"));
+  // Patch on nodes/status, and list and watch on pods (the watch of the node's pods).
+  EXPECT_EQ(ToJson(docs["ClusterRole"]["rules"]), nlohmann::json::parse(R"([
+      {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+      {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}])"));
   EXPECT_EQ(ToJson(docs["ClusterRoleBinding"]["subjects"]),
             nlohmann::json::parse(R"([{"kind": "ServiceAccount",
                 "name": "agent-tpujob-operator-node-agent", "namespace": "ops"}])"));
@@ -476,8 +621,8 @@ TEST(NodeAgentChartE2E, DaemonSetRendersWithTheAffinityTheHostPathAndOnlyNodesSt
 
 // Installed: the operator in a namespace that enforces "restricted", the agent in a privileged one
 // (nodeAgent.namespace). The DaemonSet runs on TPU nodes only, and its ServiceAccount may patch
-// nodes/status and nothing else. Left in the operator's restricted namespace, the hostPath volume
-// is refused, as the chart's README says.
+// nodes/status and list and watch pods, nothing else. Left in the operator's restricted
+// namespace, the hostPath volume is refused, as the chart's README says.
 TEST_F(NodeAgentE2E, ChartInstallsTheAgentBesideARestrictedOperator) {
   TestNamespace ops("na-chart");
   TestNamespace agents("na-chart-agent");
@@ -530,9 +675,12 @@ TEST_F(NodeAgentE2E, ChartInstallsTheAgentBesideARestrictedOperator) {
     return out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1);
   };
   EXPECT_EQ(can("patch nodes --subresource=status"), "yes");
+  EXPECT_EQ(can("list pods -A"), "yes");
+  EXPECT_EQ(can("watch pods -A"), "yes");
   for (const std::string& denied :
        {std::string("get nodes"), std::string("list nodes"), std::string("patch nodes"),
-        std::string("update nodes --subresource=status"), std::string("list pods -A"),
+        std::string("update nodes --subresource=status"), std::string("get pods -A"),
+        std::string("delete pods -A"), std::string("patch pods -A"),
         "get secrets -n " + agents.name()}) {
     EXPECT_EQ(can(denied), "no") << denied;
   }

@@ -15,6 +15,7 @@
 #include "base/logging.h"
 #include "base/signal_waiter.h"
 #include "cache/objects.h"
+#include "cache/reflector.h"
 #include "kube/config.h"
 #include "metrics/http_server.h"
 #include "version.h"
@@ -139,6 +140,7 @@ std::expected<Settings, std::vector<std::string>> Validate(
   }
   settings.fail_after = flags.fail_after;
   settings.pass_after = flags.pass_after;
+  settings.watch_pods = flags.watch_pods && !flags.once;
   if (!problems.empty()) return std::unexpected(std::move(problems));
   return settings;
 }
@@ -287,6 +289,35 @@ kube::Json ConditionPatch(std::string_view type, const ConditionUpdate& update,
   return {{"status", {{"conditions", kube::Json::array({condition})}}}};
 }
 
+std::string Trigger::Key() const { return uid + "/" + container; }
+
+std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen) {
+  std::vector<Trigger> exits;
+  if (pod.deleting()) return exits;
+  auto scan = [&](const std::vector<cache::ContainerInfo>& containers, bool init) {
+    for (const cache::ContainerInfo& container : containers) {
+      if (container.state != cache::ContainerState::kTerminated || container.exit_code == 0) {
+        continue;
+      }
+      Trigger trigger{.pod = pod.Key(),
+                      .uid = pod.uid,
+                      .container = std::string(container.name.view()),
+                      .init_container = init,
+                      .exit_code = container.exit_code};
+      if (!seen.contains(trigger.Key())) exits.push_back(std::move(trigger));
+    }
+  };
+  scan(pod.init_containers, true);
+  scan(pod.containers, false);
+  return exits;
+}
+
+std::string DescribeTrigger(const Trigger& trigger) {
+  return fmt::format("checked at once after {}container {} of pod {} exited with code {}",
+                     trigger.init_container ? "init " : "", trigger.container, trigger.pod,
+                     trigger.exit_code);
+}
+
 bool Healthy(TimePoint last_success, TimePoint now, Duration interval) {
   return now - last_success <= 3 * interval + std::chrono::seconds(30);
 }
@@ -313,6 +344,11 @@ NodeAgent::NodeAgent(kube::Client& client, Settings settings, Probes probes, Clo
       probes_(std::move(probes)),
       clock_(clock),
       last_success_(clock.Now().time_since_epoch().count()) {}
+
+NodeAgent::~NodeAgent() {
+  stopping_.store(true);
+  StopPodWatch();
+}
 
 kube::PatchOptions NodeAgent::WriteOptions() const {
   kube::PatchOptions options;
@@ -349,8 +385,9 @@ bool NodeAgent::Learn() {
   return true;
 }
 
-NodeAgent::Round NodeAgent::RunRound() {
+NodeAgent::Round NodeAgent::RunRound(const std::optional<Trigger>& trigger) {
   Round round;
+  round.triggered = trigger.has_value();
   if (!node_ && !Learn()) {
     round.outcome = Outcome::kApiError;
     return round;
@@ -377,9 +414,11 @@ NodeAgent::Round NodeAgent::RunRound() {
   }
 
   const std::optional<NodeCondition> previous = FindCondition(*node_, type);
-  state_ = Step(state_, result.passed, settings_.fail_after, settings_.pass_after);
-  const ConditionUpdate update =
+  // After an abnormal exit a failing round is the second witness: True at once.
+  state_ = Step(state_, result.passed, trigger ? 1 : settings_.fail_after, settings_.pass_after);
+  ConditionUpdate update =
       DescribeCondition(state_, result, settings_.fail_after, settings_.pass_after);
+  if (trigger) update.message += "; " + DescribeTrigger(*trigger);
   round.outcome = result.passed ? Outcome::kPassed : Outcome::kFailed;
   round.condition_true = update.unhealthy;
   round.reason = update.reason;
@@ -429,18 +468,142 @@ NodeAgent::Round NodeAgent::RunRound() {
 }
 
 void NodeAgent::Run() {
-  TimePoint next = clock_.Now();
+  TimePoint next = clock_.Now();  // the next periodic round
+  bool first = true;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
+    const std::optional<Trigger> trigger = std::exchange(pending_, std::nullopt);
+    const bool periodic = clock_.Now() >= next;
     lock.unlock();
-    RunRound();
+    if (trigger) {
+      log::Info("worker exited, checking the node now", {{"node", settings_.node_name},
+                                                         {"pod", trigger->pod},
+                                                         {"container", trigger->container},
+                                                         {"exit_code", trigger->exit_code}});
+    }
+    RunRound(trigger);
+    if (first) {
+      first = false;
+      // After the first round, so that the permission check never delays it.
+      if (settings_.watch_pods) {
+        pod_watch_.store(PodWatch::kStarting);
+        pod_watch_starter_ = std::thread([this] { StartPodWatch(); });
+      }
+    }
     lock.lock();
-    next += settings_.interval;
-    // A round that took longer than the interval is followed by the next at once, not by the
-    // rounds it missed.
-    if (const TimePoint now = clock_.Now(); next < now) next = now;
-    while (!stopped_ && clock_.Now() < next) clock_.WaitUntil(cv_, lock, next);
+    // A triggered round leaves the periodic schedule alone, unless it was due anyway.
+    if (periodic) {
+      next += settings_.interval;
+      // A round that took longer than the interval is followed by the next at once, not by the
+      // rounds it missed.
+      if (const TimePoint now = clock_.Now(); next < now) next = now;
+    }
+    while (!stopped_ && !pending_ && clock_.Now() < next) clock_.WaitUntil(cv_, lock, next);
   }
+  lock.unlock();
+  StopPodWatch();
+}
+
+std::vector<Trigger> NodeAgent::NotePod(const cache::PodInfo& pod) {
+  std::vector<Trigger> exits;
+  bool woke = false;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    exits = AbnormalExits(pod, seen_);
+    if (exits.empty()) return exits;
+    for (const Trigger& exit : exits) seen_.insert(exit.Key());
+    if (!pending_ && !stopped_) {
+      pending_ = exits.front();
+      woke = true;
+    }
+  }
+  if (woke) cv_.notify_all();
+  // The others are checked by the round already due.
+  for (size_t i = woke ? 1 : 0; i < exits.size(); ++i) {
+    log::Debug("worker exited, a round is already due", {{"node", settings_.node_name},
+                                                         {"pod", exits[i].pod},
+                                                         {"container", exits[i].container},
+                                                         {"exit_code", exits[i].exit_code}});
+  }
+  return exits;
+}
+
+void NodeAgent::ForgetPod(const cache::PodInfo& pod) {
+  const std::string prefix = pod.uid + "/";
+  std::lock_guard<std::mutex> guard(mu_);
+  auto it = seen_.lower_bound(prefix);
+  while (it != seen_.end() && it->starts_with(prefix)) it = seen_.erase(it);
+}
+
+void NodeAgent::StartPodWatch() {
+  const std::string& node = settings_.node_name;
+  const std::string labels(cache::kJobNameLabel);
+  const std::string fields = "spec.nodeName=" + node;
+  // Both verbs are tried once, so that an account without them is told apart from an API server
+  // that does not answer (the informer retries that on its own).
+  std::string failed;
+  std::optional<kube::Error> error;
+  kube::ListOptions list_options;
+  list_options.label_selector = labels;
+  list_options.field_selector = fields;
+  list_options.limit = 1;
+  auto listed = client_.List(kube::Resource::Pods(), "", list_options);
+  if (!listed) {
+    failed = "list";
+    error = listed.error();
+  } else if (!stopping_.load()) {
+    kube::WatchOptions watch_options;
+    watch_options.label_selector = labels;
+    watch_options.field_selector = fields;
+    watch_options.allow_bookmarks = false;
+    watch_options.timeout_seconds = 1;
+    if (listed->is_object() && listed->contains("metadata") && (*listed)["metadata"].is_object()) {
+      watch_options.resource_version = (*listed)["metadata"].value("resourceVersion", "");
+    }
+    // Closed again at once: only whether it opens matters.
+    auto stream = client_.Watch(kube::Resource::Pods(), "", watch_options);
+    if (!stream) {
+      failed = "watch";
+      error = stream.error();
+    }
+  }
+  if (error && error->IsForbidden()) {
+    pod_watch_.store(PodWatch::kForbidden);
+    log::Warn(
+        "cannot watch the pods on this node: the agent's account lacks list and watch on pods in "
+        "all namespaces; checking every interval only",
+        {{"node", node}, {"denied", failed + " pods"}, {"error", error->ToString()}});
+    return;
+  }
+  if (error) {
+    log::Debug("pod watch check failed; the watch retries",
+               {{"node", node}, {"error", error->ToString()}});
+  }
+  std::lock_guard<std::mutex> guard(pods_mu_);
+  if (stopping_.load()) return;
+  cache::ReflectorOptions options;
+  options.name = "pods";
+  options.label_selector = labels;  // only TPUJob pods
+  options.field_selector = fields;  // only this node's
+  pods_ = std::make_unique<cache::Informer<cache::PodInfo>>(client_, kube::Resource::Pods(),
+                                                            options, clock_);
+  pods_->AddEventHandlers({.on_add = [this](const auto& pod) { NotePod(*pod); },
+                           .on_update = [this](const auto&, const auto& pod) { NotePod(*pod); },
+                           .on_delete = [this](const auto& pod) { ForgetPod(*pod); }});
+  pods_->Start();
+  pod_watch_.store(PodWatch::kWatching);
+  log::Info("watching the node's pods",
+            {{"node", node}, {"label_selector", labels}, {"field_selector", fields}});
+}
+
+void NodeAgent::StopPodWatch() {
+  if (pod_watch_starter_.joinable()) pod_watch_starter_.join();
+  std::unique_ptr<cache::Informer<cache::PodInfo>> pods;
+  {
+    std::lock_guard<std::mutex> guard(pods_mu_);
+    pods = std::move(pods_);
+  }
+  if (pods) pods->Stop();
 }
 
 void NodeAgent::Stop() {
@@ -465,12 +628,19 @@ constexpr const char* kDescription =
     "TPUUnhealthy, the operator's default --hardware-condition): True when TPU devices are "
     "missing (fewer /dev/accel<N> or /dev/vfio/<N> than the node's google.com/tpu capacity), "
     "False when healthy. The operator cordons a node whose condition is True and re-issues the "
-    "jobs on it. Runs as a DaemonSet on the TPU nodes; needs only `patch` on `nodes/status`.";
+    "jobs on it. It also watches the TPUJob pods on the node and checks at once when a worker "
+    "exits with a non-zero code. Runs as a DaemonSet on the TPU nodes; needs `patch` on "
+    "`nodes/status`, and `list` and `watch` on pods for --watch-pods.";
 
 constexpr const char* kFooter =
     R"(Hysteresis: the condition turns True after --fail-after failing rounds in a row
 and back to False only after --pass-after passing rounds in a row. A restarted agent starts
 from the condition on the node: if it is True, --pass-after passing rounds clear it.
+Abnormal exits (--watch-pods): when a container or init container of a TPUJob pod on the node
+terminates with a non-zero exit code (128+N for signal N), a round runs at once; if it fails,
+the condition turns True at once, whatever --fail-after says, and its message names the exit.
+The periodic rounds keep their schedule. Without list/watch on pods: one warning, periodic
+rounds only.
 Condition reasons: AcceleratorMissing, DiskTooSmall, UlimitTooLow (True: the first failing
 item), HardwareRecovering (True, passing rounds accumulating), HardwareHealthy (False),
 HardwareSuspect (False, failing rounds accumulating).
@@ -525,6 +695,7 @@ int RunNodeAgent(const agent::Flags& flags) {
                                     {"interval", settings->interval},
                                     {"fail_after", settings->fail_after},
                                     {"pass_after", settings->pass_after},
+                                    {"watch_pods", settings->watch_pods},
                                     {"once", flags.once}});
   auto client = kube::NewClient(*config);
   agent::NodeAgent node_agent(*client, *settings, agent::Probes{}, Clock::Real());
@@ -640,6 +811,13 @@ void AddNodeAgentCommand(CLI::App& app) {
   command->add_flag("--once", flags->once,
                     "Run one round, write the condition and exit: 0 passed, 1 failed, 2 invalid "
                     "flags or not measurable, 3 API error.");
+  command
+      ->add_option("--watch-pods", flags->watch_pods,
+                   "Watch the TPUJob pods on this node (needs list and watch on pods) and run a "
+                   "round at once when a container exits with a non-zero code; a failing round "
+                   "then sets the condition True at once. false: periodic rounds only. Never with "
+                   "--once.")
+      ->default_str("true");
   command->add_option("--log-level", flags->log_level, "trace, debug, info, warn or error.")
       ->capture_default_str();
   command

@@ -1,6 +1,6 @@
 // `tpujob-operator node-agent`: flag validation, capacity parsing, the verdict of a round, the
-// hysteresis between rounds and the condition, the patch body, and rounds against a fake API
-// server (operator/node_agent.h).
+// hysteresis between rounds and the condition, the patch body, which pod updates trigger a round
+// at once, and rounds against a fake API server (operator/node_agent.h).
 #include "node_agent.h"
 
 #include <gmock/gmock.h>
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +52,21 @@ TEST(NodeAgentFlagsTest, DefaultsWithNodeNameFromTheEnvironment) {
   EXPECT_EQ(settings->condition_type, "TPUUnhealthy");
   EXPECT_EQ(settings->fail_after, 1);
   EXPECT_EQ(settings->pass_after, 3);
+  EXPECT_TRUE(settings->watch_pods);
+}
+
+TEST(NodeAgentFlagsTest, NoPodWatchWhenTurnedOffOrOnce) {
+  Flags flags;
+  flags.node_name = "n";
+  flags.watch_pods = false;
+  auto settings = Validate(flags, Env({}));
+  ASSERT_TRUE(settings.has_value());
+  EXPECT_FALSE(settings->watch_pods);
+  flags.watch_pods = true;
+  flags.once = true;
+  settings = Validate(flags, Env({}));
+  ASSERT_TRUE(settings.has_value());
+  EXPECT_FALSE(settings->watch_pods);
 }
 
 TEST(NodeAgentFlagsTest, TheFlagWinsOverTheEnvironment) {
@@ -291,6 +307,128 @@ TEST(NodeAgentPatchTest, HealthyWhileWritesAreRecent) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Which pod updates trigger a round at once
+
+cache::ContainerInfo Container(const std::string& name, cache::ContainerState state,
+                               int32_t exit_code = 0) {
+  cache::ContainerInfo container;
+  container.name = cache::InternedString::Intern(name);
+  container.state = state;
+  container.exit_code = exit_code;
+  return container;
+}
+
+cache::PodInfo Pod(std::vector<cache::ContainerInfo> containers,
+                   std::vector<cache::ContainerInfo> init_containers = {}) {
+  cache::PodInfo pod;
+  pod.ns = cache::InternedString::Intern("team-a");
+  pod.name = "llm-worker-0";
+  pod.uid = "uid-1";
+  pod.node_name = cache::InternedString::Intern("tpu-0");
+  pod.containers = std::move(containers);
+  pod.init_containers = std::move(init_containers);
+  return pod;
+}
+
+TEST(NodeAgentTriggerTest, Table) {
+  using cache::ContainerState;
+  struct Row {
+    std::string name;
+    cache::PodInfo pod;
+    std::set<std::string> seen;
+    std::vector<std::string> want;  // DescribeTrigger of each exit
+  };
+  cache::PodInfo deleting = Pod({Container("trainer", ContainerState::kTerminated, 143)});
+  deleting.deletion_timestamp = WallTime{};
+  const std::vector<Row> rows = {
+      {"exit 0", Pod({Container("trainer", ContainerState::kTerminated, 0)}), {}, {}},
+      {"exit 1",
+       Pod({Container("trainer", ContainerState::kTerminated, 1)}),
+       {},
+       {"checked at once after container trainer of pod team-a/llm-worker-0 exited with code 1"}},
+      {"exit 137 (SIGKILL)",
+       Pod({Container("trainer", ContainerState::kTerminated, 137)}),
+       {},
+       {"checked at once after container trainer of pod team-a/llm-worker-0 exited with code "
+        "137"}},
+      {"init container exit 10",
+       Pod({Container("trainer", ContainerState::kWaiting)},
+           {Container("preflight", ContainerState::kTerminated, 10)}),
+       {},
+       {"checked at once after init container preflight of pod team-a/llm-worker-0 exited with "
+        "code 10"}},
+      {"init container exit 0, container running",
+       Pod({Container("trainer", ContainerState::kRunning)},
+           {Container("preflight", ContainerState::kTerminated, 0)}),
+       {},
+       {}},
+      {"running", Pod({Container("trainer", ContainerState::kRunning)}), {}, {}},
+      {"waiting", Pod({Container("trainer", ContainerState::kWaiting)}), {}, {}},
+      {"no status yet", Pod({Container("trainer", ContainerState::kNone)}), {}, {}},
+      {"already reacted to",
+       Pod({Container("trainer", ContainerState::kTerminated, 1)}),
+       {"uid-1/trainer"},
+       {}},
+      {"another pod's container of the same name reacted to",
+       Pod({Container("trainer", ContainerState::kTerminated, 1)}),
+       {"uid-2/trainer"},
+       {"checked at once after container trainer of pod team-a/llm-worker-0 exited with code 1"}},
+      {"two containers, one reacted to",
+       Pod({Container("trainer", ContainerState::kTerminated, 1),
+            Container("sidecar", ContainerState::kTerminated, 2)}),
+       {"uid-1/trainer"},
+       {"checked at once after container sidecar of pod team-a/llm-worker-0 exited with code 2"}},
+      {"being deleted: stopped on purpose", deleting, {}, {}},
+  };
+  for (const Row& row : rows) {
+    std::vector<std::string> got;
+    for (const Trigger& trigger : AbnormalExits(row.pod, row.seen)) {
+      EXPECT_EQ(trigger.pod, "team-a/llm-worker-0") << row.name;
+      EXPECT_EQ(trigger.uid, "uid-1") << row.name;
+      got.push_back(DescribeTrigger(trigger));
+    }
+    EXPECT_EQ(got, row.want) << row.name;
+  }
+}
+
+TEST(NodeAgentTriggerTest, TheSameContainerTriggersOnceUntilItsPodIsDeleted) {
+  using cache::ContainerState;
+  const std::set<std::string> none;
+  cache::PodInfo pod = Pod({Container("trainer", ContainerState::kTerminated, 1),
+                            Container("sidecar", ContainerState::kRunning)});
+  const std::vector<Trigger> first = AbnormalExits(pod, none);
+  ASSERT_THAT(first, SizeIs(1));
+  EXPECT_EQ(first[0].Key(), "uid-1/trainer");
+  EXPECT_EQ(first[0].container, "trainer");
+  EXPECT_FALSE(first[0].init_container);
+  EXPECT_EQ(first[0].exit_code, 1);
+
+  // Through the agent, as the pod watch's handlers call it: every update of the pod reports the
+  // exit again, only the first counts.
+  kube::FakeClient client;
+  FakeClock clock;
+  Settings settings;
+  settings.node_name = "tpu-0";
+  NodeAgent agent(client, settings, Probes{}, clock);
+  EXPECT_THAT(agent.NotePod(pod), ElementsAre(first[0]));
+  pod.resource_version = "2";
+  EXPECT_THAT(agent.NotePod(pod), IsEmpty());
+  EXPECT_THAT(agent.NotePod(pod), IsEmpty());
+  // Another container of the same pod exits later: that one counts.
+  pod.containers[1] = Container("sidecar", ContainerState::kTerminated, 137);
+  const std::vector<Trigger> second = agent.NotePod(pod);
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_EQ(second[0].container, "sidecar");
+  EXPECT_EQ(second[0].exit_code, 137);
+  EXPECT_THAT(agent.NotePod(pod), IsEmpty());
+  // A deleted pod is forgotten (what is remembered stays bounded by the pods on the node).
+  agent.ForgetPod(pod);
+  EXPECT_THAT(agent.NotePod(pod), SizeIs(2));
+  // Nothing was checked: the rounds are Run()'s.
+  EXPECT_THAT(client.actions(), IsEmpty());
+}
+
+// ---------------------------------------------------------------------------------------------
 // The checks of a round
 
 class NodeAgentChecksTest : public preflight::testing::TempDirTest {
@@ -413,6 +551,14 @@ class NodeAgentRoundsTest : public preflight::testing::TempDirTest {
         {{"metadata", {{"name", "tpu-0"}}},
          {"status", {{"capacity", {{"google.com/tpu", "4"}}}, {"conditions", conditions}}}});
   }
+  // The node as an agent that set the condition left it: True, AcceleratorMissing.
+  void AddNodeWithTrueCondition() {
+    AddNode({{{"type", "TPUUnhealthy"},
+              {"status", "True"},
+              {"reason", "AcceleratorMissing"},
+              {"message", "3 of 4"},
+              {"lastTransitionTime", "2026-01-01T00:00:00Z"}}});
+  }
   std::optional<NodeCondition> Condition() {
     auto node = client_.Get(kube::Resource::Nodes(), "", "tpu-0");
     if (!node) return std::nullopt;
@@ -507,11 +653,7 @@ TEST_F(NodeAgentRoundsTest, AMissingDeviceSetsTheConditionAndPassesClearItAfterP
 }
 
 TEST_F(NodeAgentRoundsTest, ARestartedAgentStartsFromTheConditionOnTheNode) {
-  AddNode({{{"type", "TPUUnhealthy"},
-            {"status", "True"},
-            {"reason", "AcceleratorMissing"},
-            {"message", "3 of 4"},
-            {"lastTransitionTime", "2026-01-01T00:00:00Z"}}});
+  AddNodeWithTrueCondition();
   NodeAgent agent(client_, settings_, Probes{}, clock_);
   for (int i = 1; i <= 2; ++i) {
     EXPECT_EQ(agent.RunRound().outcome, NodeAgent::Outcome::kPassed);
@@ -578,6 +720,240 @@ TEST_F(NodeAgentRoundsTest, RunsEveryIntervalUntilStopped) {
   EXPECT_THAT(Patches(), SizeIs(3));
   agent.Stop();
   loop.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds triggered by a worker's abnormal exit
+
+Trigger TrainerExit(int32_t exit_code = 1) {
+  return Trigger{.pod = "team-a/llm-worker-0",
+                 .uid = "uid-1",
+                 .container = "trainer",
+                 .init_container = false,
+                 .exit_code = exit_code};
+}
+
+TEST_F(NodeAgentRoundsTest, ATriggeredFailingRoundSetsTheConditionAtOnceWhateverFailAfter) {
+  AddNode();
+  settings_.fail_after = 3;
+  LogCapture logs;
+  NodeAgent agent(client_, settings_, Probes{}, clock_);
+  ASSERT_EQ(agent.RunRound().outcome, NodeAgent::Outcome::kPassed);
+  std::filesystem::remove(dev_ + "/accel3");
+
+  // A periodic failing round: 1 of 3.
+  NodeAgent::Round round = agent.RunRound();
+  EXPECT_EQ(round.outcome, NodeAgent::Outcome::kFailed);
+  EXPECT_FALSE(round.triggered);
+  EXPECT_FALSE(round.condition_true);
+  EXPECT_EQ(Condition()->status, "False");
+  EXPECT_EQ(Condition()->reason, "HardwareSuspect");
+
+  // The program exited abnormally: the failing round it triggers is the second witness.
+  round = agent.RunRound(TrainerExit());
+  EXPECT_EQ(round.outcome, NodeAgent::Outcome::kFailed);
+  EXPECT_TRUE(round.triggered);
+  EXPECT_TRUE(round.condition_true);
+  const auto condition = Condition();
+  ASSERT_TRUE(condition.has_value());
+  EXPECT_EQ(condition->status, "True");
+  EXPECT_EQ(condition->reason, "AcceleratorMissing");
+  EXPECT_EQ(condition->message,
+            "3 of 4 TPU devices present under " + dev_ +
+                " (accel<N>: 3, vfio/<N>: 1); checked at once after container trainer of pod "
+                "team-a/llm-worker-0 exited with code 1");
+  EXPECT_THAT(logs.text(), HasSubstr("msg=\"condition set\""));
+
+  // Also as the first failing round of all, on a fresh agent.
+  AddNode();
+  NodeAgent fresh(client_, settings_, Probes{}, clock_);
+  round = fresh.RunRound(TrainerExit(137));
+  EXPECT_TRUE(round.condition_true);
+  EXPECT_EQ(Condition()->status, "True");
+  EXPECT_THAT(Condition()->message, HasSubstr("exited with code 137"));
+}
+
+TEST_F(NodeAgentRoundsTest, ATriggeredPassingRoundDoesNotClearTheConditionBeforePassAfter) {
+  AddNodeWithTrueCondition();
+  NodeAgent agent(client_, settings_, Probes{}, clock_);
+  for (int i = 1; i <= 2; ++i) {
+    const NodeAgent::Round round = agent.RunRound(TrainerExit());
+    EXPECT_EQ(round.outcome, NodeAgent::Outcome::kPassed) << i;
+    EXPECT_TRUE(round.condition_true) << i;
+    const auto condition = Condition();
+    EXPECT_EQ(condition->status, "True") << i;
+    EXPECT_EQ(condition->reason, "HardwareRecovering") << i;
+    EXPECT_THAT(condition->message, HasSubstr(std::to_string(i) + " of 3 passing rounds")) << i;
+    EXPECT_THAT(condition->message, HasSubstr("; checked at once after container trainer")) << i;
+    EXPECT_EQ(condition->last_transition_time, "2026-01-01T00:00:00Z") << i;
+  }
+  // The third passing round, periodic, clears it as any third one would.
+  EXPECT_FALSE(agent.RunRound().condition_true);
+  EXPECT_EQ(Condition()->status, "False");
+  EXPECT_EQ(Condition()->reason, "HardwareHealthy");
+}
+
+// A pod of the fake API server on `node` with one container `trainer` (terminated with
+// `exit_code`, or running).
+kube::Json WorkerPod(const std::string& name, const std::string& node,
+                     std::optional<int> exit_code) {
+  kube::Json state = exit_code ? kube::Json{{"terminated", {{"exitCode", *exit_code}}}}
+                               : kube::Json{{"running", kube::Json::object()}};
+  return {{"metadata",
+           {{"name", name}, {"namespace", "team-a"}, {"labels", {{"tpujob.dev/job-name", "llm"}}}}},
+          {"spec", {{"nodeName", node}, {"containers", {{{"name", "trainer"}}}}}},
+          {"status",
+           {{"phase", exit_code ? "Failed" : "Running"},
+            {"containerStatuses", {{{"name", "trainer"}, {"state", state}}}}}}};
+}
+
+// Waits (real time, bounded) until `done`.
+template <typename F>
+bool Within(F done, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// Runs `agent`'s loop on a thread of its own; stops and joins it at the latest when it goes out
+// of scope (also when an ASSERT ends the test early).
+class Loop {
+ public:
+  explicit Loop(NodeAgent& agent) : agent_(agent), thread_([&agent] { agent.Run(); }) {}
+  ~Loop() { Stop(); }
+  void Stop() {
+    agent_.Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  NodeAgent& agent_;
+  std::thread thread_;
+};
+
+size_t Count(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(NodeAgentRoundsTest, AnAbnormalExitOnTheNodeRunsARoundAtOnce) {
+  AddNode();
+  settings_.fail_after = 3;
+  LogCapture logs;
+  NodeAgent agent(client_, settings_, Probes{}, clock_);
+  Loop loop(agent);
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  ASSERT_TRUE(Within([&] { return agent.pod_watch() == NodeAgent::PodWatch::kWatching; }))
+      << logs.text();
+  EXPECT_THAT(Patches(), SizeIs(2));
+  // Only the TPUJob pods of this node, in every namespace.
+  for (const kube::ListOptions& list : client_.list_calls()) {
+    EXPECT_EQ(list.label_selector, "tpujob.dev/job-name");
+    EXPECT_EQ(list.field_selector, "spec.nodeName=tpu-0");
+  }
+  for (const kube::WatchOptions& watch : client_.watch_calls()) {
+    EXPECT_EQ(watch.label_selector, "tpujob.dev/job-name");
+    EXPECT_EQ(watch.field_selector, "spec.nodeName=tpu-0");
+  }
+
+  std::filesystem::remove(dev_ + "/accel3");
+  // A running worker and another node's failed worker change nothing; this node's does, at
+  // once: no time passes.
+  client_.Upsert(kube::Resource::Pods(), WorkerPod("llm-worker-1", "tpu-1", 1));
+  client_.Upsert(kube::Resource::Pods(), WorkerPod("llm-worker-0", "tpu-0", std::nullopt));
+  client_.Upsert(kube::Resource::Pods(), WorkerPod("llm-worker-0", "tpu-0", 1));
+  ASSERT_TRUE(Within([&] { return Patches().size() >= 3; })) << logs.text();
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_THAT(Patches(), SizeIs(3));
+  const auto condition = Condition();
+  ASSERT_TRUE(condition.has_value());
+  EXPECT_EQ(condition->status, "True");  // with fail_after 3
+  EXPECT_THAT(condition->message, HasSubstr("; checked at once after container trainer of pod "
+                                            "team-a/llm-worker-0 exited with code 1"));
+  EXPECT_THAT(logs.text(), HasSubstr("level=info msg=\"worker exited, checking the node now\" "
+                                     "node=tpu-0 pod=team-a/llm-worker-0 container=trainer "
+                                     "exit_code=1"));
+
+  // Later updates of the same pod do not trigger again; the next exit does (had the update
+  // triggered, this round would name llm-worker-0 again, or be merged into that one). 3 s later:
+  // not yet time for the periodic round.
+  clock_.Advance(std::chrono::seconds(3));
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_THAT(Patches(), SizeIs(3));
+  kube::Json updated = WorkerPod("llm-worker-0", "tpu-0", 1);
+  updated["metadata"]["annotations"] = {{"note", "updated"}};
+  client_.Upsert(kube::Resource::Pods(), updated);
+  client_.Upsert(kube::Resource::Pods(), WorkerPod("llm-worker-2", "tpu-0", 137));
+  ASSERT_TRUE(Within([&] { return Patches().size() >= 4; })) << logs.text();
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  EXPECT_THAT(Patches(), SizeIs(4));
+  const std::string text = logs.text();
+  EXPECT_EQ(Count(text, "worker exited"), 2u) << text;
+  EXPECT_THAT(text, HasSubstr("pod=team-a/llm-worker-2 container=trainer exit_code=137"));
+
+  // The periodic schedule is unchanged: the next round one interval after the first periodic
+  // one, not after the triggered ones.
+  clock_.Advance(std::chrono::seconds(2));
+  EXPECT_TRUE(Within([&] { return Patches().size() >= 5; }));
+  loop.Stop();
+  EXPECT_THAT(Patches(), SizeIs(5));
+}
+
+TEST_F(NodeAgentRoundsTest, WithoutPermissionToWatchPodsItWarnsOnceAndKeepsItsRounds) {
+  for (const std::string verb : {"list", "watch"}) {
+    SCOPED_TRACE(verb);
+    AddNode();
+    client_.ClearActions();
+    const size_t lists = client_.list_calls().size();
+    const size_t watches = client_.watch_calls().size();
+    client_.FailNext(verb, kube::ApiError(403, "Forbidden",
+                                          "pods is forbidden: User \"system:serviceaccount:ops:"
+                                          "node-agent\" cannot " +
+                                              verb +
+                                              " resource \"pods\" in API group \"\" at "
+                                              "the cluster scope"));
+    LogCapture logs;
+    NodeAgent agent(client_, settings_, Probes{}, clock_);
+    Loop loop(agent);
+    ASSERT_TRUE(Within([&] { return agent.pod_watch() == NodeAgent::PodWatch::kForbidden; }))
+        << logs.text();
+    // The periodic rounds go on.
+    for (size_t want = 3; want <= 4; ++want) {
+      ASSERT_TRUE(clock_.AwaitWaiters(1));
+      clock_.Advance(std::chrono::seconds(5));
+      EXPECT_TRUE(Within([&] { return Patches().size() >= want; }));
+    }
+    loop.Stop();
+    EXPECT_THAT(Patches(), SizeIs(4));
+    // One try of each verb at most, then nothing more: no retries, no spin.
+    EXPECT_EQ(client_.list_calls().size(), lists + 1);
+    EXPECT_EQ(client_.watch_calls().size(), watches + (verb == "watch" ? 1 : 0));
+    const std::string text = logs.text();
+    EXPECT_EQ(Count(text, "level=warning"), 1u) << text;
+    EXPECT_THAT(text,
+                HasSubstr("level=warning msg=\"cannot watch the pods on this node: the agent's "
+                          "account lacks list and watch on pods in all namespaces; checking "
+                          "every interval only\" node=tpu-0 denied=\"" +
+                          verb + " pods\" error=\"403 Forbidden"));
+  }
+}
+
+TEST_F(NodeAgentRoundsTest, NoPodWatchWhenTurnedOff) {
+  AddNode();
+  settings_.watch_pods = false;
+  NodeAgent agent(client_, settings_, Probes{}, clock_);
+  Loop loop(agent);
+  ASSERT_TRUE(clock_.AwaitWaiters(1));
+  loop.Stop();
+  EXPECT_EQ(agent.pod_watch(), NodeAgent::PodWatch::kOff);
+  EXPECT_THAT(client_.list_calls(), IsEmpty());
+  EXPECT_THAT(client_.watch_calls(), IsEmpty());
 }
 
 }  // namespace
