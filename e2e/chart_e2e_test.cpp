@@ -255,9 +255,11 @@ std::string RestrictedPreflightJob(const std::string& name, const std::string& a
          "          securityContext:\n"
          "            runAsNonRoot: true\n            runAsUser: 1000\n"
          "            seccompProfile: {type: RuntimeDefault}\n"
+         "          volumes: [{name: shm, emptyDir: {medium: Memory}}]\n"
          "          containers:\n"
          "          - name: trainer\n            image: busybox\n"
          "            command: [sh, -c, train]\n"
+         "            volumeMounts: [{name: shm, mountPath: /dev/shm}]\n"
          "            securityContext:\n              allowPrivilegeEscalation: false\n"
          "              capabilities: {drop: [ALL]}\n";
 }

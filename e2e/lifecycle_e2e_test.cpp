@@ -199,11 +199,14 @@ TEST_F(LifecycleE2E, RetryableExitRestartsTheWorkerThenReissuesTheJob) {
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
 }
 
+// With faultAttributionSeconds: 0 a permanent exit fails the job at once, without waiting for
+// its node's verdict (faults_e2e_test.cpp has the window).
 TEST_F(LifecycleE2E, PermanentExitFailsTheJobWithoutRetry) {
   TestNamespace ns("lc-perm");
   OperatorProcess op({"--namespace", ns.name()});
   ASSERT_EQ(ApplyYaml(ns.name(),
-                      JobYaml("pe", 2, "2x4", "", false, "fault-tolerance/job-retry-num: \"3\""))
+                      JobYaml("pe", 2, "2x4", "  faultTolerance: {faultAttributionSeconds: 0}\n",
+                              false, "fault-tolerance/job-retry-num: \"3\""))
                 .exit_code,
             0);
   ASSERT_TRUE(JobFieldBecomes(ns.name(), "pe", "{.status.phase}", "Running")) << op.Log();
@@ -216,6 +219,8 @@ TEST_F(LifecycleE2E, PermanentExitFailsTheJobWithoutRetry) {
       JobField(ns.name(), "pe", "{.status.conditions[?(@.type==\"Failed\")].message}");
   EXPECT_NE(message.find("container trainer exited with code 1"), std::string::npos) << message;
   EXPECT_NE(message.find("Traceback: ValueError"), std::string::npos) << message;
+  EXPECT_EQ(message.find("fault attribution window"), std::string::npos) << message;
+  EXPECT_EQ(JobField(ns.name(), "pe", "{.spec.faultTolerance.faultAttributionSeconds}"), "0");
   EXPECT_EQ(JobField(ns.name(), "pe", "{.status.attempt}/{.status.jobRetries}"), "1/");
   EXPECT_EQ(JobField(ns.name(), "pe", "{.status.faults[0].exitCode}/{.status.faults[0].action}"),
             "1/FailJob");

@@ -106,8 +106,10 @@ class NodeFaultsE2E : public ::testing::Test {
            ", topology: 2x4, chipsPerWorker: 4}\n  replicaSpecs:\n    Worker:\n      replicas: 2\n"
            "      template:\n        spec:\n" +
            extra_pod_spec +
+           "          volumes: [{name: shm, emptyDir: {medium: Memory}}]\n"
            "          containers:\n"
-           "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n";
+           "          - {name: trainer, image: busybox, command: [sh, -c, 'train'], "
+           "volumeMounts: [{name: shm, mountPath: /dev/shm}]}\n";
   }
 
   static std::string NodeEvents(const std::string& node) {

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/objects.h"
 #include "e2e_env.h"
 #include "operator_env.h"
 
@@ -132,9 +133,13 @@ inline std::string JobYaml(const std::string& name, int workers, const std::stri
   if (!annotations.empty()) y << "  annotations:\n    " << annotations << "\n";
   y << "spec:\n  tpu: {accelerator: " << accelerator << ", topology: " << topology
     << ", chipsPerWorker: 4}\n  replicaSpecs:\n";
+  // A memory-backed /dev/shm, as every job whose pre-flight checks disk must mount (the
+  // operator refuses one that does not: Kubernetes' 64 MB would fail disk-size shm everywhere).
   const std::string tmpl =
-      "      template:\n        spec:\n          containers:\n"
-      "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n";
+      "      template:\n        spec:\n"
+      "          volumes: [{name: shm, emptyDir: {medium: Memory}}]\n          containers:\n"
+      "          - {name: trainer, image: busybox, command: [sh, -c, 'train'], volumeMounts: "
+      "[{name: shm, mountPath: /dev/shm}]}\n";
   if (master) y << "    Master:\n      replicas: 1\n" << tmpl;
   y << "    Worker:\n      replicas: " << workers << "\n" << tmpl;
   if (!extra_spec.empty()) y << extra_spec;
@@ -277,12 +282,16 @@ inline CommandResult PatchPodStatus(const std::string& ns, const std::string& po
 }
 
 // Writes a terminated main container into the pod's status, as the kubelet does when the
-// program exits: phase Failed for a non-zero code, Succeeded for 0.
+// program exits: phase Failed for a non-zero code, Succeeded for 0, finishedAt now (whole
+// seconds, as the kubelet writes it).
 inline CommandResult TerminatePod(const std::string& ns, const std::string& pod, int exit_code,
                                   const std::string& reason = "", const std::string& message = "") {
+  const std::string now = cache::FormatRfc3339(std::chrono::system_clock::now());
   nlohmann::json terminated = {
       {"exitCode", exit_code},
-      {"reason", reason.empty() ? (exit_code == 0 ? "Completed" : "Error") : reason}};
+      {"reason", reason.empty() ? (exit_code == 0 ? "Completed" : "Error") : reason},
+      {"startedAt", now},
+      {"finishedAt", now}};
   if (!message.empty()) terminated["message"] = message;
   return PatchPodStatus(
       ns, pod,

@@ -284,6 +284,7 @@ void ReadContainerStatus(Reader& reader, const Json& status, const Path& at,
           InternedString::Intern(reader.String(*terminated, "reason", terminated_at));
       container.message =
           InternedString::Intern(reader.String(*terminated, "message", terminated_at));
+      container.finished_at = reader.Time(*terminated, "finishedAt", terminated_at);
     } else if (const Json* waiting = reader.Object(*state, "waiting", state_at)) {
       const Path waiting_at = state_at.Child("waiting");
       container.state = ContainerState::kWaiting;

@@ -100,6 +100,8 @@ struct ContainerInfo {
   int32_t exit_code = 0;
   InternedString reason;
   InternedString message;
+  // For kTerminated: state.terminated.finishedAt (whole seconds, the kubelet's clock).
+  std::optional<WallTime> finished_at;
   // lastState.terminated, present after the kubelet restarted the container in place.
   std::optional<int32_t> last_exit_code;
   InternedString last_reason;

@@ -336,10 +336,10 @@ void AvoidScheduledMaintenance(Json& pod_spec, int64_t not_before) {
   required["nodeSelectorTerms"] = std::move(split);
 }
 
-// Keeps the pod off `nodes`: `metadata.name NotIn [node]` for each node in every required
-// node-affinity term (there is one term at least; expressions of one term are ANDed, and the API
-// server allows one value only in a field selector requirement).
-void AvoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
+// Adds `metadata.name <op> [node]` for each of `nodes` to every required node-affinity term
+// (there is one term at least; expressions of one term are ANDed, and the API server allows one
+// value only in a field selector requirement).
+void RequireNodeNames(Json& pod_spec, std::string_view op, const std::vector<std::string>& nodes) {
   Json& required = ObjectField(ObjectField(ObjectField(pod_spec, "affinity"), "nodeAffinity"),
                                "requiredDuringSchedulingIgnoredDuringExecution");
   Json& terms = required["nodeSelectorTerms"];
@@ -350,7 +350,7 @@ void AvoidNodes(Json& pod_spec, const std::vector<std::string>& nodes) {
     Json& fields = term["matchFields"];
     if (!fields.is_array()) fields = Json::array();
     for (const std::string& node : nodes) {
-      fields.push_back({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {node}}});
+      fields.push_back({{"key", "metadata.name"}, {"operator", op}, {"values", {node}}});
     }
   }
 }
@@ -384,7 +384,7 @@ std::string PreflightChecks(const policy::JobSpec& spec, ReplicaType type) {
 
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options,
-              const std::string& node_pool) {
+              const std::string& node_pool, const std::string& node) {
   static const Json kEmptyTemplate = Json::object();
   const policy::ReplicaSpec* replica = spec.Replica(type);
   const Json& pod_template =
@@ -419,6 +419,10 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
     pod_spec = *it;
   }
   pod_spec["restartPolicy"] = "Never";
+  if (!pod_spec.contains("terminationGracePeriodSeconds")) {
+    pod_spec["terminationGracePeriodSeconds"] =
+        spec.fault_tolerance.maintenance_grace_period_seconds;
+  }
   pod_spec["hostname"] = name;
   pod_spec["subdomain"] = ServiceName(job.name);
   if (type == ReplicaType::kWorker) {
@@ -438,8 +442,9 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
     AvoidScheduledMaintenance(pod_spec, *options.avoid_maintenance_before_unix);
   }
   if (type == ReplicaType::kWorker && !options.avoid_nodes.empty()) {
-    AvoidNodes(pod_spec, options.avoid_nodes);
+    RequireNodeNames(pod_spec, "NotIn", options.avoid_nodes);  // keep off them
   }
+  if (!node.empty()) RequireNodeNames(pod_spec, "In", {node});
   if (type == ReplicaType::kWorker && options.same_pool_per_slice && node_pool.empty()) {
     // The first worker scheduled matches its own selector, which the scheduler accepts for a
     // term no pod satisfies yet; the rest follow it into its pool.

@@ -117,10 +117,16 @@ std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType typ
 //     the template's own variables can refer to them as $(VAR)), replacing any template
 //     variable of the same name.
 //   - workers of an attempt pinned to a node pool (`node_pool` not empty: the pool of the
-//     worker's slice): a node selector on cloud.google.com/gke-nodepool.
+//     worker's slice): a node selector on cloud.google.com/gke-nodepool;
+//   - a replica restarted on its node (`node` not empty, policy::PodToCreate::node): a required
+//     node affinity `metadata.name In [node]` in every term (the scheduler still checks that
+//     it fits, and the pod waits rather than land elsewhere);
+//   - terminationGracePeriodSeconds = faultTolerance.maintenanceGracePeriodSeconds unless the
+//     template sets its own, so a drain, an eviction or a deletion by anyone gives the program
+//     the same time to checkpoint after SIGTERM as the operator's own deletions.
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy::ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options = {},
-              const std::string& node_pool = "");
+              const std::string& node_pool = "", const std::string& node = "");
 
 // The Kueue Workload through which Kueue admits a job naming a LocalQueue (policy/kueue.h):
 // named policy::kueue::WorkloadName, owned by the job (the garbage collector deletes it with

@@ -516,9 +516,9 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     const std::vector<std::string>& pools = plan.status.node_pools;
     const std::string pool =
         want.type == policy::ReplicaType::kWorker && slice < pools.size() ? pools[slice] : "";
-    auto created =
-        client_.Create(kube::Resource::Pods(), ns,
-                       BuildPod(job, spec, want.type, want.index, attempt, pod_options, pool));
+    auto created = client_.Create(
+        kube::Resource::Pods(), ns,
+        BuildPod(job, spec, want.type, want.index, attempt, pod_options, pool, want.node));
     if (created) {
       made[i] = 1;
       versions[i] = created->value("/metadata/resourceVersion"_json_pointer, std::string());

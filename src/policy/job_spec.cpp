@@ -1,5 +1,6 @@
 #include "policy/job_spec.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
@@ -122,6 +123,46 @@ int64_t TpuSpec::TopologyChips() const {
   }
   return product;
 }
+
+namespace {
+
+// A pre-flight setting that fails on every node, whatever its hardware: `disk-size shm` checked
+// (the workers' default list has disk; the master's only when the job lists it) against a
+// replica whose first container mounts nothing at /dev/shm, where the container runtime gives
+// 64 MB. Every attempt would fail its pre-flight and spend a re-issue; refused up front.
+std::optional<std::string> PreflightFailsEverywhere(const JobSpec& spec) {
+  const FaultTolerance& ft = spec.fault_tolerance;
+  if (!ft.preflight_enabled) return std::nullopt;
+  const bool listed = std::find(ft.preflight_checks.begin(), ft.preflight_checks.end(), "disk") !=
+                      ft.preflight_checks.end();
+  double shm_gb = 1;  // the pre-flight default (TPUJOB_PREFLIGHT_SHM_MIN_GB)
+  if (const Json* t =
+          ft.preflight_thresholds.is_object() ? Member(ft.preflight_thresholds, "shmGB") : nullptr;
+      t != nullptr && t->is_number()) {
+    shm_gb = t->get<double>();
+  }
+  // The runtime's default /dev/shm is 64 MiB: a threshold below that passes without a volume.
+  if (shm_gb * 1e9 < 64.0 * 1024 * 1024) return std::nullopt;
+  for (ReplicaType type : {ReplicaType::kWorker, ReplicaType::kMaster}) {
+    const ReplicaSpec* replica = spec.Replica(type);
+    if (replica == nullptr) continue;
+    const bool checks_disk =
+        listed || (type == ReplicaType::kWorker && ft.preflight_checks.empty());
+    if (!checks_disk || MountsVolumeAt(*replica, "/dev/shm")) continue;
+    std::string threshold = std::to_string(shm_gb);
+    threshold.erase(threshold.find_last_not_of('0') + 1);
+    if (threshold.ends_with('.')) threshold.pop_back();
+    return "spec.replicaSpecs." + std::string(ToString(type)) +
+           ".template: pre-flight checks disk-size shm (/dev/shm larger than " + threshold +
+           " GB) but the first container mounts no volume at /dev/shm, where Kubernetes gives "
+           "64 MB, so every attempt would fail its pre-flight on every node: mount an emptyDir "
+           "with medium: Memory at /dev/shm, or leave disk out of the checks "
+           "(spec.faultTolerance.preflight.checks), or set preflight.thresholds.shmGB to 0";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   JobSpec out;
@@ -259,6 +300,11 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
                          ft.maintenance_grace_period_seconds)) {
       return Error(*e);
     }
+    if (auto e =
+            ReadInt(*f, "faultAttributionSeconds", "spec.faultTolerance.faultAttributionSeconds", 0,
+                    600, ft.fault_attribution_seconds)) {
+      return Error(*e);
+    }
     if (const Json* codes = Member(*f, "exitCodes"); codes != nullptr) {
       if (!codes->is_object()) return Error("spec.faultTolerance.exitCodes: must be an object");
       if (auto e = ReadCodes(*codes, "permanent", "spec.faultTolerance.exitCodes.permanent",
@@ -324,6 +370,7 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   }
   ft.max_job_retries = spec_retries.value_or(annotation_retries.value_or(0));
   ft.preflight_enabled = spec_preflight.value_or(annotation_retries.value_or(0) > 0);
+  if (auto e = PreflightFailsEverywhere(out)) return Error(*e);
 
   if (const Json* cp = Member(spec, "checkpoint"); cp != nullptr) {
     if (!cp->is_object()) return Error("spec.checkpoint: must be an object");

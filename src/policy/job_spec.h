@@ -52,12 +52,21 @@ struct ExitCodeRules {
   std::set<std::string, std::less<>> permanent_reasons = {"OOMKilled"};
 };
 
+// The default of spec.faultTolerance.faultAttributionSeconds: the node agent's immediate round
+// after a worker's abnormal exit writes its verdict within about 2 s; 30 s also covers a
+// node-problem-detector or a kubelet that reports a little later, and is small beside the
+// hours a job that fails for good loses anyway.
+inline constexpr int64_t kDefaultFaultAttributionSeconds = 30;
+
 struct FaultTolerance {
   int32_t max_job_retries = 0;  // re-issues of the whole job; 0 = off
   int32_t max_worker_restarts = 5;
   ExitCodeRules exit_codes;
   bool cordon_faulty_nodes = true;
   int64_t maintenance_grace_period_seconds = 300;
+  // How long a permanent exit of a worker waits for its node's verdict before it fails the job
+  // (policy/lifecycle.h: fault attribution). 0 = decide at once.
+  int64_t fault_attribution_seconds = kDefaultFaultAttributionSeconds;
   // On when spec.faultTolerance.preflight.enabled says so, or, when the spec does not say, when
   // the annotation fault-tolerance/job-retry-num opts the job in (1..3): as in the source
   // requirements, turning on automatic re-issue turns on the environment check.

@@ -195,7 +195,8 @@ JobStatus JobStatus::FromJson(const Json& j) {
     for (const auto& [replica, record] : it->items()) {
       if (!record.is_object()) continue;
       s.worker_restarts[replica] =
-          RestartRecord{ReadInt<int32_t>(record, "count"), ReadString(record, "podUID")};
+          RestartRecord{ReadInt<int32_t>(record, "count"), ReadString(record, "podUID"),
+                        ReadString(record, "node")};
     }
   }
   s.queued_at = ReadTime(j, "queuedAt");
@@ -284,6 +285,7 @@ Json JobStatus::ToJson() const {
     for (const auto& [replica, r] : worker_restarts) {
       Json item = {{"count", r.count}};
       PutString(item, "podUID", r.pod_uid);
+      PutString(item, "node", r.node);
       map[replica] = std::move(item);
     }
     out["workerRestarts"] = std::move(map);

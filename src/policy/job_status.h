@@ -73,13 +73,16 @@ struct ReplicaCounts {
 struct RestartRecord {
   int32_t count = 0;
   std::string pod_uid;
+  // The node the counted pod ran on: the restarted pod goes back to it while it stays healthy
+  // and schedulable.
+  std::string node;
   friend bool operator==(const RestartRecord&, const RestartRecord&) = default;
 };
 
 struct FaultRecord {
   WallTime time{};
   int32_t attempt = 0;
-  std::string kind;  // "WorkerFailed", "PodFailed", ...
+  std::string kind;  // "ContainerFailed", "PodFailed", "NodeUnhealthy", ...
   std::string node;
   std::string pod;
   std::string container;

@@ -208,7 +208,9 @@ class Decider {
   // The queue timeout of the current attempt: spec.queueTimeoutSeconds, or for a re-issued
   // attempt kDefaultReissueQueueTimeoutSeconds. The deadline is queuedAt plus the timeout, both
   // in the status, so it survives restarts. Past it the job fails (QueueTimeout); before it the
-  // plan asks to be decided again at the deadline.
+  // plan asks to be decided again at the deadline. queuedAt is written in whole seconds (the
+  // fraction cut off), so the timeout counts from the end of its second: never early, at most
+  // one second late.
   bool QueueTimedOut() {
     JobStatus& s = plan_.status;
     // A preempted job was started once and stopped for someone else: waiting for its turn
@@ -217,7 +219,8 @@ class Decider {
     std::optional<int64_t> timeout = spec_->queue_timeout_seconds;
     if (!timeout && s.reissued) timeout = kDefaultReissueQueueTimeoutSeconds;
     if (!timeout || !s.queued_at) return false;
-    const WallTime deadline = *s.queued_at + std::chrono::seconds(*timeout);
+    // queuedAt has whole seconds: counted from the end of its second, so never early.
+    const WallTime deadline = *s.queued_at + std::chrono::seconds(1 + *timeout);
     if (now_ < deadline) {
       Requeue(std::chrono::duration_cast<Duration>(deadline - now_));
       return false;
@@ -437,6 +440,11 @@ class Decider {
     }
   }
 
+  bool Removing(const cache::PodInfo& pod) const {
+    return std::any_of(plan_.remove.begin(), plan_.remove.end(),
+                       [&pod](const PodToDelete& d) { return d.uid == pod.uid; });
+  }
+
   void Delete(const cache::PodInfo& pod, std::optional<int64_t> grace, std::string why) {
     for (const PodToDelete& d : plan_.remove) {
       if (d.uid == pod.uid) return;
@@ -537,7 +545,7 @@ class Decider {
                                  (!spec.master && type == ReplicaType::kWorker && i == 0));
         auto it = current.find({type, i});
         if (it == current.end()) {
-          missing.push_back({type, i});
+          missing.push_back({type, i, ""});
           continue;
         }
         const ObservedPod& p = *it->second;
@@ -567,6 +575,7 @@ class Decider {
       UpdateCounts();
       return;
     }
+    UnpinIfUnschedulable(current);
     if (ReleaseIfUnschedulable(current)) {
       UpdateCounts();
       return;
@@ -594,7 +603,9 @@ class Decider {
       return;
     }
 
-    // 1. A permanent failure ends the job at once.
+    // 1. A permanent failure ends the job, once its node has had the fault attribution window
+    // to be found faulty (NodeFaults above takes that case); until then it is held.
+    std::vector<const Failure*> held;
     for (const Failure& f : failures) {
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
       if (auto it = s.worker_restarts.find(key);
@@ -606,25 +617,42 @@ class Decider {
                        f.termination.reason) != ExitClass::kPermanent) {
         continue;
       }
+      const std::optional<WallTime> until = AttributionDeadline(*f.pod, f.termination);
+      if (until && now_ < *until) {
+        held.push_back(&f);
+        Requeue(std::chrono::duration_cast<Duration>(*until - now_));
+        continue;
+      }
+      std::string waited;
+      if (until) {
+        waited = "; its node " + std::string(f.pod->pod->node_name.view()) +
+                 " was not found faulty within the fault attribution window of " +
+                 std::to_string(spec.fault_tolerance.fault_attribution_seconds) + "s";
+      }
       Fault(*f.pod, f.termination, "FailJob");
       Finish(false, "PermanentError",
              Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) + "; exit code " +
                  std::to_string(*f.termination.exit_code) +
-                 " is permanent, the job is not retried");
+                 " is permanent, the job is not retried" + waited);
       s.worker_restarts.erase(key);
       UpdateCounts();
       return;
     }
+    auto is_held = [&held](const Failure& f) {
+      return std::find(held.begin(), held.end(), &f) != held.end();
+    };
 
-    // 2. Success.
-    if (spec.success_policy == SuccessPolicy::kMaster && decider_succeeded) {
+    // 2. Success (not while a permanent failure awaits its node's verdict: it came first).
+    if (!held.empty()) {
+      // Neither success nor preemption is decided while a failure awaits its verdict.
+    } else if (spec.success_policy == SuccessPolicy::kMaster && decider_succeeded) {
       Finish(true, "MasterSucceeded",
              std::string(spec.master ? "the master" : "worker 0") + " exited 0" +
                  (expected > 1 ? "; the remaining pods are stopped" : ""));
       UpdateCounts();
       return;
     }
-    if (spec.success_policy == SuccessPolicy::kAllWorkers &&
+    if (held.empty() && spec.success_policy == SuccessPolicy::kAllWorkers &&
         workers_succeeded == spec.Replicas(ReplicaType::kWorker)) {
       Finish(true, "AllWorkersSucceeded",
              "all " + std::to_string(spec.Replicas(ReplicaType::kWorker)) + " workers exited 0");
@@ -634,7 +662,7 @@ class Decider {
 
     // The queue preempts the attempt (after node faults, pre-flight verdicts, a permanent
     // failure and success, which all take precedence: a job that just finished is not restarted).
-    if (in_.preempt && in_.preempt->attempt == s.attempt) {
+    if (held.empty() && in_.preempt && in_.preempt->attempt == s.attempt) {
       Preempt(*in_.preempt);
       return;
     }
@@ -642,6 +670,7 @@ class Decider {
     // 3. Retryable failures: restart in place within the worker's budget, then re-issue.
     bool restarted = false;
     for (const Failure& f : failures) {
+      if (is_held(f)) continue;
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
       RestartRecord& record = s.worker_restarts[key];
       if (record.pod_uid == f.pod->pod->uid) {
@@ -653,6 +682,7 @@ class Decider {
       if (record.count < max_restarts) {
         record.count++;
         record.pod_uid = f.pod->pod->uid;
+        record.node = std::string(f.pod->pod->node_name.view());
         Fault(*f.pod, f.termination, "RestartWorker");
         Event(true, "WorkerRestarted",
               Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
@@ -670,15 +700,19 @@ class Decider {
     }
     if (restarted && s.phase == Phase::kRunning) s.phase = Phase::kRestarting;
 
-    // 4. Create what is missing, once no pod of an earlier attempt is left.
+    // 4. Create what is missing, once no pod of an earlier attempt is left; a restarted worker
+    // goes back to its node while that node is healthy and schedulable.
     if (!old_left && !missing.empty()) {
       plan_.ensure_service = true;
+      for (PodToCreate& want : missing) want.node = RestartNode(want.type, want.index);
       plan_.create = missing;
     }
 
     // 5. Running when every replica is up.
     const int total = expected;
-    if (done == total && !restarted) {
+    if (!held.empty()) {
+      AwaitAttribution(*held.front()->pod, held.front()->termination);
+    } else if (done == total && !restarted) {
       if (s.phase != Phase::kRunning) {
         s.phase = Phase::kRunning;
         s.running_at = now_;
@@ -697,6 +731,89 @@ class Decider {
     UpdateCounts();
   }
 
+  // When a permanent exit of `p` is decided if its node is not found faulty first: the
+  // container's finishedAt plus the fault attribution window. std::nullopt: decided at once (no
+  // window, OOMKilled, no finishedAt, or the pod never ran on a node).
+  std::optional<WallTime> AttributionDeadline(const ObservedPod& p, const Termination& t) const {
+    const int64_t window = spec_->fault_tolerance.fault_attribution_seconds;
+    if (window <= 0 || t.reason == "OOMKilled" || !t.finished_at || p.pod->node_name.empty()) {
+      return std::nullopt;
+    }
+    return *t.finished_at + std::chrono::seconds(window);
+  }
+
+  // Ready=False while a permanent exit awaits its node's verdict, with an Event the first time.
+  void AwaitAttribution(const ObservedPod& p, const Termination& t) {
+    JobStatus& s = plan_.status;
+    const std::optional<WallTime> until = AttributionDeadline(p, t);
+    const std::string node(p.pod->node_name.view());
+    const std::string message =
+        Describe(p, spec_) + ": " + DescribeExit(t) + "; exit code " +
+        std::to_string(t.exit_code.value_or(0)) + " is permanent unless node " + node +
+        " is found faulty: waiting until " + (until ? cache::FormatRfc3339(*until) : "now") + " (" +
+        std::to_string(spec_->fault_tolerance.fault_attribution_seconds) +
+        "s after the exit) for its health before failing the job";
+    const Condition* ready = s.FindCondition(condition::kReady);
+    if (ready == nullptr || ready->reason != "AwaitingFaultAttribution" ||
+        ready->message != Bounded(message)) {
+      Event(true, "AwaitingFaultAttribution", message);
+    }
+    s.SetCondition(condition::kReady, false, "AwaitingFaultAttribution", Bounded(message), now_,
+                   gen_);
+  }
+
+  // The termination recorded when a node verdict decides a pod's fault: the program's exit
+  // (container, code) when it exited, with a message naming both.
+  Termination NodeVerdictAfterExit(const ObservedPod& p, const NodeHealth& health) const {
+    Termination exit;
+    Termination t;
+    t.reason = health.reason;
+    t.message = health.message;
+    if (ObservePod(*p.pod, &exit) == PodState::kFailed && !exit.container.empty()) {
+      t.container = exit.container;
+      t.init_container = exit.init_container;
+      t.exit_code = exit.exit_code;
+      t.finished_at = exit.finished_at;
+      t.message = DescribeExit(exit) + "; then " + health.message;
+    }
+    return t;
+  }
+
+  // The node a missing replica goes back to: the node its last counted restart ran on, while
+  // that node is healthy and not cordoned. "" = anywhere.
+  std::string RestartNode(ReplicaType type, int32_t index) const {
+    const auto& restarts = plan_.status.worker_restarts;
+    auto it = restarts.find(ReplicaKey(type, index));
+    if (it == restarts.end() || it->second.count == 0 || it->second.node.empty()) return "";
+    return NodeTakesRestart(it->second.node) ? it->second.node : "";
+  }
+
+  bool NodeTakesRestart(const std::string& node) const {
+    if (in_.node_cordoned && in_.node_cordoned(node)) return false;
+    return !in_.node_health || in_.node_health(node).verdict == NodeVerdict::kHealthy;
+  }
+
+  // A restarted worker pinned to its node that the scheduler cannot place there (the node was
+  // cordoned or turned unhealthy since, or its chips were taken): deleted, and its node
+  // forgotten, so that it is created again wherever it fits. Before ReleaseIfUnschedulable, so
+  // one pinned pod does not cost the whole attempt its admission.
+  void UnpinIfUnschedulable(
+      const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) {
+    auto& restarts = plan_.status.worker_restarts;
+    for (const auto& [id, p] : current) {
+      if (p->pod->deleting() || !p->pod->node_name.empty() || !p->pod->unschedulable) continue;
+      auto it = restarts.find(ReplicaKey(p->type, p->index));
+      if (it == restarts.end() || it->second.node.empty() || it->second.pod_uid == p->pod->uid) {
+        continue;
+      }
+      Delete(*p->pod, std::nullopt,
+             "it was pinned to node " + it->second.node + ", where it cannot be scheduled" +
+                 (p->pod->message.empty() ? std::string() : " (" + p->pod->message.str() + ")") +
+                 "; it is created again elsewhere");
+      it->second.node.clear();
+    }
+  }
+
   // Pods on nodes under maintenance or unhealthy. Returns whether a decision was taken.
   bool NodeFaults(const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) {
     if (!in_.node_health) return false;
@@ -708,7 +825,9 @@ class Decider {
       if (p->pod->phase == cache::PodPhase::kSucceeded) continue;
       NodeHealth h = in_.node_health(p->pod->node_name.view());
       if (h.changes_in && !p->pod->terminated()) Requeue(*h.changes_in);  // maintenance ahead
-      if (h.verdict == NodeVerdict::kMaintenance && !p->pod->terminated() &&
+      // A failed pod counts too: its exit awaits the node's verdict (fault attribution).
+      const bool failed = p->pod->terminated() && ObservePod(*p->pod, nullptr) == PodState::kFailed;
+      if (h.verdict == NodeVerdict::kMaintenance && (!p->pod->terminated() || failed) &&
           maintenance == nullptr) {
         maintenance = p;
         maintenance_health = h;
@@ -717,7 +836,15 @@ class Decider {
       }
     }
     if (!unhealthy.empty()) {
-      const auto& [culprit, health] = unhealthy.front();
+      // The culprit: a pod whose program exited on the faulty node, else the first one.
+      auto named = unhealthy.begin();
+      for (auto it = unhealthy.begin(); it != unhealthy.end(); ++it) {
+        if (ObservePod(*it->first->pod, nullptr) == PodState::kFailed) {
+          named = it;
+          break;
+        }
+      }
+      const auto& [culprit, health] = *named;
       bool lost_any = false;  // a node whose kubelet is gone
       for (const auto& [p, h] : unhealthy) {
         const std::string node(p->pod->node_name.view());
@@ -732,19 +859,15 @@ class Decider {
                job_.uid + "/" + std::to_string(plan_.status.attempt) + "/" + h.reason});
         }
       }
-      Termination t;
-      t.reason = health.reason;
-      t.message = health.message;
+      Termination t = NodeVerdictAfterExit(*culprit, health);
       Reissue(*culprit, t,
-              Describe(*culprit, spec_) + ": " + health.message + (lost_any ? " (lost)" : ""),
+              Describe(*culprit, spec_) + ": " + t.message + (lost_any ? " (lost)" : ""),
               /*counts=*/true, std::nullopt, "", health.unreachable ? "NodeLost" : "NodeUnhealthy");
       return true;
     }
     if (maintenance != nullptr) {
-      Termination t;
-      t.reason = maintenance_health.reason;
-      t.message = maintenance_health.message;
-      Reissue(*maintenance, t, Describe(*maintenance, spec_) + ": " + maintenance_health.message,
+      Termination t = NodeVerdictAfterExit(*maintenance, maintenance_health);
+      Reissue(*maintenance, t, Describe(*maintenance, spec_) + ": " + t.message,
               /*counts=*/false, spec_->fault_tolerance.maintenance_grace_period_seconds, {});
       return true;
     }
@@ -762,7 +885,8 @@ class Decider {
     if (!s.admitted_at || now_ - *s.admitted_at < kUnschedulableRelease) return false;
     const ObservedPod* stuck = nullptr;
     for (const auto& [id, p] : current) {
-      if (!p->pod->deleting() && p->pod->unschedulable && p->pod->node_name.empty()) {
+      if (!p->pod->deleting() && !Removing(*p->pod) && p->pod->unschedulable &&
+          p->pod->node_name.empty()) {
         stuck = p;
         break;
       }
@@ -823,6 +947,8 @@ class Decider {
     Termination shown;
     std::string culprit_items;
     bool culprit_node_fault = false;
+    bool job_at_fault = true;  // every report readable, every failed item the job's own settings
+    std::string first_detail;  // "item: message" of the first failed item
     for (const auto& [p, t] : failed) {
       const std::optional<preflight::Report> report = preflight::ParseReport(t->message);
       std::string items;
@@ -834,6 +960,9 @@ class Decider {
         blames_node =
             blames_node || (replica != nullptr && PreflightItemBlamesNode(result, *replica));
         const std::string& item = result.item;
+        if (first_detail.empty() && !result.message.empty()) {
+          first_detail = item + ": " + result.message;
+        }
         if (!items.empty()) items += ",";
         items += item;
         if (("," + all_items + ",").find("," + item + ",") == std::string::npos) {
@@ -846,6 +975,8 @@ class Decider {
       const bool hardware = t->exit_code && *t->exit_code == preflight::kExitNodeFault;
       const bool node_fault =
           hardware || (t->exit_code && *t->exit_code == preflight::kExitConfigFault && blames_node);
+      job_at_fault = job_at_fault && report && !items.empty() && !node_fault &&
+                     t->exit_code == preflight::kExitConfigFault;
       const std::string node(p->pod->node_name.view());
       if (node_fault && !node.empty()) {
         nodes_at_fault += (nodes_at_fault.empty() ? "" : ", ") + node;
@@ -873,6 +1004,15 @@ class Decider {
                       " on node " + (node.empty() ? "<none>" : node);
     if (failed.size() > 1) {
       why += "; " + std::to_string(failed.size()) + " pods failed pre-flight (" + all_items + ")";
+    }
+    if (job_at_fault) {
+      // The job's own settings fail on every node: a re-issue would fail the same way.
+      Fault(*culprit, shown, "FailJob", culprit_items);
+      Finish(false, "PreflightConfigError",
+             why + (first_detail.empty() ? "" : " (" + first_detail + ")") +
+                 ": the job's own settings fail pre-flight on any node, so it is not re-issued "
+                 "(no retry used); fix the spec");
+      return;
     }
     why += nodes_at_fault.empty() ? " (the job's configuration is at fault)"
                                   : " (node at fault: " + nodes_at_fault + ")";
@@ -905,8 +1045,14 @@ class Decider {
                       : " (a disruption: no retry used)"));
     for (const ObservedPod& p : in_.pods) {
       if (p.pod->deleting()) continue;
-      // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).
-      Delete(*p.pod, grace, "the job is re-issued");
+      // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost); their
+      // own grace period would only delay the re-issue, their kubelet cannot deliver SIGTERM.
+      std::optional<int64_t> pod_grace = grace;
+      if (in_.node_health && !p.pod->node_name.empty() &&
+          in_.node_health(p.pod->node_name.view()).unreachable) {
+        pod_grace = std::min(grace.value_or(kLostNodeGraceSeconds), kLostNodeGraceSeconds);
+      }
+      Delete(*p.pod, pod_grace, "the job is re-issued");
     }
   }
 
@@ -978,6 +1124,7 @@ PodState ObservePod(const cache::PodInfo& pod, Termination* termination) {
         t.exit_code = c.exit_code;
         t.reason = std::string(c.reason.view());
         t.message = c.message;
+        t.finished_at = c.finished_at;
         return true;
       }
     }

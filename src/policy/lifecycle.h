@@ -10,6 +10,19 @@
 // the old attempt's pods already deleting), so the operator can be killed between any two
 // requests and converge without duplicating anything.
 //
+// Fault attribution: a dying chip usually kills the training program before any health check
+// flags its node. A worker's exit that the exit-code rules call permanent (not OOMKilled, whose
+// cause the kernel names) therefore fails the job only once its node has had
+// spec.faultTolerance.faultAttributionSeconds, counted from the container's finishedAt, to be
+// found faulty: a node found unhealthy, NotReady, lost or deleted in that time makes it the
+// hardware case of the fault table (cordon, re-issue against maxJobRetries, the fault record
+// naming the exit and the node's verdict), a node under maintenance a disruption (re-issue, no
+// retry used); a node still healthy at the end fails the job with PermanentError, the message
+// saying how long it waited. Meanwhile nothing else waits: the other workers run, retryable
+// exits restart at once; only success and preemption are not decided while a verdict is due.
+// The deadline comes from the pod's status, so an operator restarted inside the window decides
+// the same, once. A terminated container without finishedAt is decided at once.
+//
 // Phases: Queued -> Starting -> Running -> Succeeded | Failed, with Restarting while a worker
 // is restarted in place (same attempt) or while the previous attempt's pods are removed before
 // a re-issued attempt queues again. A new attempt's pods are created only once no pod of an
@@ -100,12 +113,20 @@ inline constexpr Duration kUnschedulableRelease = std::chrono::seconds(30);
 // none unless the spec sets one.
 inline constexpr int64_t kDefaultReissueQueueTimeoutSeconds = 1800;
 
+// The grace period pods on a lost node (Ready Unknown) are deleted with when the job is
+// re-issued: their kubelet cannot deliver SIGTERM, and they are force-deleted once it is over,
+// so the pods' own (longer) grace period would only delay the re-issue.
+inline constexpr int64_t kLostNodeGraceSeconds = 30;
+
 // status.cordonedNodes keeps at most this many names.
 inline constexpr size_t kMaxCordonedNodes = 64;
 
 struct PodToCreate {
   ReplicaType type = ReplicaType::kWorker;
   int32_t index = 0;
+  // Pin the pod to this node ("" = the scheduler chooses): a worker restarted after a retryable
+  // exit goes back to the node it ran on while that node is healthy and schedulable.
+  std::string node;
   friend bool operator==(const PodToCreate&, const PodToCreate&) = default;
 };
 
@@ -161,6 +182,7 @@ struct Termination {
   std::optional<int32_t> exit_code;
   std::string reason;
   std::string message;
+  std::optional<WallTime> finished_at;  // the container's finishedAt
 };
 PodState ObservePod(const cache::PodInfo& pod, Termination* termination);
 

@@ -256,8 +256,8 @@ TEST(ChildrenBuildPodTest, TemplateIsOtherwisePreserved) {
   Json expected = WorkerTemplate()["spec"];
   // Take out exactly what the builder adds or replaces; everything else must be untouched.
   for (Json* each : {&spec, &expected}) {
-    for (const char* field :
-         {"restartPolicy", "hostname", "subdomain", "nodeSelector", "tolerations"}) {
+    for (const char* field : {"restartPolicy", "hostname", "subdomain", "nodeSelector",
+                              "tolerations", "terminationGracePeriodSeconds"}) {
       each->erase(field);
     }
     for (const char* list : {"containers", "initContainers"}) {
@@ -416,6 +416,48 @@ TEST(ChildrenTest, WorkersAvoidNodesWithMaintenanceBeforeTheGivenTime) {
 
 // Workers keep off the unhealthy nodes they are given, in every term, beside the maintenance
 // alternatives; the master, which has no TPU, is not constrained.
+// Every pod gets the maintenance grace period as its own, so a drain or an eviction gives the
+// program the same time to checkpoint as the operator's deletions; a template's own wins.
+TEST(ChildrenBuildPodTest, PodsGetTheMaintenanceGracePeriodUnlessTheTemplateSetsOne) {
+  policy::JobSpec spec = Spec();
+  spec.fault_tolerance.maintenance_grace_period_seconds = 420;
+  for (ReplicaType type : {ReplicaType::kWorker, ReplicaType::kMaster}) {
+    EXPECT_EQ(BuildPod(Job(), spec, type, 0, 1)["spec"]["terminationGracePeriodSeconds"], 420)
+        << policy::ToString(type);
+  }
+  EXPECT_EQ(
+      BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1)["spec"]["terminationGracePeriodSeconds"],
+      300);
+  spec.worker.template_["spec"]["terminationGracePeriodSeconds"] = 45;
+  EXPECT_EQ(
+      BuildPod(Job(), spec, ReplicaType::kWorker, 0, 1)["spec"]["terminationGracePeriodSeconds"],
+      45);
+}
+
+// A worker restarted on its node: a required node affinity on metadata.name In [node], ANDed
+// into every term (the template's own and the maintenance split).
+TEST(ChildrenTest, ARestartedWorkerIsPinnedToItsNode) {
+  PodBuildOptions options;
+  options.avoid_nodes = {"bad-1"};
+  Json pod_spec =
+      BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1, options, "", "node-7")["spec"];
+  EXPECT_EQ(pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+            Json::parse(R"({"nodeSelectorTerms": [{"matchFields": [
+      {"key": "metadata.name", "operator": "NotIn", "values": ["bad-1"]},
+      {"key": "metadata.name", "operator": "In", "values": ["node-7"]}]}]})"));
+  options.avoid_maintenance_before_unix = 1800000000;
+  pod_spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1, options, "", "node-7")["spec"];
+  const Json& terms =
+      pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+              ["nodeSelectorTerms"];
+  ASSERT_EQ(terms.size(), 2u);
+  for (const Json& term : terms) {
+    EXPECT_EQ(term["matchFields"].back(),
+              Json::parse(R"({"key": "metadata.name", "operator": "In", "values": ["node-7"]})"));
+  }
+  EXPECT_FALSE(BuildPod(Job(), Spec(), ReplicaType::kWorker, 0, 1)["spec"].contains("affinity"));
+}
+
 TEST(ChildrenTest, WorkersKeepOffTheNodesTheyAreToldToAvoid) {
   PodBuildOptions options;
   options.avoid_nodes = {"bad-1", "bad-2"};

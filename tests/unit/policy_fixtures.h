@@ -31,7 +31,7 @@ namespace tpujob::policy {
 inline void PrintTo(ExitClass c, std::ostream* os) { *os << ToString(c); }
 inline void PrintTo(Phase p, std::ostream* os) { *os << "Phase(" << ToString(p) << ")"; }
 inline void PrintTo(const PodToCreate& c, std::ostream* os) {
-  *os << ToString(c.type) << "-" << c.index;
+  *os << ToString(c.type) << "-" << c.index << (c.node.empty() ? "" : " on " + c.node);
 }
 
 }  // namespace tpujob::policy
@@ -48,8 +48,16 @@ inline WallTime At(int64_t seconds) {
   return WallTime{} + std::chrono::seconds(1704067200 + seconds);
 }
 
+// One container, with a memory-backed /dev/shm mounted (what a job whose pre-flight checks disk
+// must have: ParseJobSpec refuses one without).
 inline Json ContainerTemplate(const char* name = "trainer") {
-  return Json{{"spec", {{"containers", Json::array({{{"name", name}, {"image", "trainer:1"}}})}}}};
+  return Json{{"spec",
+               {{"volumes", Json::array({{{"name", "shm"}, {"emptyDir", {{"medium", "Memory"}}}}})},
+                {"containers",
+                 Json::array({{{"name", name},
+                               {"image", "trainer:1"},
+                               {"volumeMounts",
+                                Json::array({{{"name", "shm"}, {"mountPath", "/dev/shm"}}})}}})}}}};
 }
 
 // A valid spec: `workers` workers of 4 chips on a 2x(2*workers) slice, an optional Master.

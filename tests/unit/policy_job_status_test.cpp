@@ -39,8 +39,8 @@ JobStatus FullStatus() {
   s.ready_workers = "1/2";
   s.replica_statuses["Master"] = ReplicaCounts{1, 1, 0, 0, 0};
   s.replica_statuses["Worker"] = ReplicaCounts{2, 1, 3, 4, 5};
-  s.worker_restarts["Worker-0"] = RestartRecord{2, "pod-uid-7"};
-  s.worker_restarts["Worker-1"] = RestartRecord{1, ""};
+  s.worker_restarts["Worker-0"] = RestartRecord{2, "pod-uid-7", "node-3"};
+  s.worker_restarts["Worker-1"] = RestartRecord{1, "", ""};
   s.queued_at = At(1);
   s.admitted_at = At(2);
   s.start_time = At(3);
@@ -89,7 +89,8 @@ TEST(PolicyJobStatusTest, ToJsonSpelling) {
   EXPECT_EQ(j["readyWorkers"], "1/2");
   EXPECT_EQ(j["replicaStatuses"]["Worker"],
             (Json{{"active", 2}, {"ready", 1}, {"succeeded", 3}, {"failed", 4}, {"restarts", 5}}));
-  EXPECT_EQ(j["workerRestarts"]["Worker-0"], (Json{{"count", 2}, {"podUID", "pod-uid-7"}}));
+  EXPECT_EQ(j["workerRestarts"]["Worker-0"],
+            (Json{{"count", 2}, {"podUID", "pod-uid-7"}, {"node", "node-3"}}));
   EXPECT_EQ(j["workerRestarts"]["Worker-1"], (Json{{"count", 1}}));
   EXPECT_EQ(j["queuedAt"], "2024-01-01T00:00:01Z");
   EXPECT_EQ(j["admittedAt"], "2024-01-01T00:00:02Z");

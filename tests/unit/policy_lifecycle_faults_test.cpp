@@ -1,5 +1,5 @@
-// The fault table rows of Decide() (DESIGN.md section 4): node health, maintenance, lost nodes
-// and pre-flight failures, with node health supplied as the reconciler supplies it.
+// The fault table rows of Decide() (docs/api.md, docs/architecture.md): node health, maintenance,
+// lost nodes and pre-flight failures, with node health supplied as the reconciler supplies it.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -167,10 +167,15 @@ TEST(PolicyNodeFaultsTest, LostNodePodsAreDeletedGracefullyThenForcedPastTheirGr
   ASSERT_EQ(plan.cordon.size(), 1u);
   EXPECT_EQ(plan.cordon[0].reason, "NodeLost");
   EXPECT_EQ(plan.status.faults.back().kind, "NodeLost");
-  // First a graceful delete, like any other: a partitioned kubelet may still run the worker.
+  // First a graceful delete, like any other: a partitioned kubelet may still run the worker;
+  // with the Kubernetes default, not the pod's own (the maintenance grace period), which would
+  // only delay the re-issue: its kubelet cannot deliver SIGTERM anyway.
   const PodToDelete* lost = Removal(plan, PodName(kWorker, 1));
   ASSERT_NE(lost, nullptr);
-  EXPECT_FALSE(lost->grace_period_seconds);
+  EXPECT_EQ(lost->grace_period_seconds, kLostNodeGraceSeconds);
+  const PodToDelete* healthy = Removal(plan, PodName(kWorker, 0));
+  ASSERT_NE(healthy, nullptr);
+  EXPECT_FALSE(healthy->grace_period_seconds) << "a pod on a healthy node keeps its own";
 
   // The API server sets deletionTimestamp to the end of the grace period (30 s by default).
   cache::PodInfo& pod = sim.Worker(1);
@@ -207,7 +212,8 @@ TEST(PolicyNodeFaultsTest, ReachableNotReadyNodeIsNeverForced) {
 // The source requirements' cases 1 and 2: a pre-flight failure isolates the node whether its
 // hardware (exit 10) or its environment (exit 11) failed, unless the job's own settings explain
 // the failure: invalid settings, or a small /dev/shm when the template mounts no volume there
-// (Kubernetes' 64 MB default). Either way the job is re-issued against its retries.
+// (Kubernetes' 64 MB default). A node at fault re-issues the job against its retries; the job's
+// own settings alone fail it at once (a re-issue would fail the same way), no retry used.
 TEST(PolicyNodeFaultsTest, PreflightFailureIsolatesTheNodeUnlessTheJobsSettingsExplainIt) {
   struct Case {
     const char* name;
@@ -228,23 +234,40 @@ TEST(PolicyNodeFaultsTest, PreflightFailureIsolatesTheNodeUnlessTheJobsSettingsE
        preflight::Fault::kConfig, true, true, "(the node's environment is at fault)",
        "node at fault: node-1"},
       {"template: no shm volume", kPreflightConfigFault, "disk-size shm", preflight::Fault::kConfig,
-       false, false, "", "configuration is at fault"},
+       false, false, "", "the job's own settings fail pre-flight on any node"},
       {"invalid settings", kPreflightConfigFault, "config", preflight::Fault::kConfig, true, false,
-       "", "configuration is at fault"},
+       "", "the job's own settings fail pre-flight on any node"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     Json spec = SpecJson(2);
     spec["faultTolerance"] = {{"maxJobRetries", 2}};
-    if (c.shm_volume) {
-      spec["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["volumeMounts"] =
-          Json::array({{{"name", "shm"}, {"mountPath", "/dev/shm/"}}});
-    }
+    Json& mounts =
+        spec["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["volumeMounts"];
+    mounts =
+        c.shm_volume ? Json::array({{{"name", "shm"}, {"mountPath", "/dev/shm/"}}}) : Json::array();
     PodSim sim(spec);
     StartJobWithPods(sim);
     FailPreflight(sim.Worker(1), c.code, PreflightReport("node-1", c.item, c.fault));
     sim.Worker(0).init_containers = {};  // passed: no pre-flight status left to wait for
     const Plan plan = StepWith(sim, Nodes{});
+    if (!c.cordon) {
+      EXPECT_EQ(plan.status.phase, Phase::kFailed);
+      EXPECT_EQ(plan.status.attempt, 1);
+      EXPECT_EQ(plan.status.job_retries, 0);
+      EXPECT_TRUE(plan.cordon.empty());
+      const Condition* failed = plan.status.FindCondition(condition::kFailed);
+      ASSERT_NE(failed, nullptr);
+      EXPECT_EQ(failed->reason, "PreflightConfigError");
+      EXPECT_NE(failed->message.find(c.reissue_says), std::string::npos) << failed->message;
+      EXPECT_NE(failed->message.find(std::string(c.item) + " failed"), std::string::npos)
+          << "the report's own message is shown: " << failed->message;
+      ASSERT_FALSE(plan.status.faults.empty());
+      EXPECT_EQ(plan.status.faults.back().action, "FailJob");
+      EXPECT_EQ(plan.status.faults.back().item, c.item);
+      EXPECT_EQ(FindEvent(plan, "Reissued"), nullptr);
+      continue;
+    }
     EXPECT_EQ(plan.status.attempt, 2);
     EXPECT_EQ(plan.status.job_retries, 1);
     ASSERT_FALSE(plan.status.faults.empty());

@@ -51,7 +51,9 @@ TEST(PolicyQueueLifecycleTest, AdmissionPinsThePoolAndClearsThePosition) {
   EXPECT_EQ(plan.create.size(), 2u);
 }
 
-TEST(PolicyQueueLifecycleTest, QueueTimeoutFailsTheJobExactlyAtTheDeadline) {
+// status.queuedAt has whole seconds: the timeout counts from the end of its second, so the job
+// fails one second after queuedAt + the timeout, never before the timeout has really passed.
+TEST(PolicyQueueLifecycleTest, QueueTimeoutFailsTheJobAtTheEndOfTheDeadlinesSecond) {
   Json spec = SpecJson(2);
   spec["queueTimeoutSeconds"] = 20;
   PodSim sim(spec);
@@ -59,13 +61,16 @@ TEST(PolicyQueueLifecycleTest, QueueTimeoutFailsTheJobExactlyAtTheDeadline) {
   const WallTime queued = sim.now() - seconds(1);
   Plan plan = StepQueue(sim, false, "", 1, "waiting");
   ASSERT_TRUE(plan.requeue_after.has_value());
-  EXPECT_EQ(*plan.requeue_after, seconds(19));  // now is t=1
-  // One second before the deadline: still queued.
+  EXPECT_EQ(*plan.requeue_after, seconds(20));  // now is t=1, the deadline t=21
   sim.Advance(seconds(17));
   plan = StepQueue(sim, false, "", 1, "waiting");
   EXPECT_EQ(plan.status.phase, Phase::kQueued);
-  EXPECT_EQ(*plan.requeue_after, seconds(1));
+  EXPECT_EQ(*plan.requeue_after, seconds(2));
   ASSERT_EQ(sim.now(), queued + seconds(20));
+  plan = StepQueue(sim, false, "", 1, "waiting");
+  EXPECT_EQ(plan.status.phase, Phase::kQueued) << "queuedAt + timeout may be early";
+  EXPECT_EQ(*plan.requeue_after, seconds(1));
+  ASSERT_EQ(sim.now(), queued + seconds(21));
   plan = StepQueue(sim, false, "", 1, "needs 2 hosts");
   EXPECT_EQ(plan.status.phase, Phase::kFailed);
   const Condition* failed = plan.status.FindCondition(condition::kFailed);
@@ -73,6 +78,32 @@ TEST(PolicyQueueLifecycleTest, QueueTimeoutFailsTheJobExactlyAtTheDeadline) {
   EXPECT_EQ(failed->reason, "QueueTimeout");
   EXPECT_NE(failed->message.find("queue timeout of 20s"), std::string::npos) << failed->message;
   EXPECT_NE(FindEvent(plan, "Failed"), nullptr);
+}
+
+// Queued at 0.7 s past a whole second (written as that second): 4.9 s later, before the 5 s
+// timeout has passed, the job still waits; at 5.3 s it fails.
+TEST(PolicyQueueLifecycleTest, QueueTimeoutIsNeverEarlyWhenQueuedMidSecond) {
+  Json spec = SpecJson(2);
+  spec["queueTimeoutSeconds"] = 5;
+  cache::TPUJobInfo job = MakeJob(spec);
+  const std::expected<JobSpec, std::string> parsed = ParseJobSpec(job);
+  auto decide = [&](WallTime now) {
+    LifecycleInput in;
+    in.job = &job;
+    in.spec = &parsed;
+    in.now = now;
+    in.admit = false;
+    Plan plan = Decide(in);
+    job.status = plan.status.ToJson();
+    return plan;
+  };
+  const WallTime queued = At(100) + std::chrono::milliseconds(700);
+  ASSERT_EQ(decide(queued).status.phase, Phase::kQueued);
+  Plan plan = decide(queued + std::chrono::milliseconds(4900));
+  EXPECT_EQ(plan.status.phase, Phase::kQueued) << "failed 4.9 s after the job was queued";
+  ASSERT_TRUE(plan.requeue_after.has_value());
+  EXPECT_GE(queued + std::chrono::milliseconds(4900) + *plan.requeue_after, queued + seconds(5));
+  EXPECT_EQ(decide(queued + std::chrono::milliseconds(5300)).status.phase, Phase::kFailed);
 }
 
 TEST(PolicyQueueLifecycleTest, ReissuedJobHasTheDefaultQueueTimeout) {
@@ -91,7 +122,7 @@ TEST(PolicyQueueLifecycleTest, ReissuedJobHasTheDefaultQueueTimeout) {
   ASSERT_TRUE(plan.status.reissued);
   plan = StepQueue(sim, false, "", 1, "waiting");
   ASSERT_TRUE(plan.requeue_after.has_value());
-  EXPECT_EQ(*plan.requeue_after, seconds(kDefaultReissueQueueTimeoutSeconds - 1));
+  EXPECT_EQ(*plan.requeue_after, seconds(kDefaultReissueQueueTimeoutSeconds));
   sim.Advance(seconds(kDefaultReissueQueueTimeoutSeconds));
   EXPECT_EQ(StepQueue(sim, false, "", 1, "waiting").status.phase, Phase::kFailed);
 }

@@ -218,8 +218,8 @@ TEST(PolicyLifecycleTest, AdmittedJobStartsEveryReplicaMasterFirst) {
   EXPECT_EQ(Cond(s, condition::kReady),
             (Condition{"Ready", "False", "WorkersNotReady", "0 of 3 pods ready", At(1), 1}));
   EXPECT_TRUE(plan.ensure_service);
-  EXPECT_THAT(plan.create, ElementsAre(PodToCreate{kMaster, 0}, PodToCreate{kWorker, 0},
-                                       PodToCreate{kWorker, 1}));
+  EXPECT_THAT(plan.create, ElementsAre(PodToCreate{kMaster, 0, ""}, PodToCreate{kWorker, 0, ""},
+                                       PodToCreate{kWorker, 1, ""}));
   ASSERT_EQ(plan.events.size(), 1u);
   EXPECT_EQ(plan.events[0].reason, "Admitted");
   EXPECT_EQ(plan.events[0].message, "attempt 1 admitted: creating 3 pods");
@@ -285,7 +285,7 @@ TEST(PolicyLifecycleTest, APodThatIsDeletingIsNotReady) {
   EXPECT_FALSE(plan.status.ConditionTrue(condition::kReady));
   EXPECT_THAT(plan.create, IsEmpty());  // not while the old one still exists
   sim.FinishDeletions();
-  EXPECT_THAT(sim.Step().create, ElementsAre(PodToCreate{kWorker, 1}));
+  EXPECT_THAT(sim.Step().create, ElementsAre(PodToCreate{kWorker, 1, ""}));
 }
 
 // --- Success ---------------------------------------------------------------------------------
@@ -397,7 +397,7 @@ TEST(PolicyLifecycleTest, RetryableExitRestartsTheWorkerInPlace) {
   const JobStatus& s = plan.status;
   EXPECT_EQ(s.phase, Phase::kRestarting);
   ASSERT_EQ(s.worker_restarts.size(), 1u);
-  EXPECT_EQ(s.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid}));
+  EXPECT_EQ(s.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1"}));
   ASSERT_EQ(plan.remove.size(), 1u);
   EXPECT_EQ(plan.remove[0].name, "train-worker-1");
   EXPECT_EQ(plan.remove[0].uid, failed_uid);
@@ -439,7 +439,7 @@ TEST(PolicyLifecycleTest, RestartIsCountedOnceThenTheReplicaIsRecreated) {
   Plan plan = sim.Decide();
   sim.job().status = plan.status.ToJson();
   plan = sim.Decide();
-  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid}));
+  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1"}));
   EXPECT_EQ(plan.status.faults.size(), 1u);
   EXPECT_THAT(plan.events, IsEmpty());
   EXPECT_THAT(RemovedNames(plan), ElementsAre("train-worker-1"));  // asked again
@@ -457,7 +457,8 @@ TEST(PolicyLifecycleTest, RestartIsCountedOnceThenTheReplicaIsRecreated) {
   // Gone: recreated in the same attempt.
   sim.FinishDeletions();
   plan = sim.Step();
-  EXPECT_THAT(plan.create, ElementsAre(PodToCreate{kWorker, 1}));
+  // On the node it ran on (PodSim puts worker 1 on node-1), healthy and schedulable.
+  EXPECT_THAT(plan.create, ElementsAre(PodToCreate{kWorker, 1, "node-1"}));
   EXPECT_TRUE(plan.ensure_service);
   EXPECT_EQ(plan.status.attempt, 1);
   EXPECT_EQ(plan.status.phase, Phase::kRestarting);
@@ -470,7 +471,7 @@ TEST(PolicyLifecycleTest, RestartIsCountedOnceThenTheReplicaIsRecreated) {
   EXPECT_TRUE(plan.status.ConditionTrue(condition::kReady));
   EXPECT_THAT(Events(plan), ElementsAre(Normal("Running")));
   // The restart stays on record for the attempt.
-  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid}));
+  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1"}));
   EXPECT_EQ(plan.status.replica_statuses.at("Worker").restarts, 1);
 }
 
@@ -629,8 +630,8 @@ TEST(PolicyLifecycleTest, PastMaxWorkerRestartsTheJobIsReissued) {
   plan = sim.Step();
   EXPECT_EQ(plan.status.phase, Phase::kStarting);
   EXPECT_EQ(plan.status.attempt, 2);
-  EXPECT_THAT(plan.create, ElementsAre(PodToCreate{kMaster, 0}, PodToCreate{kWorker, 0},
-                                       PodToCreate{kWorker, 1}));
+  EXPECT_THAT(plan.create, ElementsAre(PodToCreate{kMaster, 0, ""}, PodToCreate{kWorker, 0, ""},
+                                       PodToCreate{kWorker, 1, ""}));
   EXPECT_TRUE(plan.ensure_service);
   for (const auto& p : sim.pods()) EXPECT_EQ(p.attempt, 2);
   sim.AllReady();
@@ -931,7 +932,7 @@ TEST(PolicyLifecycleTest, PodOfAnEarlierAttemptIsRemovedAndBlocksCreation) {
   EXPECT_THAT(plan.create, IsEmpty());
   EXPECT_THAT(sim.Step().create, IsEmpty());  // still there, deleting
   sim.FinishDeletions();
-  EXPECT_THAT(sim.Step().create, ElementsAre(PodToCreate{kWorker, 1}));
+  EXPECT_THAT(sim.Step().create, ElementsAre(PodToCreate{kWorker, 1, ""}));
 }
 
 // --- Idempotence -----------------------------------------------------------------------------
