@@ -1,4 +1,4 @@
-// The cordon safety limits (DESIGN.md section 4) end to end: the operator binary against a real
+// The cordon safety limits (docs/architecture.md) end to end: the operator binary against a real
 // control plane, started with the flags that set the limits; nodes turn faulty the way the
 // cluster reports it (a hardware condition, as node-problem-detector sets it). Every assertion
 // reads the cluster through kubectl: which nodes are cordoned, the jobs' status and Events.

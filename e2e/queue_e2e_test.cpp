@@ -1,4 +1,4 @@
-// The queue end to end (DESIGN.md section 5): gang admission in priority order as capacity
+// The queue end to end (docs/architecture.md): gang admission in priority order as capacity
 // frees up, re-issued jobs first, the queue timeout and its deadline across operator restarts.
 // Jobs and nodes of each test carry an accelerator name of their own, so the tests' capacity
 // never mixes.

@@ -1,5 +1,5 @@
 // `tpujob-operator preflight`: the environment check run as the init container of every worker
-// (DESIGN.md section 4, docs/preflight.md).
+// (docs/preflight.md).
 #pragma once
 
 namespace CLI {

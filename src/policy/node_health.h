@@ -1,6 +1,7 @@
-// Node health as the fault table reads it (DESIGN.md section 4): healthy, under maintenance (a
-// disruption: the job moves elsewhere without using up a retry) or unhealthy (a fault: cordon
-// and re-issue, counted against maxJobRetries).
+// Node health as the fault rules read it (docs/architecture.md, "Faults, in the order the policy
+// checks them"; docs/api.md, "The four cases of the source requirements"): healthy, under
+// maintenance (a disruption: the job moves elsewhere without using up a retry) or unhealthy (a
+// fault: cordon and re-issue, counted against maxJobRetries).
 #pragma once
 
 #include <chrono>

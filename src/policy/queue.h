@@ -1,4 +1,4 @@
-// The queue (DESIGN.md section 5) as pure functions: the free TPU capacity the node and pod
+// The queue (docs/architecture.md) as pure functions: the free TPU capacity the node and pod
 // caches show, the order of waiting jobs, and which of them to admit now. No I/O, no clock.
 //
 // Capacity. A node offers chips to a job when it is schedulable (not spec.unschedulable),

@@ -1,4 +1,4 @@
-// The pre-flight items (DESIGN.md section 4): what each one measures, its threshold and who is
+// The pre-flight items (docs/preflight.md): what each one measures, its threshold and who is
 // to blame when it fails.
 //
 // Every check is a function of its options and of an injected probe (name resolver, file system

@@ -5,7 +5,7 @@
 //
 // Every setting is validated up front and all problems are returned together: a non-numeric or
 // negative threshold, an unknown check name, a value out of range. They are the job's
-// configuration at fault, not the node's (DESIGN.md section 4), and end the command with exit
+// configuration at fault, not the node's (docs/preflight.md), and end the command with exit
 // code 11 before any check runs.
 #pragma once
 
