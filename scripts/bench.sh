@@ -13,6 +13,10 @@
 #     one 2-worker TPUJob each (p50, p90, p99, max; the target is p99 <= 200 ms);
 #   - fault to replacement: a 64-worker TPUJob (grace 0), a hardware fault on worker 0's node,
 #     until the next attempt's 64 pods are all created and all Running (5 faults; p50..max);
+#   - fault attribution (scripts/bench-attribution.sh, ATTRIBUTION_RUNS runs, default 3): a
+#     worker's exit 1 with a chip missing to the node condition and to the re-issue, with the node
+#     agent's immediate round and without it (--watch-pods=false, its 60 s interval), and exit 1
+#     on a healthy node to Failed with the default 30 s window beside a window of 0;
 #   - caches beside client-go, at three sizes (SCALE_SIZES, nodes:pods, default 500:2000
 #     2000:8000 5000:20000): the RSS of `tpujob-operator run` and of a client-go program with
 #     shared informers for the same Pods and Nodes (bench/peers/informer, built from the Go module
@@ -302,6 +306,11 @@ op_pid=$!
 "$bench" reissue --kubeconfig "$kubeconfig" --namespace reissue --prefix reissue --workers 64 --runs 5 ||
   echo "  (failed: see the error above)"
 stop_operator
+echo
+
+echo "== fault attribution: a worker's exit to the job's decision, with the node agent's immediate round"
+bash "$root/scripts/bench-attribution.sh" "$operator" "$bin/kubectl" "$kubeconfig" "$dir" \
+  "${ATTRIBUTION_RUNS:-3}" || echo "  (failed: see the error above)"
 echo
 
 start_peer() {  # start_peer LOG: the client-go informer peer, waits until its caches synced
