@@ -171,6 +171,9 @@ for n in "${nodes[@]}"; do stop_agent "$n"; done
 agent_args=(--watch-pods=false)
 for n in "${nodes[@]}"; do start_agent "$n" "${agent_args[@]}"; done
 hardware attr-periodic
+if ((${#cond_times[@]} > 0)); then
+  stats "the same without the immediate round (--watch-pods=false): TPUUnhealthy=True written" "${cond_times[@]}"
+fi
 if ((${#decide_times[@]} > 0)); then
   stats "the same without the immediate round (--watch-pods=false): re-issued" "${decide_times[@]}"
 fi
