@@ -293,10 +293,15 @@ TEST_F(NodeAgentE2E, AWorkerExitRunsTheCheckAtOnceAndTheExitIsTheHardwares) {
 
   ASSERT_TRUE(JobFieldBecomes(ns.name(), "ex", "{.status.attempt}", "2")) << op.Log();
   EXPECT_NE(JobField(ns.name(), "ex", "{.status.phase}"), "Failed");
-  EXPECT_EQ(JobField(ns.name(), "ex",
-                     "{.status.faults[0].kind}/{.status.faults[0].exitCode}/"
-                     "{.status.faults[0].node}/{.status.faults[0].action}"),
-            "NodeUnhealthy/1/" + node + "/ReissueJob");
+  EXPECT_EQ(
+      JobField(ns.name(), "ex",
+               "{.status.faults[0].kind}/{.status.faults[0].node}/{.status.faults[0].action}"),
+      "NodeUnhealthy/" + node + "/ReissueJob");
+  // The agent's verdict follows the exit so closely that the operator may see the node's
+  // condition before the pod's exit (two watches): the record names the exit when it saw both.
+  const std::string exit_code = JobField(ns.name(), "ex", "{.status.faults[0].exitCode}");
+  EXPECT_TRUE(exit_code == "1" || exit_code.empty()) << exit_code;
+  EXPECT_EQ(JobField(ns.name(), "ex", "{.status.faults[1].kind}"), "");  // one fault, one retry
   EXPECT_EQ(JobField(ns.name(), "ex", "{.status.jobRetries}"), "1");
   ASSERT_TRUE(Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; }))
       << op.Log();

@@ -149,7 +149,8 @@ TEST_F(QueueE2E, QueueTimeoutFiresAtTheDeadline) {
       << op.Log();
   EXPECT_EQ(JobField(ns.name(), "tq", "{.status.conditions[?(@.type==\"Failed\")].reason}"),
             "QueueTimeout");
-  const int64_t deadline = EpochSeconds(JobField(ns.name(), "tq", "{.status.queuedAt}")) + 20;
+  // queuedAt has whole seconds: the 20 s count from the end of its second, so never early.
+  const int64_t deadline = EpochSeconds(JobField(ns.name(), "tq", "{.status.queuedAt}")) + 1 + 20;
   const auto failed_ms = FailedAtMs(op.Log(), "tq");
   ASSERT_TRUE(failed_ms.has_value()) << op.Log();
   const int64_t drift_ms = *failed_ms - deadline * 1000;
@@ -178,7 +179,7 @@ TEST_F(QueueE2E, RestartedOperatorKeepsTheQueueDeadline) {
       JobFieldBecomes(ns.name(), "rq", "{.status.phase}", "Failed", std::chrono::seconds(40)))
       << restarted.Log();
   EXPECT_EQ(JobField(ns.name(), "rq", "{.status.queuedAt}"), queued_at);
-  const int64_t deadline = EpochSeconds(queued_at) + 20;
+  const int64_t deadline = EpochSeconds(queued_at) + 1 + 20;
   const auto failed_ms = FailedAtMs(restarted.Log(), "rq");
   ASSERT_TRUE(failed_ms.has_value()) << restarted.Log();
   EXPECT_GE(*failed_ms - deadline * 1000, 0);

@@ -291,7 +291,8 @@ kube::Json ConditionPatch(std::string_view type, const ConditionUpdate& update,
 
 std::string Trigger::Key() const { return uid + "/" + container; }
 
-std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen) {
+std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen,
+                                   std::optional<WallTime> not_before) {
   std::vector<Trigger> exits;
   if (pod.deleting()) return exits;
   auto scan = [&](const std::vector<cache::ContainerInfo>& containers, bool init) {
@@ -299,6 +300,7 @@ std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std
       if (container.state != cache::ContainerState::kTerminated || container.exit_code == 0) {
         continue;
       }
+      if (not_before && container.finished_at && *container.finished_at < *not_before) continue;
       Trigger trigger{.pod = pod.Key(),
                       .uid = pod.uid,
                       .container = std::string(container.name.view()),
@@ -509,7 +511,7 @@ std::vector<Trigger> NodeAgent::NotePod(const cache::PodInfo& pod) {
   bool woke = false;
   {
     std::lock_guard<std::mutex> guard(mu_);
-    exits = AbnormalExits(pod, seen_);
+    exits = AbnormalExits(pod, seen_, clock_.WallNow() - kStaleExit);
     if (exits.empty()) return exits;
     for (const Trigger& exit : exits) seen_.insert(exit.Key());
     if (!pending_ && !stopped_) {

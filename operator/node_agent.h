@@ -210,11 +210,19 @@ struct Trigger {
   friend bool operator==(const Trigger&, const Trigger&) = default;
 };
 
+// Exits that finished longer ago than this trigger nothing: no operator decision waits for them
+// (the longest fault attribution window is 600 s). The agent's pod watch starts with every pod
+// on the node, failed pods of long-finished jobs included (they stay for their logs); without
+// this, each start of the agent would run a triggered round for them.
+inline constexpr Duration kStaleExit = std::chrono::minutes(10);
+
 // The abnormal exits of `pod` whose Key() is not in `seen`: every container and init container
-// terminated with a non-zero exit code, init containers first, each in spec order. None for a
-// pod being deleted: its containers were stopped on purpose (SIGTERM, then SIGKILL), which says
+// terminated with a non-zero exit code, init containers first, each in spec order, except those
+// whose finishedAt is before `not_before` (an exit without finishedAt counts). None for a pod
+// being deleted: its containers were stopped on purpose (SIGTERM, then SIGKILL), which says
 // nothing about the node.
-std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen);
+std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen,
+                                   std::optional<WallTime> not_before = std::nullopt);
 
 // What a triggered round adds to the condition's message: "checked at once after container
 // trainer of pod ns/name exited with code 1".

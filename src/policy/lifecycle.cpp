@@ -124,7 +124,7 @@ class Decider {
       if (p.attempt == s.attempt) continue;
       old_left = true;
       if (!p.pod->deleting()) {
-        Delete(*p.pod, GraceEnding(p.attempt),
+        Delete(*p.pod, OnLostNode(*p.pod, GraceEnding(p.attempt)),
                "it belongs to attempt " + std::to_string(p.attempt));
       }
     }
@@ -137,7 +137,7 @@ class Decider {
       for (const ObservedPod& p : in_.pods) {
         if (p.attempt != s.attempt) continue;
         current_left = true;
-        if (!p.pod->deleting()) Delete(*p.pod, std::nullopt, "the admission was released");
+        if (!p.pod->deleting()) Delete(*p.pod, kBriefGraceSeconds, "the admission was released");
       }
       if (old_left || current_left) {
         UpdateCounts();
@@ -252,6 +252,8 @@ class Decider {
       s.phase = Phase::kSuspended;
       s.attempt = std::max(1, s.attempt);
       s.reissued = false;
+      // Resumed, the job is admitted anew: its workers go where the queue places them.
+      for (auto& [key, record] : s.worker_restarts) record.node.clear();
       s.admitted_at.reset();
       s.running_at.reset();
       s.queue_position.reset();
@@ -438,6 +440,16 @@ class Decider {
       Requeue(std::chrono::duration_cast<Duration>(*pod.deletion_timestamp - now_) +
               std::chrono::milliseconds(200));
     }
+  }
+
+  // `grace` for a pod, or kBriefGraceSeconds when its node is lost: its kubelet cannot deliver
+  // SIGTERM, and the pod's own grace period would only delay what comes next.
+  std::optional<int64_t> OnLostNode(const cache::PodInfo& pod, std::optional<int64_t> grace) const {
+    if (!in_.node_health || pod.node_name.empty() ||
+        !in_.node_health(pod.node_name.view()).unreachable) {
+      return grace;
+    }
+    return std::min(grace.value_or(kBriefGraceSeconds), kBriefGraceSeconds);
   }
 
   bool Removing(const cache::PodInfo& pod) const {
@@ -692,6 +704,9 @@ class Decider {
         restarted = true;
         continue;
       }
+      // Out of restarts while a permanent exit awaits its node's verdict: that exit came first
+      // and decides (a failure, or the hardware's re-issue); this one waits with it.
+      if (!held.empty()) continue;
       const std::string why = Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
                               "; it has used its " + std::to_string(max_restarts) + " restarts";
       Reissue(*f.pod, f.termination, why, /*counts=*/true);
@@ -781,11 +796,14 @@ class Decider {
 
   // The node a missing replica goes back to: the node its last counted restart ran on, while
   // that node is healthy and not cordoned. "" = anywhere.
-  std::string RestartNode(ReplicaType type, int32_t index) const {
-    const auto& restarts = plan_.status.worker_restarts;
+  // A node that does not take it is forgotten, so that a recorded node always means the pod was
+  // created pinned to it.
+  std::string RestartNode(ReplicaType type, int32_t index) {
+    auto& restarts = plan_.status.worker_restarts;
     auto it = restarts.find(ReplicaKey(type, index));
     if (it == restarts.end() || it->second.count == 0 || it->second.node.empty()) return "";
-    return NodeTakesRestart(it->second.node) ? it->second.node : "";
+    if (!NodeTakesRestart(it->second.node)) it->second.node.clear();
+    return it->second.node;
   }
 
   bool NodeTakesRestart(const std::string& node) const {
@@ -910,7 +928,7 @@ class Decider {
               " queues again with first priority (no retry used)");
     for (const ObservedPod& p : in_.pods) {
       if (p.attempt == s.attempt && !p.pod->deleting()) {
-        Delete(*p.pod, std::nullopt, "the admission was released");
+        Delete(*p.pod, kBriefGraceSeconds, "the admission was released");
       }
     }
     return true;
@@ -1045,14 +1063,8 @@ class Decider {
                       : " (a disruption: no retry used)"));
     for (const ObservedPod& p : in_.pods) {
       if (p.pod->deleting()) continue;
-      // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost); their
-      // own grace period would only delay the re-issue, their kubelet cannot deliver SIGTERM.
-      std::optional<int64_t> pod_grace = grace;
-      if (in_.node_health && !p.pod->node_name.empty() &&
-          in_.node_health(p.pod->node_name.view()).unreachable) {
-        pod_grace = std::min(grace.value_or(kLostNodeGraceSeconds), kLostNodeGraceSeconds);
-      }
-      Delete(*p.pod, pod_grace, "the job is re-issued");
+      // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).
+      Delete(*p.pod, OnLostNode(*p.pod, grace), "the job is re-issued");
     }
   }
 
@@ -1136,8 +1148,11 @@ PodState ObservePod(const cache::PodInfo& pod, Termination* termination) {
   };
   if (pod.phase == cache::PodPhase::kSucceeded) return PodState::kSucceeded;
   // A container that exited non-zero fails its replica at once (restartPolicy is Never), even
-  // while sidecars keep the pod running.
-  if (failed_container(pod.init_containers, true) || failed_container(pod.containers, false)) {
+  // while sidecars keep the pod running. The main containers first: a native sidecar (an init
+  // container that keeps running) stopped after the program exited, with its own code, must not
+  // hide the program's exit; an init container that fails before the program runs leaves the
+  // main containers without one.
+  if (failed_container(pod.containers, false) || failed_container(pod.init_containers, true)) {
     return fail();
   }
   if (pod.phase == cache::PodPhase::kFailed) {

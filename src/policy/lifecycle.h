@@ -113,10 +113,11 @@ inline constexpr Duration kUnschedulableRelease = std::chrono::seconds(30);
 // none unless the spec sets one.
 inline constexpr int64_t kDefaultReissueQueueTimeoutSeconds = 1800;
 
-// The grace period pods on a lost node (Ready Unknown) are deleted with when the job is
-// re-issued: their kubelet cannot deliver SIGTERM, and they are force-deleted once it is over,
-// so the pods' own (longer) grace period would only delay the re-issue.
-inline constexpr int64_t kLostNodeGraceSeconds = 30;
+// Kubernetes' default grace period, for deletions where the pods' own (the maintenance grace
+// period, up to an hour) would only delay what comes next: pods on a lost node (Ready Unknown),
+// whose kubelet cannot deliver SIGTERM and which are force-deleted once it is over, and the pods
+// of an attempt whose admission was released, which never ran as a whole gang.
+inline constexpr int64_t kBriefGraceSeconds = 30;
 
 // status.cordonedNodes keeps at most this many names.
 inline constexpr size_t kMaxCordonedNodes = 64;

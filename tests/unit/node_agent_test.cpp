@@ -340,6 +340,12 @@ TEST(NodeAgentTriggerTest, Table) {
   };
   cache::PodInfo deleting = Pod({Container("trainer", ContainerState::kTerminated, 143)});
   deleting.deletion_timestamp = WallTime{};
+  // A failed pod kept for its logs, seen when the agent (re)starts its watch.
+  const WallTime now = WallTime{} + std::chrono::hours(24 * 365 * 50);
+  cache::PodInfo recent = Pod({Container("trainer", ContainerState::kTerminated, 1)});
+  recent.containers[0].finished_at = now - std::chrono::minutes(9);
+  cache::PodInfo stale = recent;
+  stale.containers[0].finished_at = now - std::chrono::minutes(11);
   const std::vector<Row> rows = {
       {"exit 0", Pod({Container("trainer", ContainerState::kTerminated, 0)}), {}, {}},
       {"exit 1",
@@ -379,10 +385,15 @@ TEST(NodeAgentTriggerTest, Table) {
        {"uid-1/trainer"},
        {"checked at once after container sidecar of pod team-a/llm-worker-0 exited with code 2"}},
       {"being deleted: stopped on purpose", deleting, {}, {}},
+      {"finished 9 minutes ago",
+       recent,
+       {},
+       {"checked at once after container trainer of pod team-a/llm-worker-0 exited with code 1"}},
+      {"finished 11 minutes ago: no decision waits for it", stale, {}, {}},
   };
   for (const Row& row : rows) {
     std::vector<std::string> got;
-    for (const Trigger& trigger : AbnormalExits(row.pod, row.seen)) {
+    for (const Trigger& trigger : AbnormalExits(row.pod, row.seen, now - kStaleExit)) {
       EXPECT_EQ(trigger.pod, "team-a/llm-worker-0") << row.name;
       EXPECT_EQ(trigger.uid, "uid-1") << row.name;
       got.push_back(DescribeTrigger(trigger));

@@ -282,7 +282,107 @@ TEST(PolicyFaultAttributionTest, RestartGoesBackToItsNodeWhileItIsSchedulable) {
     ASSERT_EQ(plan.create.size(), 1u);
     EXPECT_EQ(plan.create[0].index, 1);
     EXPECT_EQ(plan.create[0].node, c.want);
+    // A node that does not take it is forgotten: a recorded node means the pod was pinned.
+    EXPECT_EQ(plan.status.worker_restarts.at("Worker-1").node, c.want);
   }
+}
+
+// An unpinned restart that cannot be scheduled (the cluster is full) is left to the admission's
+// own rules: it is not deleted as if it were pinned.
+TEST(PolicyFaultAttributionTest, AnUnpinnedRestartIsNotUnpinned) {
+  PodSim sim = AttributionJob();
+  RunJob(sim);
+  ExitAt(sim.Worker(1), 143, sim.now());
+  sim.Apply(DecideWith(sim, Nodes{}));
+  sim.FinishDeletions();
+  sim.Apply(DecideWith(sim, Nodes{}, {"node-1"}));  // created unpinned: node-1 is cordoned
+  cache::PodInfo& pod = sim.Worker(1);
+  pod.node_name = {};
+  pod.unschedulable = true;
+  const Plan plan = DecideWith(sim, Nodes{});  // node-1 uncordoned again meanwhile
+  EXPECT_TRUE(plan.remove.empty()) << plan.remove[0].why;
+}
+
+// A native sidecar (an init container that keeps running) stopped with its own code after the
+// program's permanent exit does not turn that exit into a retryable one while it is held.
+TEST(PolicyFaultAttributionTest, ASidecarStoppedAfterTheProgramDoesNotHideItsExit) {
+  PodSim sim = AttributionJob();
+  RunJob(sim);
+  cache::PodInfo& pod = sim.Worker(1);
+  ExitAt(pod, 1, sim.now());
+  cache::ContainerInfo sidecar;
+  sidecar.name = cache::InternedString::Intern("gcsfuse");
+  sidecar.state = cache::ContainerState::kTerminated;
+  sidecar.exit_code = 143;
+  sidecar.reason = cache::InternedString::Intern("Error");
+  pod.init_containers = {sidecar};
+  Termination t;
+  ASSERT_EQ(ObservePod(pod, &t), PodState::kFailed);
+  EXPECT_EQ(t.container, "trainer");
+  EXPECT_EQ(t.exit_code, 1);
+  const Plan plan = DecideWith(sim, Nodes{});
+  EXPECT_TRUE(plan.status.worker_restarts.empty()) << "restarted as if retryable";
+  EXPECT_EQ(plan.status.FindCondition(condition::kReady)->reason, "AwaitingFaultAttribution");
+}
+
+// Another worker out of restarts while a permanent exit awaits its verdict: that exit came first
+// and decides; no retry is spent on a re-issue meanwhile.
+TEST(PolicyFaultAttributionTest, NoReissueForRestartsWhileAnExitAwaitsItsVerdict) {
+  Json spec = SpecJson(2);
+  spec["faultTolerance"] = {
+      {"maxJobRetries", 2}, {"maxWorkerRestarts", 0}, {"faultAttributionSeconds", 30}};
+  PodSim sim(spec);
+  RunJob(sim);
+  const WallTime exited = sim.now();
+  ExitAt(sim.Worker(0), 1, exited);
+  ExitAt(sim.Worker(1), 143, exited);
+  Plan plan = DecideWith(sim, Nodes{});
+  EXPECT_EQ(plan.status.attempt, 1);
+  EXPECT_EQ(plan.status.job_retries, 0);
+  sim.Apply(plan);
+  sim.Advance(seconds(30));
+  plan = DecideWith(sim, Nodes{});
+  EXPECT_EQ(plan.status.phase, Phase::kFailed);
+  EXPECT_EQ(plan.status.FindCondition(condition::kFailed)->reason, "PermanentError");
+  EXPECT_EQ(plan.status.job_retries, 0);
+}
+
+// Pods of an earlier attempt on a lost node get the brief grace period also when the operator
+// that decided the re-issue stopped before deleting them.
+TEST(PolicyFaultAttributionTest, LostNodePodsOfAnEarlierAttemptGetTheBriefGraceAfterARestart) {
+  PodSim sim = AttributionJob();
+  RunJob(sim);
+  Nodes nodes;
+  nodes.Set("node-1", NodeVerdict::kUnhealthy, "NodeUnreachable", /*unreachable=*/true);
+  Plan plan = DecideWith(sim, nodes);
+  ASSERT_EQ(plan.status.attempt, 2);
+  plan.remove.clear();  // the operator stopped after writing the status
+  sim.Apply(plan);
+  plan = DecideWith(sim, nodes);
+  ASSERT_EQ(plan.remove.size(), 2u);
+  for (const PodToDelete& d : plan.remove) {
+    if (d.name == PodName(kWorker, 1)) {
+      EXPECT_EQ(d.grace_period_seconds, kBriefGraceSeconds);
+    } else {
+      EXPECT_FALSE(d.grace_period_seconds) << d.name;
+    }
+  }
+}
+
+// Suspended and resumed, a job is admitted anew: its restarted workers are not pinned to the
+// nodes of the run before.
+TEST(PolicyFaultAttributionTest, ASuspendForgetsThePins) {
+  PodSim sim = AttributionJob();
+  RunJob(sim);
+  ExitAt(sim.Worker(1), 143, sim.now());
+  sim.Apply(DecideWith(sim, Nodes{}));
+  ASSERT_EQ(sim.Status().worker_restarts.at("Worker-1").node, "node-1");
+  sim.job().spec["suspend"] = true;
+  sim.Reparse();
+  const Plan plan = DecideWith(sim, Nodes{});
+  ASSERT_EQ(plan.status.phase, Phase::kSuspended);
+  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1").node, "");
+  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1").count, 1);
 }
 
 // Pinned to its node, the restarted pod that the scheduler cannot place there (the node

@@ -172,7 +172,7 @@ TEST(PolicyNodeFaultsTest, LostNodePodsAreDeletedGracefullyThenForcedPastTheirGr
   // only delay the re-issue: its kubelet cannot deliver SIGTERM anyway.
   const PodToDelete* lost = Removal(plan, PodName(kWorker, 1));
   ASSERT_NE(lost, nullptr);
-  EXPECT_EQ(lost->grace_period_seconds, kLostNodeGraceSeconds);
+  EXPECT_EQ(lost->grace_period_seconds, kBriefGraceSeconds);
   const PodToDelete* healthy = Removal(plan, PodName(kWorker, 0));
   ASSERT_NE(healthy, nullptr);
   EXPECT_FALSE(healthy->grace_period_seconds) << "a pod on a healthy node keeps its own";

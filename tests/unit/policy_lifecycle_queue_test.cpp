@@ -150,6 +150,8 @@ TEST(PolicyQueueLifecycleTest, UnschedulablePodsReleaseTheAdmissionAfterTheGrace
   EXPECT_TRUE(plan.status.reissued) << "it queues again first";
   EXPECT_TRUE(plan.status.node_pools.empty());
   EXPECT_EQ(plan.remove.size(), 2u);
+  // Not the pods' own (the maintenance grace period): this attempt never ran as a whole.
+  for (const PodToDelete& d : plan.remove) EXPECT_EQ(d.grace_period_seconds, kBriefGraceSeconds);
   const EventToRecord* released = FindEvent(plan, "AdmissionReleased");
   ASSERT_NE(released, nullptr);
   EXPECT_NE(released->message.find("Insufficient google.com/tpu"), std::string::npos);
