@@ -111,6 +111,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     policy::RunningGang gang;
   };
   std::set<std::string> waiting_jobs;
+  std::set<std::string> restarting;  // waiting: a re-issued attempt whose old pods are going
   std::map<std::string, Admitted> admitted_jobs;
   for (const auto& job : jobs_.List()) {
     if (job->deleting() || !policy::ManagedByUs(*job)) continue;
@@ -140,6 +141,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     if (waiting) {
       const PriorityInfo priority = Priority(*spec);
       waiting_jobs.insert(key);
+      if (status.phase == policy::Phase::kRestarting) restarting.insert(key);
       policy::GangRequest r;
       r.job = key;
       r.accelerator = spec->tpu.accelerator;
@@ -249,6 +251,18 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       policy::BuildCapacity(node_ptrs, pod_ptrs, reservations, health_, now);
   if (changes_in != nullptr) *changes_in = capacity.changes_in;
   std::map<std::string, policy::Admission> plan = policy::PlanAdmissions(capacity, queued);
+  // A re-issued attempt whose old pods are still going holds its place (the capacity this plan
+  // gave it goes to nobody else), but is admitted only by a plan made once they are gone: the
+  // pools chosen now count the capacity they still hold, and their pool may be the faulty one.
+  for (const std::string& key : restarting) {
+    auto it = plan.find(key);
+    if (it == plan.end() || !it->second.admit) continue;
+    it->second.admit = false;
+    it->second.reason = "Reissued";
+    it->second.message = "waiting for the pods of the previous attempt to be gone";
+    it->second.pools.clear();
+    it->second.placed_pools.clear();
+  }
 
   // A head whose victims are still to stop says so.
   for (const auto& [victim, order] : orders) {

@@ -170,13 +170,26 @@ TEST_F(JobQueueTest, ReissueWaitingForItsOldPodsKeepsItsPlaceAtTheHead) {
   auto reissued = AddJob(json);
   AddWorkers(*reissued, {"n0", "n1"}, /*attempt=*/1);  // the old attempt's pods, going away
   AddJob(JobJson("high", 100, "Queued"));
-  const auto plan = queue_.ComputePlan();
+  auto plan = queue_.ComputePlan();
   ASSERT_EQ(plan.count("team/reissued"), 1u);
   EXPECT_EQ(plan.at("team/reissued").position, 1);
-  // n2 and n3 are free: they go to the re-issued job, and the new job waits behind it.
-  EXPECT_TRUE(plan.at("team/reissued").admit);
+  // n2 and n3 are free: they are held for the re-issued job, and the new job waits behind it.
   EXPECT_FALSE(plan.at("team/high").admit);
   EXPECT_EQ(plan.at("team/high").position, 2);
+  // Not admitted while its old pods are going: the pools a plan chooses now count the capacity
+  // those pods still hold (the faulty pool could be the only one that seems to fit).
+  EXPECT_FALSE(plan.at("team/reissued").admit);
+  EXPECT_EQ(plan.at("team/reissued").reason, "Reissued");
+  EXPECT_TRUE(plan.at("team/reissued").pools.empty());
+
+  // Its old pods gone and the job queued: admitted by a plan that sees all the capacity.
+  pods_.Delete("team/reissued-worker-0");
+  pods_.Delete("team/reissued-worker-1");
+  json["status"]["phase"] = "Queued";
+  AddJob(json);
+  plan = queue_.ComputePlan();
+  EXPECT_TRUE(plan.at("team/reissued").admit) << plan.at("team/reissued").message;
+  EXPECT_EQ(plan.at("team/reissued").position, 1);
 }
 
 TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
