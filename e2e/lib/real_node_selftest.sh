@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Smoke test of `e2e/cluster up --real-node`: the node registers and is Ready; real containers run
+# on it; cluster DNS resolves a Service, a headless Service's pod name and nothing outside the
+# cluster; a Service's ClusterIP reaches its pod through kube-proxy and the `kubernetes` Service
+# reaches the API server; `kubectl logs` and `kubectl exec` go through the kubelet; after kill -9 of
+# containerd and the kubelet, `up` brings the node back; `down` leaves no process, mount, cgroup,
+# netns, veth, bridge or iptables rule behind and restores net.ipv4.ip_forward.
+#
+# Usage: e2e/lib/real_node_selftest.sh [DIR]   (default: a fresh directory under /tmp)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cluster=$here/../cluster
+dir=${1:-$(mktemp -d /tmp/tpujob-real-node-selftest.XXXXXX)}
+dir=$(realpath -m -- "$dir")
+step() { printf '\n== %s\n' "$*" >&2; }
+fail() {
+  printf 'SELFTEST FAILED: %s\n' "$*" >&2
+  [[ -n ${kubeconfig:-} ]] && k get pods -A -o wide >&2 2>/dev/null
+  exit 1
+}
+cleanup() { "$cluster" down --dir "$dir" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+ms() { local t; t=$(date +%s%N); echo $((t / 1000000)); }
+wait_for() {
+  local secs=$1 what=$2 end
+  shift 2
+  end=$(($(ms) + secs * 1000))
+  until "$@" >/dev/null 2>&1; do
+    (($(ms) < end)) || fail "timed out after ${secs}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+forward_before=$(</proc/sys/net/ipv4/ip_forward)
+
+step "up --real-node (cold)"
+t=$(ms)
+kubeconfig=$("$cluster" up --real-node --dir "$dir" </dev/null)
+echo "up took $(($(ms) - t)) ms" >&2
+# shellcheck disable=SC1091
+source "$dir/ports.env"
+# shellcheck disable=SC1091
+source "$REAL_NODE_TOOLS/images/images.env"
+k() { "$KUBECTL" --kubeconfig "$kubeconfig" "$@"; }
+[[ $(k get node "$REAL_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]] ||
+  fail "node $REAL_NODE is not Ready"
+[[ $(k get node "$REAL_NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}') == v1.* ]] ||
+  fail "kubelet version not stamped: $(k get node "$REAL_NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}')"
+"$cluster" status --dir "$dir" >&2 || fail "status does not show every component healthy"
+
+step "a web pod behind a headless Service and a ClusterIP Service, and a client pod"
+k apply -f - <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports: [{port: 8000}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: websvc}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8000}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, labels: {app: web}}
+spec:
+  hostname: web-0
+  subdomain: web
+  containers:
+  - name: c
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: [sh, -c, 'mkdir -p /tmp/www && echo hello-from-web > /tmp/www/index.html && exec httpd -f -p 8000 -h /tmp/www']
+    readinessProbe:
+      tcpSocket: {port: 8000}
+      periodSeconds: 1
+EOF
+wait_for 60 "pod web-0 Ready" k wait --for=condition=Ready pod/web-0 --timeout=1s
+k apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command:
+    - sh
+    - -c
+    - |
+      echo "pod-name: \$(nslookup web-0.web.default.svc.cluster.local 2>&1 | grep -c 'Address: 10.250')"
+      echo "headless: \$(timeout 5 wget -q -O- http://web-0.web:8000/)"
+      echo "service: \$(timeout 5 wget -q -O- http://websvc/)"
+      # Plain HTTP to the API server's TLS port: only the API server answers 400 to that.
+      timeout 5 wget -O- http://kubernetes.default.svc:443/ 2>&1 | grep -q '400 Bad Request' &&
+        echo "apiserver: reachable"
+      echo "outside: \$(nslookup example.com 2>&1 | grep -c REFUSED)"
+EOF
+wait_for 60 "pod client to finish" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod client -o jsonpath='{.status.phase}')\" = Succeeded ]"
+out=$(k logs client)
+echo "$out" >&2
+grep -qx 'pod-name: [1-9]' <<<"$out" || fail "web-0.web.default.svc.cluster.local did not resolve to a pod address"
+grep -qx 'headless: hello-from-web' <<<"$out" || fail "the pod was not reachable by its headless Service name"
+grep -qx 'service: hello-from-web' <<<"$out" || fail "the ClusterIP Service did not reach its pod (kube-proxy)"
+grep -qx 'apiserver: reachable' <<<"$out" || fail "the kubernetes Service did not reach the API server"
+grep -qx 'outside: [1-9]' <<<"$out" || fail "a name outside the cluster was not refused"
+
+step "kubectl exec goes through the kubelet"
+[[ $(k exec web-0 -- cat /tmp/www/index.html) == hello-from-web ]] || fail "kubectl exec failed"
+
+step "kill -9 containerd and the kubelet, then up brings the node back"
+kill -KILL "$(cat "$dir/pids/containerd.pid")" "$(cat "$dir/pids/kubelet.pid")"
+"$cluster" status --dir "$dir" >/dev/null 2>&1 && fail "status reports healthy with containerd and the kubelet killed"
+"$cluster" up --dir "$dir" >/dev/null </dev/null
+[[ $(k get node "$REAL_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]] ||
+  fail "node $REAL_NODE not Ready after recovery"
+k run again --image="$BUSYBOX_IMAGE" --image-pull-policy=Never --restart=Never -- sh -c 'echo again'
+wait_for 60 "a pod to run after recovery" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod again -o jsonpath='{.status.phase}')\" = Succeeded ]"
+
+step "down leaves nothing behind"
+k apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: left-running}
+spec:
+  containers:
+  - {name: c, image: $BUSYBOX_IMAGE, imagePullPolicy: Never, command: [sleep, "3600"]}
+EOF
+wait_for 60 "pod left-running Ready" k wait --for=condition=Ready pod/left-running --timeout=1s
+"$cluster" down --dir "$dir" >&2
+if pgrep -f -- "$dir/" >/dev/null; then pgrep -af -- "$dir/" >&2; fail "processes left after down"; fi
+pgrep -x httpd >/dev/null && fail "a pod's process survived down"
+left=$(
+  # shellcheck disable=SC2034 # read by real_node.sh
+  DIR=$dir IP_FORWARD_BEFORE=$forward_before
+  # shellcheck source=e2e/lib/real_node.sh
+  source "$here/real_node.sh"
+  real_node_leftovers
+)
+[[ -z $left ]] || fail "left behind after down: $left"
+echo "real node self-test passed" >&2
