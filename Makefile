@@ -9,11 +9,18 @@
 #   make bench   benchmarks that print numbers
 #   make format  clang-format every C++ file
 #   make crd     regenerate crds/ from scripts/crd/ and the pinned Kubernetes OpenAPI
+#   make image   the Dockerfile's image, built with buildah from a Debian base made from the apt
+#                mirror (no container registry): build/image/tpujob-operator.oci.tar
+#                (scripts/build-image.sh)
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
+# Recipes that build Go tools run with a Go new enough for them first on the PATH: the one on the
+# PATH, else the pinned toolchain scripts/install-go.sh downloads once and caches (run-tests.sh,
+# demo.sh and bench.sh do the same themselves).
+WITH_GO = gobin=$$(bash scripts/install-go.sh) && PATH="$$gobin:$$PATH"
 
-.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench format crd clean notice-demo notice-test
+.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench format crd image clean notice-demo notice-test
 
 all: build
 
@@ -21,7 +28,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 tools: deps
-	@bash e2e/tools/build.sh >/dev/null
+	@$(WITH_GO) bash e2e/tools/build.sh >/dev/null
 
 $(BUILD_DIR)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD_DIR) -G Ninja
@@ -33,7 +40,7 @@ unit: build
 	$(CTEST) -L unit -j $(JOBS)
 
 e2e: build tools
-	$(CTEST) -L e2e
+	@$(WITH_GO) $(CTEST) -L e2e
 
 sanitize: deps
 	@bash scripts/sanitize.sh address
@@ -61,7 +68,10 @@ format:
 	@find src operator tests e2e -name '*.h' -o -name '*.cpp' | grep -v '/tools/' | xargs clang-format -i
 
 crd:
-	python3 scripts/gen-crd.py
+	@$(WITH_GO) python3 scripts/gen-crd.py
+
+image:
+	@BUILD_DIR=$(BUILD_DIR) bash scripts/build-image.sh
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan build-tsan build-fuzz

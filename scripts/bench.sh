@@ -64,6 +64,9 @@ echo "== victim selection (gang preemption): $admission_nodes nodes, 500 running
 "$bench" preemption --nodes "$admission_nodes" --running 500 --jobs "$admission_jobs" --runs 101
 echo
 
+# A Go new enough to build the control plane and the peers when they are not cached yet
+# (scripts/install-go.sh).
+PATH="$(bash "$root/scripts/install-go.sh"):$PATH"
 bin=$("$root/e2e/tools/build.sh")
 peers=$("$root/bench/peers/build.sh")
 

@@ -9,6 +9,8 @@ build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TPUJOB_DEMO_DIR:-/tmp/tpujob-demo}
 operator="$root/$build/tpujob-operator"
+# A Go new enough to build the control plane when it is not cached yet (scripts/install-go.sh).
+PATH="$(bash "$root/scripts/install-go.sh"):$PATH"
 bin=$("$root/e2e/tools/build.sh")
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 

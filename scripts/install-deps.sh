@@ -3,9 +3,11 @@
 # nothing when every package is already present. Runs unattended (as root, or with sudo).
 #
 # TPUJOB_DEPS selects what to install:
-#   all    (default, what `make` uses) everything to build the operator and run every test
+#   all    (default, what `make` uses) everything to build the operator and run every test,
+#          the image build and the real node included
 #   build  only what compiling the operator binary needs (the Dockerfile's build stage)
 #   format clang-format, for `make format`
+#   image  what `make image` needs (scripts/build-image.sh): buildah, debootstrap, ctr
 set -euo pipefail
 
 build_packages=(
@@ -18,18 +20,32 @@ build_packages=(
 test_packages=(
   git
   libgtest-dev libgmock-dev                       # unit tests
-  curl procps iproute2 psmisc                     # the local control plane scripts
+  curl procps iproute2 psmisc                     # the local control plane scripts, install-go.sh
   prometheus                                      # promtool and a real scrape in the tests
-  python3 python3-yaml                            # scripts/gen-crd.py (test crd_generated)
+  python3 python3-yaml                            # gen-crd.py (test crd_generated), install-go.sh
   clang-16 libclang-rt-16-dev                     # libFuzzer targets (scripts/fuzz.sh)
+)
+image_packages=(
+  buildah                                         # builds the Dockerfile, no daemon
+  debootstrap debian-archive-keyring              # the Debian base, from the apt mirror
+  containerd                                      # ctr, to load the image into containerd
+)
+# The real node of the end-to-end tests (e2e/cluster up --real-node, e2e/tools/node/build.sh).
+node_packages=(
+  containerd runc                                 # the container runtime
+  containernetworking-plugins                     # CNI: bridge, host-local, portmap, loopback
+  iptables conntrack                              # kube-proxy's Services
+  util-linux                                      # unshare, nsenter: the node's mount namespace
+  busybox-static                                  # the test image's programs
 )
 
 case "${TPUJOB_DEPS:-all}" in
-  all) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  all) packages=("${build_packages[@]}" "${test_packages[@]}" "${image_packages[@]}" "${node_packages[@]}") ;;
   build) packages=("${build_packages[@]}") ;;
   format) packages=(clang-format) ;;
+  image) packages=("${image_packages[@]}") ;;
   *)
-    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all, build or format" >&2
+    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all, build, format or image" >&2
     exit 2
     ;;
 esac
