@@ -9,6 +9,9 @@
 set -uo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
+# A Go new enough for the Go tools the tests build when they are not cached (Kueue below, the
+# control plane under e2e/cluster): the bin directory scripts/install-go.sh prints goes first.
+PATH="$(bash "$root/scripts/install-go.sh"):$PATH" || exit 1
 log=$(mktemp -d)
 background=
 cleanup() {
@@ -26,7 +29,9 @@ unit_rc=${PIPESTATUS[0]}
 
 # The Kueue controller manager the Kueue end-to-end tests start (e2e/tools/kueue/build.sh; at
 # once when cached) is built first, in the background with the sanitizer and fuzz builds; if
-# the Kueue tests come before it is done, their `e2e/cluster up --with-kueue` waits for it.
+# the Kueue tests come before it is done, their `e2e/cluster up --with-kueue` waits for it. The
+# real node's tools and the project image follow, before the sanitizer builds: the real-node
+# tests run last and wait for them.
 if ((sanitizers)); then
   phase "compiling Kueue, the sanitizer and fuzz builds in the background (nice 19)"
 else
@@ -37,6 +42,12 @@ set -m
   export TPUJOB_BUILD_ONLY=1
   nice -n 19 bash "$root/e2e/tools/kueue/build.sh" >/dev/null ||
     echo "[make test] building Kueue failed; the Kueue tests will build it again and say why"
+  # The real node's kubelet, kube-proxy, CoreDNS and images, and the project image from the
+  # Dockerfile, for the real-node tests at the end of the end-to-end tests (which wait for them).
+  nice -n 19 bash "$root/e2e/tools/node/build.sh" >/dev/null ||
+    echo "[make test] building the real node's tools failed; the real-node tests will say why"
+  BUILD_DIR=$build nice -n 19 bash "$root/scripts/build-image.sh" >/dev/null ||
+    echo "[make test] building the image failed; the real-node tests will build it again and say why"
   ((sanitizers)) || exit 0
   nice -n 19 bash "$root/scripts/sanitize.sh" address &&
     nice -n 19 bash "$root/scripts/sanitize.sh" thread &&

@@ -3,7 +3,8 @@
 #
 # One node whose pods run as real containers: Debian's containerd (CRI, overlayfs snapshotter) and
 # runc, the kubelet and kube-proxy (iptables mode) of the pinned Kubernetes release, Debian's CNI
-# plugins (bridge + host-local + portmap + loopback) and CoreDNS answering cluster names only.
+# plugins (bridge + host-local + loopback; no portmap: hostPorts would need chains shared with
+# every other CNI user of the host) and CoreDNS answering cluster names only.
 # e2e/tools/node/build.sh builds and caches the binaries, the pause image and a busybox test image.
 #
 # Containment, so that `down` can leave nothing behind:
@@ -14,8 +15,10 @@
 #     and kills them even after a crash, then removes the cgroups;
 #   - pods get network namespaces on the bridge tpujob0 (10.250.0.0/24, the host is 10.250.0.1);
 #     a netns is freed with its last process and mount, its veth with it;
-#   - kube-proxy's rules are removed with `kube-proxy --cleanup`, CNI's chains by name, the bridge
-#     is deleted and net.ipv4.ip_forward gets its old value back.
+#   - kube-proxy's rules are removed with `kube-proxy --cleanup` and the KUBE-* chains it or the
+#     kubelet leave by name (a host running another Kubernetes node is not supported), the bridge
+#     is deleted and net.ipv4.ip_forward gets its old value back. The CNI bridge plugin adds no
+#     iptables rule here (ipMasq off).
 # The API server listens on every address (the pods reach it at 10.250.0.1 through the
 # `kubernetes` Service); nothing here sends traffic anywhere but loopback and the bridge.
 
@@ -145,7 +148,6 @@ EOF
      "ipam": {"type": "host-local", "dataDir": "$REAL_DIR/cni/ipam",
               "ranges": [[{"subnet": "$REAL_SUBNET", "gateway": "$REAL_GATEWAY"}]],
               "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}},
     {"type": "loopback"}
   ]
 }
@@ -435,7 +437,8 @@ real_node_stop() {
 }
 
 # real_node_flush_chains: remove what kube-proxy --cleanup leaves (it keeps chains it did not
-# create in this run) and the CNI plugins' chains.
+# create in this run, and the kubelet's KUBE-FIREWALL and canaries), and any rule naming the
+# node's bridge or subnet.
 real_node_flush_chains() {
   local cmd table chain rule
   for cmd in iptables ip6tables; do
@@ -444,12 +447,13 @@ real_node_flush_chains() {
       while read -r rule; do
         [[ -n $rule ]] || continue
         # shellcheck disable=SC2086
-        "$cmd" -t "$table" ${rule/-A/-D} 2>/dev/null || true
-      done < <("$cmd" -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE|CNI)-' || true)
-      for chain in $("$cmd" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(\(KUBE\|CNI\)-[^ ]*\)$/\1/p'); do
+        eval "$cmd -t $table ${rule/-A/-D}" 2>/dev/null || true
+      done < <("$cmd" -t "$table" -S 2>/dev/null |
+        grep -E "^-A [A-Z]+ .*(-j KUBE-|$REAL_BRIDGE|${REAL_SUBNET%.*/*}\.)" || true)
+      for chain in $("$cmd" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p'); do
         "$cmd" -t "$table" -F "$chain" 2>/dev/null || true
       done
-      for chain in $("$cmd" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(\(KUBE\|CNI\)-[^ ]*\)$/\1/p'); do
+      for chain in $("$cmd" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p'); do
         "$cmd" -t "$table" -X "$chain" 2>/dev/null || true
       done
     done
@@ -464,7 +468,8 @@ real_node_leftovers() {
   ip link show "$REAL_BRIDGE" >/dev/null 2>&1 && echo "bridge $REAL_BRIDGE"
   ip -o link show type veth 2>/dev/null | grep -q "master $REAL_BRIDGE" && echo "veth on $REAL_BRIDGE"
   grep -F " $DIR/" /proc/self/mountinfo | sed 's/^/mount /'
-  { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; } | grep -E '(KUBE|CNI)-' | sed 's/^/iptables /' | head -5
+  { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; } |
+    grep -E "KUBE-|$REAL_BRIDGE|${REAL_SUBNET%.*/*}\." | sed 's/^/iptables /' | head -5
   ip netns list 2>/dev/null | grep '^cni-' | sed 's/^/netns /'
   [[ -z ${IP_FORWARD_BEFORE:-} || $(</proc/sys/net/ipv4/ip_forward) == "$IP_FORWARD_BEFORE" ]] ||
     echo "net.ipv4.ip_forward $(</proc/sys/net/ipv4/ip_forward), was $IP_FORWARD_BEFORE"

@@ -1,0 +1,472 @@
+// The Helm chart installed as a user installs it, on a cluster with a real node
+// (`e2e/cluster up --real-node`): the project image, built from its own Dockerfile by
+// scripts/build-image.sh and imported into the node's containerd, runs the operator Deployment
+// and the node-agent DaemonSet as real containers. Checked: both operator replicas become Ready
+// through their real probes in a namespace that enforces the "restricted" Pod Security
+// Standard, exactly one leads, the containers run as the chart says (non-root, read-only root
+// file system), a real Prometheus scrapes /metrics through the Service with the ServiceMonitor's
+// settings, another replica takes over when the leader's pod is deleted and runs a TPUJob created
+// meanwhile on KWOK pools without duplicating a pod; the node agent on the real node reports a
+// missing device and the operator cordons the node; `helm upgrade` rolls the pods to the new
+// value and `helm uninstall` leaves nothing; and an image whose entrypoint is missing is
+// reported with the reason the kubelet gives.
+//
+// TPUJOB_E2E_DIR must name a cluster started with --real-node into whose node the image was
+// imported (the real_cluster fixture of CMakeLists.txt does both).
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "prometheus_env.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+const std::string kChart = std::string(TPUJOB_SOURCE_DIR) + "/charts/tpujob-operator";
+constexpr const char* kRelease = "real";
+constexpr const char* kFullname = "real-tpujob-operator";
+
+// A value of a shell-sourceable KEY=VALUE file ("" when missing).
+std::string PortsEnvOf(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(key + "=")) return line.substr(key.size() + 1);
+  }
+  return "";
+}
+
+// A value of DIR/ports.env.
+std::string PortsEnv(const std::string& key) {
+  return PortsEnvOf(ClusterDir() + "/ports.env", key);
+}
+
+std::string RealNode() { return PortsEnv("REAL_NODE"); }
+
+// The project image's archive: $TPUJOB_E2E_IMAGE_ARCHIVE, else the one the fixture imported
+// (DIR/image-archive names it).
+std::string ImageArchive() {
+  const char* archive = std::getenv("TPUJOB_E2E_IMAGE_ARCHIVE");
+  return archive != nullptr ? archive : Trim(ReadFile(ClusterDir() + "/image-archive"));
+}
+
+void RestrictNamespace(const std::string& ns) {
+  const auto labelled = Kubectl("label namespace " + ns +
+                                " pod-security.kubernetes.io/enforce=restricted"
+                                " pod-security.kubernetes.io/enforce-version=latest");
+  ASSERT_EQ(labelled.exit_code, 0) << labelled.output;
+}
+
+// What the pods matching `selector` are doing, for a failure message: phase, node, every
+// container's state with the kubelet's reason and message, the last termination, and the
+// Warning events about the pods. This is where a broken image shows what is wrong.
+std::string DescribePods(const std::string& ns, const std::string& selector) {
+  const auto r = Kubectl("get pods -n " + ns + " -l " + selector + " -o json", false);
+  const nlohmann::json pods = nlohmann::json::parse(r.output, nullptr, false);
+  std::ostringstream out;
+  if (!pods.is_object()) return "cannot list pods: " + r.output;
+  for (const auto& pod : pods["items"]) {
+    const std::string name = pod["metadata"]["name"];
+    out << "pod " << name << ": phase " << pod["status"].value("phase", "?") << " on "
+        << pod["spec"].value("nodeName", "(not scheduled)") << "\n";
+    for (const char* kind : {"initContainerStatuses", "containerStatuses"}) {
+      if (!pod["status"].contains(kind)) continue;
+      for (const auto& c : pod["status"][kind]) {
+        out << "  container " << c.value("name", "?") << ": ready=" << c.value("ready", false)
+            << " restarts=" << c.value("restartCount", 0);
+        for (const char* which : {"state", "lastState"}) {
+          if (!c.contains(which)) continue;
+          for (const auto& [state, detail] : c[which].items()) {
+            out << " " << which << "=" << state;
+            if (detail.contains("reason")) out << " reason=" << detail["reason"].get<std::string>();
+            if (detail.contains("exitCode")) out << " exitCode=" << detail["exitCode"].dump();
+            if (detail.contains("message")) {
+              out << " message=\"" << detail["message"].get<std::string>() << "\"";
+            }
+          }
+        }
+        out << "\n";
+      }
+    }
+    const auto events =
+        Kubectl("get events -n " + ns + " --field-selector involvedObject.name=" + name +
+                    ",type=Warning -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers",
+                false);
+    if (!Trim(events.output).empty()) out << "  warning events:\n" << events.output;
+  }
+  return out.str();
+}
+
+// `count` pods matching `selector` all Ready (every container), or why not.
+::testing::AssertionResult PodsBecomeReady(
+    const std::string& ns, const std::string& selector, int count,
+    std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  const bool ready = Eventually(
+      [&] {
+        const auto r = Kubectl("get pods -n " + ns + " -l " + selector +
+                                   " -o jsonpath='{range .items[*]}{.metadata.deletionTimestamp}"
+                                   "|{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}"
+                                   "{end}'",
+                               false);
+        std::istringstream lines(r.output);
+        std::string line;
+        int ready_pods = 0, pods = 0;
+        while (std::getline(lines, line)) {
+          if (line.empty()) continue;
+          ++pods;
+          if (line == "|True") ++ready_pods;
+        }
+        return pods == count && ready_pods == count;
+      },
+      timeout, std::chrono::milliseconds(500));
+  if (ready) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "expected " << count << " Ready pods (" << selector
+                                       << ") in " << ns << " within " << timeout.count() << " s:\n"
+                                       << DescribePods(ns, selector);
+}
+
+std::vector<std::string> PodNames(const std::string& ns, const std::string& selector) {
+  const auto r = Kubectl("get pods -n " + ns + " -l " + selector +
+                             " -o jsonpath='{range .items[*]}{.metadata.name}{\"\\n\"}{end}'",
+                         false);
+  std::vector<std::string> names;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) names.push_back(line);
+  }
+  return names;
+}
+
+// The pod whose name the leader lease's holder starts with ("" when none).
+std::string LeaderPod(const std::string& ns, const std::vector<std::string>& pods) {
+  const std::string holder = Trim(Kubectl("get lease " + std::string(kFullname) + " -n " + ns +
+                                              " -o jsonpath='{.spec.holderIdentity}'",
+                                          false)
+                                      .output);
+  for (const std::string& pod : pods) {
+    if (!holder.empty() && holder.starts_with(pod)) return pod;
+  }
+  return "";
+}
+
+const std::string kOperatorSelector = std::string("app.kubernetes.io/instance=") + kRelease +
+                                      ",app.kubernetes.io/component=controller";
+const std::string kAgentSelector = std::string("app.kubernetes.io/instance=") + kRelease +
+                                   ",app.kubernetes.io/component=node-agent";
+
+// The image the chart runs by default (its repository and appVersion), imported into the node.
+class ChartRealE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(RealNode().empty())
+        << ClusterDir() << " has no real node: start it with e2e/cluster up --real-node";
+    ASSERT_FALSE(ImageArchive().empty())
+        << "no image archive: set TPUJOB_E2E_IMAGE_ARCHIVE to the one make image wrote";
+  }
+};
+
+// helm install/uninstall around a test (the cluster-scoped objects outlive the namespace).
+class Release {
+ public:
+  Release(std::string ns, const std::string& values) : ns_(std::move(ns)) {
+    install_ = Helm("install " + std::string(kRelease) + " " + kChart + " -n " + ns_ +
+                    " --set image.pullPolicy=Never " + values);
+  }
+  ~Release() {
+    if (!uninstalled_) Helm("uninstall " + std::string(kRelease) + " -n " + ns_ + " --wait");
+  }
+  const CommandResult& install() const { return install_; }
+  CommandResult Uninstall() {
+    uninstalled_ = true;
+    return Helm("uninstall " + std::string(kRelease) + " -n " + ns_ + " --wait --timeout 120s");
+  }
+
+ private:
+  std::string ns_;
+  CommandResult install_;
+  bool uninstalled_ = false;
+};
+
+TEST_F(ChartRealE2E, OperatorPodsRunLeadFailOverAndAreScrapedThroughTheService) {
+  TestNamespace ops("real-chart");
+  RestrictNamespace(ops.name());
+  ASSERT_EQ(Kubectl("create serviceaccount scraper -n " + ops.name()).exit_code, 0);
+  Release release(ops.name(),
+                  "--set nodeAgent.enabled=false"
+                  " --set metrics.reader.serviceAccounts[0].name=scraper"
+                  " --set metrics.reader.serviceAccounts[0].namespace=" +
+                      ops.name());
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 2));
+  const std::vector<std::string> pods = PodNames(ops.name(), kOperatorSelector);
+  ASSERT_EQ(pods.size(), 2u);
+  std::string leader;
+  ASSERT_TRUE(Eventually([&] { return !(leader = LeaderPod(ops.name(), pods)).empty(); },
+                         std::chrono::seconds(60), std::chrono::milliseconds(500)))
+      << "no pod holds the lease";
+  std::cout << "== operator pods Ready: " << leader << " leads\n";
+
+  // As the chart sets it: non-root, read-only root file system, no privilege escalation.
+  for (const std::string& pod : pods) {
+    const auto uid = Kubectl("exec -n " + ops.name() + " " + pod + " -- id -u", false);
+    EXPECT_EQ(Trim(uid.output), "65532") << pod;
+    const auto write = Kubectl("exec -n " + ops.name() + " " + pod + " -- touch /probe-write");
+    EXPECT_NE(write.exit_code, 0) << pod << " could write its root file system";
+    EXPECT_NE(write.output.find("Read-only file system"), std::string::npos) << write.output;
+  }
+  // Every probe the Deployment declares answers on every pod (the kubelet ran them for Ready;
+  // here each is asked directly at the pod's address, as the kubelet asks).
+  const auto probes = nlohmann::json::parse(
+      Kubectl("get deployment " + std::string(kFullname) + " -n " + ops.name() +
+                  " -o jsonpath='{.spec.template.spec.containers[0]}'",
+              false)
+          .output,
+      nullptr, false);
+  ASSERT_TRUE(probes.is_object());
+  std::map<std::string, int> named_ports;
+  for (const auto& port : probes["ports"])
+    named_ports[port.value("name", "")] = port["containerPort"];
+  int probed = 0;
+  for (const char* kind : {"livenessProbe", "readinessProbe", "startupProbe"}) {
+    if (!probes.contains(kind)) continue;
+    const auto& get = probes[kind]["httpGet"];
+    ASSERT_TRUE(get.is_object()) << kind << " is not an HTTP probe";
+    const int port = get["port"].is_number() ? get["port"].get<int>()
+                                             : named_ports[get["port"].get<std::string>()];
+    for (const std::string& pod : pods) {
+      const std::string ip = Get(ops.name(), "pod " + pod, "{.status.podIP}");
+      const auto code = RunCommand("curl -s -o /dev/null -m 5 -w '%{http_code}' http://" + ip +
+                                       ":" + std::to_string(port) + get["path"].get<std::string>(),
+                                   false);
+      EXPECT_EQ(code.output, "200")
+          << kind << " of " << pod << " at " << ip << ":" << port << get["path"].get<std::string>();
+      ++probed;
+    }
+  }
+  EXPECT_GE(probed, 4) << "the Deployment declares fewer probes than liveness and readiness";
+  const std::string restarts = Get(ops.name(), "pods -l " + kOperatorSelector,
+                                   "{.items[*].status.containerStatuses[0].restartCount}");
+  EXPECT_EQ(restarts, "0 0") << DescribePods(ops.name(), kOperatorSelector);
+
+  // A real Prometheus scraping the Service's address as the ServiceMonitor says: HTTPS, the
+  // scraper's token, the self-signed certificate not verified.
+  const std::string service_ip =
+      Get(ops.name(), "service " + std::string(kFullname) + "-metrics", "{.spec.clusterIP}");
+  ASSERT_FALSE(service_ip.empty());
+  const std::string token_file = ClusterDir() + "/real-scraper-" + ops.name() + ".token";
+  std::ofstream(token_file) << ServiceAccountToken(ops.name(), "scraper");
+  PrometheusProcess prometheus(
+      service_ip + ":8080", "  scheme: https\n  authorization: {credentials_file: " + token_file +
+                                "}\n  tls_config: {insecure_skip_verify: true}\n");
+  ASSERT_TRUE(prometheus.WaitReady()) << prometheus.Log();
+  EXPECT_TRUE(Eventually([&] { return prometheus.Query("up{job=\"tpujob-operator\"}") == "1"; },
+                         std::chrono::seconds(60), std::chrono::milliseconds(500)))
+      << "last scrape error: " << prometheus.LastScrapeError();
+  std::cout << "== Prometheus through the Service " << service_ip
+            << ":8080: up=" << prometheus.Query("up{job=\"tpujob-operator\"}") << "\n";
+
+  // The leader's pod goes; another replica takes the lease and runs a job created meanwhile.
+  TestNamespace jobs("real-chart-jobs");
+  const std::string prefix = "real-fo-" + std::to_string(::getpid());
+  CreateTpuNodes(prefix, 2, "tpu-v5-lite-podslice", "2x4", prefix + "-pool");
+  struct Cleanup {
+    std::string prefix;
+    ~Cleanup() { DeleteTpuNodes(prefix); }
+  } cleanup{prefix};
+  ASSERT_EQ(Kubectl("delete pod -n " + ops.name() + " " + leader + " --wait=false").exit_code, 0);
+  ASSERT_EQ(ApplyYaml(jobs.name(), JobYaml("failover", 2, "2x4")).exit_code, 0);
+  // Another replica takes the lease: the standby, or the Deployment's replacement pod, whichever
+  // asks first once the leader released it on its way out.
+  std::string new_leader;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::vector<std::string> others = PodNames(ops.name(), kOperatorSelector);
+        std::erase(others, leader);
+        new_leader = LeaderPod(ops.name(), others);
+        return !new_leader.empty();
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(250)))
+      << "no other replica took the lease:\n"
+      << DescribePods(ops.name(), kOperatorSelector);
+  std::cout << "== " << leader << " deleted; " << new_leader << " leads\n";
+  EXPECT_TRUE(JobFieldBecomes(jobs.name(), "failover", "{.status.phase}", "Running",
+                              std::chrono::seconds(90)))
+      << DescribePods(ops.name(), kOperatorSelector);
+  const std::vector<std::string> job_pods = JobPods(jobs.name(), "failover");
+  EXPECT_EQ(job_pods.size(), 2u);
+  // Nothing duplicated, also once the replacement replica (a third pod) is up and standing by.
+  ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 2));
+  // "Nothing changes" has no event to wait for: watch it for a while.
+  const bool changed = Eventually([&] { return JobPods(jobs.name(), "failover") != job_pods; },
+                                  std::chrono::seconds(5), std::chrono::milliseconds(250));
+  EXPECT_FALSE(changed) << "the job's pods changed after the failover";
+  EXPECT_EQ(LeaderPod(ops.name(), {new_leader}), new_leader) << "the lease moved again";
+}
+
+TEST_F(ChartRealE2E, NodeAgentOnTheRealNodeReportsAMissingDeviceAndTheOperatorCordons) {
+  const std::string node = RealNode();
+  TestNamespace ops("real-agent");
+  TestNamespace agents("real-agent-ds");  // hostPath: the "privileged" level (no label)
+  // The real node as a one-host TPU pool of 4 chips, with four fake device files.
+  const std::string dev = ClusterDir() + "/fake-dev-" + std::to_string(::getpid());
+  ASSERT_EQ(RunCommand("rm -rf " + dev + " && mkdir -p " + dev + " && touch " + dev + "/accel0 " +
+                       dev + "/accel1 " + dev + "/accel2 " + dev + "/accel3")
+                .exit_code,
+            0);
+  struct Restore {
+    std::string node, dev;
+    ~Restore() {
+      Kubectl("label node " + node +
+              " cloud.google.com/gke-tpu-accelerator- cloud.google.com/gke-tpu-topology-"
+              " cloud.google.com/gke-nodepool-");
+      Kubectl("uncordon " + node);
+      Kubectl("taint node " + node + " tpujob.dev/faulty-");
+      for (const char* field : {"capacity", "allocatable"}) {
+        Kubectl("patch node " + node +
+                " --subresource=status --type=json -p '[{\"op\":\"remove\","
+                "\"path\":\"/status/" +
+                std::string(field) + "/google.com~1tpu\"}]'");
+      }
+      RunCommand("rm -rf " + dev);
+    }
+  } restore{node, dev};
+  ASSERT_EQ(Kubectl("label node " + node +
+                    " cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice"
+                    " cloud.google.com/gke-tpu-topology=2x2 cloud.google.com/gke-nodepool=real")
+                .exit_code,
+            0);
+  const auto capacity = Kubectl("patch node " + node +
+                                " --subresource=status --type=merge -p "
+                                "'{\"status\":{\"capacity\":{\"google.com/tpu\":\"4\"}}}'");
+  ASSERT_EQ(capacity.exit_code, 0) << capacity.output;
+
+  Release release(ops.name(), "--set nodeAgent.namespace=" + agents.name() +
+                                  " --set nodeAgent.devPath=" + dev +
+                                  " --set nodeAgent.intervalSeconds=2"
+                                  " --set nodeAgent.passAfter=1 --set replicaCount=1");
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 1));
+  ASSERT_TRUE(PodsBecomeReady(agents.name(), kAgentSelector, 1));
+  EXPECT_EQ(Get(agents.name(), "pods -l " + kAgentSelector, "{.items[0].spec.nodeName}"), node);
+  const std::string condition = "{.status.conditions[?(@.type==\"TPUUnhealthy\")].status}";
+  EXPECT_TRUE(Eventually([&] { return NodeField(node, condition) == "False"; },
+                         std::chrono::seconds(60), std::chrono::milliseconds(250)))
+      << "TPUUnhealthy: '" << NodeField(node, condition) << "'\n"
+      << DescribePods(agents.name(), kAgentSelector)
+      << Kubectl("logs -n " + agents.name() + " -l " + kAgentSelector + " --tail=20").output;
+
+  // A one-host job runs on the node, as a real container (the busybox test image).
+  TestNamespace jobs("real-agent-jobs");
+  const std::string busybox =
+      PortsEnvOf(PortsEnv("REAL_NODE_TOOLS") + "/images/images.env", "BUSYBOX_IMAGE");
+  ASSERT_FALSE(busybox.empty());
+  const auto applied =
+      ApplyYaml(jobs.name(),
+                "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: on-real\nspec:\n"
+                "  tpu: {accelerator: tpu-v5-lite-podslice, topology: 2x2, chipsPerWorker: 4}\n"
+                "  faultTolerance: {maxJobRetries: 1, maintenanceGracePeriodSeconds: 5}\n"
+                "  replicaSpecs:\n    Worker:\n      replicas: 1\n      template:\n        spec:\n"
+                "          containers:\n          - {name: trainer, image: \"" +
+                    busybox + "\", imagePullPolicy: Never, command: [sleep, \"3600\"]}\n");
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  EXPECT_TRUE(JobFieldBecomes(jobs.name(), "on-real", "{.status.phase}", "Running",
+                              std::chrono::seconds(60)))
+      << DescribePods(jobs.name(), "tpujob.dev/job-name=on-real");
+  EXPECT_EQ(Get(jobs.name(), "pods -l tpujob.dev/job-name=on-real", "{.items[0].spec.nodeName}"),
+            node);
+
+  // A chip disappears: within an interval or two the agent says so, and the operator cordons
+  // the node and moves the job off it.
+  ASSERT_EQ(RunCommand("rm " + dev + "/accel3").exit_code, 0);
+  EXPECT_TRUE(Eventually([&] { return NodeField(node, condition) == "True"; },
+                         std::chrono::seconds(30), std::chrono::milliseconds(250)))
+      << Kubectl("logs -n " + agents.name() + " -l " + kAgentSelector + " --tail=20").output;
+  const std::string message =
+      NodeField(node, "{.status.conditions[?(@.type==\"TPUUnhealthy\")].message}");
+  EXPECT_NE(message.find("3 of 4"), std::string::npos) << message;
+  EXPECT_TRUE(Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; },
+                         std::chrono::seconds(30), std::chrono::milliseconds(250)))
+      << Kubectl("logs -n " + ops.name() + " -l " + kOperatorSelector + " --tail=30").output;
+  EXPECT_TRUE(
+      JobFieldBecomes(jobs.name(), "on-real", "{.status.attempt}", "2", std::chrono::seconds(30)))
+      << "the job was not re-issued: " << JobJson(jobs.name(), "on-real").dump();
+  std::cout << "== node agent on " << node << ": " << message << "; node cordoned\n";
+}
+
+TEST_F(ChartRealE2E, UpgradeRollsThePodsAndUninstallLeavesNothing) {
+  TestNamespace ops("real-upgrade");
+  RestrictNamespace(ops.name());
+  Release release(ops.name(), "--set nodeAgent.enabled=false");
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 2));
+  const std::vector<std::string> before = PodNames(ops.name(), kOperatorSelector);
+
+  const auto upgrade =
+      Helm("upgrade " + std::string(kRelease) + " " + kChart + " -n " + ops.name() +
+           " --reuse-values --set operator.logLevel=debug --wait --timeout 180s");
+  ASSERT_EQ(upgrade.exit_code, 0) << upgrade.output << DescribePods(ops.name(), kOperatorSelector);
+  ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 2));
+  const std::vector<std::string> after = PodNames(ops.name(), kOperatorSelector);
+  for (const std::string& pod : after) {
+    EXPECT_EQ(std::find(before.begin(), before.end(), pod), before.end())
+        << pod << " survived the upgrade";
+    const std::string args = Get(ops.name(), "pod " + pod, "{.spec.containers[0].args}");
+    EXPECT_NE(args.find("--log-level=debug"), std::string::npos) << args;
+  }
+
+  const auto uninstall = release.Uninstall();
+  ASSERT_EQ(uninstall.exit_code, 0) << uninstall.output;
+  const std::string selector = std::string("app.kubernetes.io/instance=") + kRelease;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Trim(Kubectl("get all,serviceaccounts,roles,rolebindings,leases -n " + ops.name() +
+                                " -l " + selector + " -o name",
+                            false)
+                        .output)
+            .empty();
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500)))
+      << Kubectl("get all,serviceaccounts,roles,rolebindings -n " + ops.name() + " -l " + selector)
+             .output;
+  EXPECT_EQ(Trim(Kubectl("get clusterroles,clusterrolebindings -l " + selector + " -o name", false)
+                     .output),
+            "");
+}
+
+TEST_F(ChartRealE2E, ABrokenImageIsReportedWithTheKubeletsReason) {
+  // A test-only image: the project image with its entrypoint renamed.
+  const std::string archive = ClusterDir() + "/broken-image.oci.tar";
+  const auto built = RunCommand(std::string(TPUJOB_SOURCE_DIR) + "/e2e/lib/broken_image.sh " +
+                                ImageArchive() + " " + archive);
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  const auto loaded =
+      RunCommand(ClusterScript() + " load-image " + archive + " --dir " + ClusterDir());
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
+
+  TestNamespace ops("real-broken");
+  Release release(ops.name(),
+                  "--set nodeAgent.enabled=false --set replicaCount=1"
+                  " --set leaderElection.enabled=true --set image.tag=broken-entrypoint");
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  const auto ready = PodsBecomeReady(ops.name(), kOperatorSelector, 1, std::chrono::seconds(30));
+  ASSERT_FALSE(ready) << "a pod of the broken image became Ready";
+  const std::string why = ready.message();
+  std::cout << "== what the broken image's failure says:\n" << why;
+  EXPECT_NE(why.find("/usr/local/bin/tpujob-operator"), std::string::npos) << why;
+  EXPECT_NE(why.find("no such file or directory"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace tpujob::e2e
