@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <fstream>
@@ -260,22 +261,42 @@ TEST_F(ChartRealE2E, OperatorPodsRunLeadFailOverAndAreScrapedThroughTheService) 
                                    "{.items[*].status.containerStatuses[0].restartCount}");
   EXPECT_EQ(restarts, "0 0") << DescribePods(ops.name(), kOperatorSelector);
 
-  // A real Prometheus scraping the Service's address as the ServiceMonitor says: HTTPS, the
-  // scraper's token, the self-signed certificate not verified.
-  const std::string service_ip =
-      Get(ops.name(), "service " + std::string(kFullname) + "-metrics", "{.spec.clusterIP}");
+  // A real Prometheus scraping the Service's address as the chart's ServiceMonitor tells the
+  // Prometheus Operator to: its port, path, scheme and TLS settings, and a bearer token (here
+  // the scraper's, in a file, instead of Prometheus's own in-pod token file).
+  const auto rendered =
+      Helm("template " + std::string(kRelease) + " " + kChart + " -n " + ops.name() +
+               " --show-only templates/monitoring/servicemonitor.yaml"
+               " --set serviceMonitor.enabled=true",
+           false);
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.output;
+  const YAML::Node endpoint = YAML::Load(rendered.output)["spec"]["endpoints"][0];
+  ASSERT_TRUE(endpoint && endpoint["port"]) << rendered.output;
+  EXPECT_EQ(endpoint["bearerTokenFile"].as<std::string>(""),
+            "/var/run/secrets/kubernetes.io/serviceaccount/token");
+  const std::string service = std::string(kFullname) + "-metrics";
+  const std::string service_ip = Get(ops.name(), "service " + service, "{.spec.clusterIP}");
+  const std::string service_port =
+      Get(ops.name(), "service " + service,
+          "{.spec.ports[?(@.name==\"" + endpoint["port"].as<std::string>() + "\")].port}");
   ASSERT_FALSE(service_ip.empty());
+  ASSERT_FALSE(service_port.empty()) << "no port " << endpoint["port"] << " in Service " << service;
   const std::string token_file = ClusterDir() + "/real-scraper-" + ops.name() + ".token";
   std::ofstream(token_file) << ServiceAccountToken(ops.name(), "scraper");
   PrometheusProcess prometheus(
-      service_ip + ":8080", "  scheme: https\n  authorization: {credentials_file: " + token_file +
-                                "}\n  tls_config: {insecure_skip_verify: true}\n");
+      service_ip + ":" + service_port,
+      "  metrics_path: " + endpoint["path"].as<std::string>("/metrics") +
+          "\n  scheme: " + endpoint["scheme"].as<std::string>("http") +
+          "\n  authorization: {credentials_file: " + token_file +
+          "}\n  tls_config: {insecure_skip_verify: " +
+          (endpoint["tlsConfig"]["insecureSkipVerify"].as<bool>(false) ? "true" : "false") + "}\n");
   ASSERT_TRUE(prometheus.WaitReady()) << prometheus.Log();
   EXPECT_TRUE(Eventually([&] { return prometheus.Query("up{job=\"tpujob-operator\"}") == "1"; },
                          std::chrono::seconds(60), std::chrono::milliseconds(500)))
       << "last scrape error: " << prometheus.LastScrapeError();
-  std::cout << "== Prometheus through the Service " << service_ip
-            << ":8080: up=" << prometheus.Query("up{job=\"tpujob-operator\"}") << "\n";
+  std::cout << "== Prometheus through the Service " << service_ip << ":" << service_port << " ("
+            << endpoint["scheme"].as<std::string>("http")
+            << "): up=" << prometheus.Query("up{job=\"tpujob-operator\"}") << "\n";
 
   // The leader's pod goes; another replica takes the lease and runs a job created meanwhile.
   TestNamespace jobs("real-chart-jobs");
@@ -360,6 +381,24 @@ TEST_F(ChartRealE2E, NodeAgentOnTheRealNodeReportsAMissingDeviceAndTheOperatorCo
   ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 1));
   ASSERT_TRUE(PodsBecomeReady(agents.name(), kAgentSelector, 1));
   EXPECT_EQ(Get(agents.name(), "pods -l " + kAgentSelector, "{.items[0].spec.nodeName}"), node);
+  // The probe the DaemonSet declares answers at the pod's address, as the kubelet asks it.
+  const std::string agent_ip =
+      Get(agents.name(), "pods -l " + kAgentSelector, "{.items[0].status.podIP}");
+  const std::string daemonset = "daemonset " + std::string(kFullname) + "-node-agent";
+  const std::string agent_probe = Get(
+      agents.name(), daemonset, "{.spec.template.spec.containers[0].livenessProbe.httpGet.path}");
+  const std::string agent_port =
+      Get(agents.name(), daemonset,
+          "{.spec.template.spec.containers[0].ports[?(@.name==\"health\")].containerPort}");
+  EXPECT_EQ(agent_probe, "/healthz");
+  const std::string agent_url = "http://" + agent_ip + ":" + agent_port + agent_probe;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return RunCommand("curl -s -o /dev/null -m 5 -w '%{http_code}' " + agent_url, false)
+                   .output == "200";
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(500)))
+      << "the node agent's liveness probe " << agent_url;
   const std::string condition = "{.status.conditions[?(@.type==\"TPUUnhealthy\")].status}";
   EXPECT_TRUE(Eventually([&] { return NodeField(node, condition) == "False"; },
                          std::chrono::seconds(60), std::chrono::milliseconds(250)))
