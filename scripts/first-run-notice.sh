@@ -18,6 +18,13 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
 [make $1] then about 8 minutes to compile the operator and its tests; each step is printed
 [make $1] with the time elapsed. Later runs reuse both and start in seconds.
 MSG
+    if [[ $1 == test ]]; then
+      cat >&2 <<MSG
+[make test] While the end-to-end tests run, the real node's kubelet, kube-proxy and CoreDNS
+[make test] (a few minutes) and the project image (scripts/build-image.sh, about 4 minutes)
+[make test] are built in the background too, for the real-node tests at the end.
+MSG
+    fi
     exit 0
   }
 done

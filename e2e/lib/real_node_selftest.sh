@@ -82,6 +82,10 @@ spec:
       periodSeconds: 1
 EOF
 wait_for 60 "pod web-0 Ready" k wait --for=condition=Ready pod/web-0 --timeout=1s
+# DNS answers from the EndpointSlices: wait until the headless Service's lists web-0 as ready.
+wait_for 60 "the EndpointSlice of Service web to list web-0" sh -c "'$KUBECTL' --kubeconfig '$kubeconfig' \
+  get endpointslices -l kubernetes.io/service-name=web \
+  -o jsonpath='{.items[*].endpoints[?(@.hostname==\"web-0\")].conditions.ready}' | grep -q true"
 k apply -f - <<EOF
 apiVersion: v1
 kind: Pod
@@ -96,6 +100,11 @@ spec:
     - sh
     - -c
     - |
+      # CoreDNS's own watch may lag the API server a little: a few tries, past its 5 s cache.
+      for i in 1 2 3 4 5 6 7 8 9 10; do
+        nslookup web-0.web.default.svc.cluster.local 2>&1 | grep -q 'Address: 10.250' && break
+        sleep 1
+      done
       echo "pod-name: \$(nslookup web-0.web.default.svc.cluster.local 2>&1 | grep -c 'Address: 10.250')"
       echo "headless: \$(timeout 5 wget -q -O- http://web-0.web:8000/)"
       echo "service: \$(timeout 5 wget -q -O- http://websvc/)"
