@@ -83,14 +83,6 @@ std::map<std::string, YAML::Node> DocumentsByKind(const std::string& path) {
   return by_kind;
 }
 
-void RestrictNamespace(const std::string& ns) {
-  const auto labelled = Kubectl("label namespace " + ns +
-                                " pod-security.kubernetes.io/enforce=restricted"
-                                " pod-security.kubernetes.io/enforce-version=latest"
-                                " pod-security.kubernetes.io/warn=restricted");
-  ASSERT_EQ(labelled.exit_code, 0) << labelled.output;
-}
-
 // A release of the chart, uninstalled on destruction (its ClusterRole and ClusterRoleBinding
 // outlive the namespace otherwise).
 class Release {

@@ -63,13 +63,6 @@ std::string ImageArchive() {
   return archive != nullptr ? archive : Trim(ReadFile(ClusterDir() + "/image-archive"));
 }
 
-void RestrictNamespace(const std::string& ns) {
-  const auto labelled = Kubectl("label namespace " + ns +
-                                " pod-security.kubernetes.io/enforce=restricted"
-                                " pod-security.kubernetes.io/enforce-version=latest");
-  ASSERT_EQ(labelled.exit_code, 0) << labelled.output;
-}
-
 // What the pods matching `selector` are doing, for a failure message: phase, node, every
 // container's state with the kubelet's reason and message, the last termination, and the
 // Warning events about the pods. This is where a broken image shows what is wrong.

@@ -120,6 +120,15 @@ class TestNamespace {
   std::string name_;
 };
 
+// Makes the namespace enforce (and warn about) the "restricted" Pod Security Standard.
+inline void RestrictNamespace(const std::string& ns) {
+  const auto labelled = Kubectl("label namespace " + ns +
+                                " pod-security.kubernetes.io/enforce=restricted"
+                                " pod-security.kubernetes.io/enforce-version=latest"
+                                " pod-security.kubernetes.io/warn=restricted");
+  ASSERT_EQ(labelled.exit_code, 0) << labelled.output;
+}
+
 // A token of the ServiceAccount from the TokenRequest API, as a pod would get it; "" on
 // failure.
 inline std::string ServiceAccountToken(const std::string& ns, const std::string& account) {

@@ -10,12 +10,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cluster=$here/../cluster
 dir=${1:-$(mktemp -d /tmp/tpujob-cluster-selftest.XXXXXX)}
-step() { printf '\n== %s\n' "$*" >&2; }
 fail() { printf 'SELFTEST FAILED: %s\n' "$*" >&2; exit 1; }
 cleanup() { "$cluster" down --dir "$dir" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-ms() { local t; t=$(date +%s%N); echo $((t / 1000000)); }
+# shellcheck source=e2e/lib/selftest_common.sh
+source "$here/selftest_common.sh"
 
 step "up (cold)"
 t=$(ms)
@@ -25,17 +25,6 @@ echo "up took $(($(ms) - t)) ms" >&2
 # shellcheck disable=SC1091
 source "$dir/ports.env"
 k() { "$KUBECTL" --kubeconfig "$kubeconfig" "$@"; }
-
-# wait_for SECONDS DESCRIPTION COMMAND...: poll until COMMAND succeeds.
-wait_for() {
-  local secs=$1 what=$2 end
-  shift 2
-  end=$(($(ms) + secs * 1000))
-  until "$@" >/dev/null 2>&1; do
-    (($(ms) < end)) || fail "timed out after ${secs}s waiting for $what"
-    sleep 0.2
-  done
-}
 
 step "kubectl get ns"
 k get ns

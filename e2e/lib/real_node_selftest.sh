@@ -13,7 +13,6 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cluster=$here/../cluster
 dir=${1:-$(mktemp -d /tmp/tpujob-real-node-selftest.XXXXXX)}
 dir=$(realpath -m -- "$dir")
-step() { printf '\n== %s\n' "$*" >&2; }
 fail() {
   printf 'SELFTEST FAILED: %s\n' "$*" >&2
   [[ -n ${kubeconfig:-} ]] && k get pods -A -o wide >&2 2>/dev/null
@@ -21,16 +20,8 @@ fail() {
 }
 cleanup() { "$cluster" down --dir "$dir" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-ms() { local t; t=$(date +%s%N); echo $((t / 1000000)); }
-wait_for() {
-  local secs=$1 what=$2 end
-  shift 2
-  end=$(($(ms) + secs * 1000))
-  until "$@" >/dev/null 2>&1; do
-    (($(ms) < end)) || fail "timed out after ${secs}s waiting for $what"
-    sleep 0.2
-  done
-}
+# shellcheck source=e2e/lib/selftest_common.sh
+source "$here/selftest_common.sh"
 
 forward_before=$(</proc/sys/net/ipv4/ip_forward)
 
@@ -82,10 +73,12 @@ spec:
       periodSeconds: 1
 EOF
 wait_for 60 "pod web-0 Ready" k wait --for=condition=Ready pod/web-0 --timeout=1s
-# DNS answers from the EndpointSlices: wait until the headless Service's lists web-0 as ready.
-wait_for 60 "the EndpointSlice of Service web to list web-0" sh -c "'$KUBECTL' --kubeconfig '$kubeconfig' \
-  get endpointslices -l kubernetes.io/service-name=web \
-  -o jsonpath='{.items[*].endpoints[?(@.hostname==\"web-0\")].conditions.ready}' | grep -q true"
+# DNS and kube-proxy work from the EndpointSlices: wait until both Services' list web-0 as ready.
+for svc in web websvc; do
+  wait_for 60 "the EndpointSlice of Service $svc to list web-0" sh -c "'$KUBECTL' --kubeconfig '$kubeconfig' \
+    get endpointslices -l kubernetes.io/service-name=$svc \
+    -o jsonpath='{.items[*].endpoints[?(@.targetRef.name==\"web-0\")].conditions.ready}' | grep -q true"
+done
 k apply -f - <<EOF
 apiVersion: v1
 kind: Pod
@@ -107,6 +100,11 @@ spec:
       done
       echo "pod-name: \$(nslookup web-0.web.default.svc.cluster.local 2>&1 | grep -c 'Address: 10.250')"
       echo "headless: \$(timeout 5 wget -q -O- http://web-0.web:8000/)"
+      # kube-proxy programs the Service a moment after its EndpointSlice: a few tries.
+      for i in 1 2 3 4 5 6 7 8 9 10; do
+        timeout 2 wget -q -O- http://websvc/ >/dev/null 2>&1 && break
+        sleep 1
+      done
       echo "service: \$(timeout 5 wget -q -O- http://websvc/)"
       # Plain HTTP to the API server's TLS port: only the API server answers 400 to that.
       timeout 5 wget -O- http://kubernetes.default.svc:443/ 2>&1 | grep -q '400 Bad Request' &&
