@@ -102,7 +102,12 @@ image() {
   mv "$archive.tmp" "$archive"
 }
 pause_image=localhost/tpujob-e2e/pause:$kube_version
-busybox_image=localhost/tpujob-e2e/busybox:$(/bin/busybox | head -1 | awk '{print $2}')
+# The version from busybox's banner ("BusyBox v1.35.0 (Debian ...)"), read without a pipe: `head`
+# closing it early would end busybox with SIGPIPE, which pipefail turns into a failed build.
+bb_banner=$(/bin/busybox 2>&1 || true)
+bb_banner=${bb_banner%%$'\n'*}
+read -r _ bb_version _ <<<"$bb_banner"
+busybox_image=localhost/tpujob-e2e/busybox:$bb_version
 image "$pause_image" "$dest/images/pause.oci.tar" \
   "$dest/bin/pause:/pause" -- --entrypoint '["/pause"]' --user 65535:65535
 # busybox's applets are links made at build time: no RUN step, so no container is started here.
