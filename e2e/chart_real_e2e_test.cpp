@@ -6,10 +6,10 @@
 // Standard, exactly one leads, the containers run as the chart says (non-root, read-only root
 // file system), a real Prometheus scrapes /metrics through the Service with the ServiceMonitor's
 // settings, another replica takes over when the leader's pod is deleted and runs a TPUJob created
-// meanwhile on KWOK pools without duplicating a pod; the node agent on the real node reports a
-// missing device and the operator cordons the node; `helm upgrade` rolls the pods to the new
+// meanwhile on KWOK pools without duplicating a pod; `helm upgrade` rolls the pods to the new
 // value and `helm uninstall` leaves nothing; and an image whose entrypoint is missing is
-// reported with the reason the kubelet gives.
+// reported with the reason the kubelet gives. The node agent's DaemonSet on the real node is
+// exercised with the fake TPU device plugin by RealWorkerE2E (real_worker_e2e_test.cpp).
 //
 // TPUJOB_E2E_DIR must name a cluster started with --real-node into whose node the image was
 // imported (the real_cluster fixture of CMakeLists.txt does both).
@@ -30,118 +30,11 @@
 #include "e2e_env.h"
 #include "operator_env.h"
 #include "prometheus_env.h"
+#include "real_node_env.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
 namespace {
-
-const std::string kChart = std::string(TPUJOB_SOURCE_DIR) + "/charts/tpujob-operator";
-constexpr const char* kRelease = "real";
-constexpr const char* kFullname = "real-tpujob-operator";
-
-// A value of a shell-sourceable KEY=VALUE file ("" when missing).
-std::string PortsEnvOf(const std::string& file, const std::string& key) {
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with(key + "=")) return line.substr(key.size() + 1);
-  }
-  return "";
-}
-
-// A value of DIR/ports.env.
-std::string PortsEnv(const std::string& key) {
-  return PortsEnvOf(ClusterDir() + "/ports.env", key);
-}
-
-std::string RealNode() { return PortsEnv("REAL_NODE"); }
-
-// The project image's archive: $TPUJOB_E2E_IMAGE_ARCHIVE, else the one the fixture imported
-// (DIR/image-archive names it).
-std::string ImageArchive() {
-  const char* archive = std::getenv("TPUJOB_E2E_IMAGE_ARCHIVE");
-  return archive != nullptr ? archive : Trim(ReadFile(ClusterDir() + "/image-archive"));
-}
-
-// What the pods matching `selector` are doing, for a failure message: phase, node, every
-// container's state with the kubelet's reason and message, the last termination, and the
-// Warning events about the pods. This is where a broken image shows what is wrong.
-std::string DescribePods(const std::string& ns, const std::string& selector) {
-  const auto r = Kubectl("get pods -n " + ns + " -l " + selector + " -o json", false);
-  const nlohmann::json pods = nlohmann::json::parse(r.output, nullptr, false);
-  std::ostringstream out;
-  if (!pods.is_object()) return "cannot list pods: " + r.output;
-  for (const auto& pod : pods["items"]) {
-    const std::string name = pod["metadata"]["name"];
-    out << "pod " << name << ": phase " << pod["status"].value("phase", "?") << " on "
-        << pod["spec"].value("nodeName", "(not scheduled)") << "\n";
-    for (const char* kind : {"initContainerStatuses", "containerStatuses"}) {
-      if (!pod["status"].contains(kind)) continue;
-      for (const auto& c : pod["status"][kind]) {
-        out << "  container " << c.value("name", "?") << ": ready=" << c.value("ready", false)
-            << " restarts=" << c.value("restartCount", 0);
-        for (const char* which : {"state", "lastState"}) {
-          if (!c.contains(which)) continue;
-          for (const auto& [state, detail] : c[which].items()) {
-            out << " " << which << "=" << state;
-            if (detail.contains("reason")) out << " reason=" << detail["reason"].get<std::string>();
-            if (detail.contains("exitCode")) out << " exitCode=" << detail["exitCode"].dump();
-            if (detail.contains("message")) {
-              out << " message=\"" << detail["message"].get<std::string>() << "\"";
-            }
-          }
-        }
-        out << "\n";
-      }
-    }
-    const auto events =
-        Kubectl("get events -n " + ns + " --field-selector involvedObject.name=" + name +
-                    ",type=Warning -o custom-columns=REASON:.reason,MESSAGE:.message --no-headers",
-                false);
-    if (!Trim(events.output).empty()) out << "  warning events:\n" << events.output;
-  }
-  return out.str();
-}
-
-// `count` pods matching `selector` all Ready (every container), or why not.
-::testing::AssertionResult PodsBecomeReady(
-    const std::string& ns, const std::string& selector, int count,
-    std::chrono::seconds timeout = std::chrono::seconds(120)) {
-  const bool ready = Eventually(
-      [&] {
-        const auto r = Kubectl("get pods -n " + ns + " -l " + selector +
-                                   " -o jsonpath='{range .items[*]}{.metadata.deletionTimestamp}"
-                                   "|{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}"
-                                   "{end}'",
-                               false);
-        std::istringstream lines(r.output);
-        std::string line;
-        int ready_pods = 0, pods = 0;
-        while (std::getline(lines, line)) {
-          if (line.empty()) continue;
-          ++pods;
-          if (line == "|True") ++ready_pods;
-        }
-        return pods == count && ready_pods == count;
-      },
-      timeout, std::chrono::milliseconds(500));
-  if (ready) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "expected " << count << " Ready pods (" << selector
-                                       << ") in " << ns << " within " << timeout.count() << " s:\n"
-                                       << DescribePods(ns, selector);
-}
-
-std::vector<std::string> PodNames(const std::string& ns, const std::string& selector) {
-  const auto r = Kubectl("get pods -n " + ns + " -l " + selector +
-                             " -o jsonpath='{range .items[*]}{.metadata.name}{\"\\n\"}{end}'",
-                         false);
-  std::vector<std::string> names;
-  std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) names.push_back(line);
-  }
-  return names;
-}
 
 // The pod whose name the leader lease's holder starts with ("" when none).
 std::string LeaderPod(const std::string& ns, const std::vector<std::string>& pods) {
@@ -155,11 +48,6 @@ std::string LeaderPod(const std::string& ns, const std::vector<std::string>& pod
   return "";
 }
 
-const std::string kOperatorSelector = std::string("app.kubernetes.io/instance=") + kRelease +
-                                      ",app.kubernetes.io/component=controller";
-const std::string kAgentSelector = std::string("app.kubernetes.io/instance=") + kRelease +
-                                   ",app.kubernetes.io/component=node-agent";
-
 // The image the chart runs by default (its repository and appVersion), imported into the node.
 class ChartRealE2E : public ::testing::Test {
  protected:
@@ -169,28 +57,6 @@ class ChartRealE2E : public ::testing::Test {
     ASSERT_FALSE(ImageArchive().empty())
         << "no image archive: set TPUJOB_E2E_IMAGE_ARCHIVE to the one make image wrote";
   }
-};
-
-// helm install/uninstall around a test (the cluster-scoped objects outlive the namespace).
-class Release {
- public:
-  Release(std::string ns, const std::string& values) : ns_(std::move(ns)) {
-    install_ = Helm("install " + std::string(kRelease) + " " + kChart + " -n " + ns_ +
-                    " --set image.pullPolicy=Never " + values);
-  }
-  ~Release() {
-    if (!uninstalled_) Helm("uninstall " + std::string(kRelease) + " -n " + ns_ + " --wait");
-  }
-  const CommandResult& install() const { return install_; }
-  CommandResult Uninstall() {
-    uninstalled_ = true;
-    return Helm("uninstall " + std::string(kRelease) + " -n " + ns_ + " --wait --timeout 120s");
-  }
-
- private:
-  std::string ns_;
-  CommandResult install_;
-  bool uninstalled_ = false;
 };
 
 TEST_F(ChartRealE2E, OperatorPodsRunLeadFailOverAndAreScrapedThroughTheService) {
@@ -327,114 +193,6 @@ TEST_F(ChartRealE2E, OperatorPodsRunLeadFailOverAndAreScrapedThroughTheService) 
                                   std::chrono::seconds(5), std::chrono::milliseconds(250));
   EXPECT_FALSE(changed) << "the job's pods changed after the failover";
   EXPECT_EQ(LeaderPod(ops.name(), {new_leader}), new_leader) << "the lease moved again";
-}
-
-TEST_F(ChartRealE2E, NodeAgentOnTheRealNodeReportsAMissingDeviceAndTheOperatorCordons) {
-  const std::string node = RealNode();
-  TestNamespace ops("real-agent");
-  TestNamespace agents("real-agent-ds");  // hostPath: the "privileged" level (no label)
-  // The real node as a one-host TPU pool of 4 chips, with four fake device files.
-  const std::string dev = ClusterDir() + "/fake-dev-" + std::to_string(::getpid());
-  ASSERT_EQ(RunCommand("rm -rf " + dev + " && mkdir -p " + dev + " && touch " + dev + "/accel0 " +
-                       dev + "/accel1 " + dev + "/accel2 " + dev + "/accel3")
-                .exit_code,
-            0);
-  struct Restore {
-    std::string node, dev;
-    ~Restore() {
-      Kubectl("label node " + node +
-              " cloud.google.com/gke-tpu-accelerator- cloud.google.com/gke-tpu-topology-"
-              " cloud.google.com/gke-nodepool-");
-      Kubectl("uncordon " + node);
-      Kubectl("taint node " + node + " tpujob.dev/faulty-");
-      for (const char* field : {"capacity", "allocatable"}) {
-        Kubectl("patch node " + node +
-                " --subresource=status --type=json -p '[{\"op\":\"remove\","
-                "\"path\":\"/status/" +
-                std::string(field) + "/google.com~1tpu\"}]'");
-      }
-      RunCommand("rm -rf " + dev);
-    }
-  } restore{node, dev};
-  ASSERT_EQ(Kubectl("label node " + node +
-                    " cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice"
-                    " cloud.google.com/gke-tpu-topology=2x2 cloud.google.com/gke-nodepool=real")
-                .exit_code,
-            0);
-  const auto capacity = Kubectl("patch node " + node +
-                                " --subresource=status --type=merge -p "
-                                "'{\"status\":{\"capacity\":{\"google.com/tpu\":\"4\"}}}'");
-  ASSERT_EQ(capacity.exit_code, 0) << capacity.output;
-
-  Release release(ops.name(), "--set nodeAgent.namespace=" + agents.name() +
-                                  " --set nodeAgent.devPath=" + dev +
-                                  " --set nodeAgent.intervalSeconds=2"
-                                  " --set nodeAgent.passAfter=1 --set replicaCount=1");
-  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
-  ASSERT_TRUE(PodsBecomeReady(ops.name(), kOperatorSelector, 1));
-  ASSERT_TRUE(PodsBecomeReady(agents.name(), kAgentSelector, 1));
-  EXPECT_EQ(Get(agents.name(), "pods -l " + kAgentSelector, "{.items[0].spec.nodeName}"), node);
-  // The probe the DaemonSet declares answers at the pod's address, as the kubelet asks it.
-  const std::string agent_ip =
-      Get(agents.name(), "pods -l " + kAgentSelector, "{.items[0].status.podIP}");
-  const std::string daemonset = "daemonset " + std::string(kFullname) + "-node-agent";
-  const std::string agent_probe = Get(
-      agents.name(), daemonset, "{.spec.template.spec.containers[0].livenessProbe.httpGet.path}");
-  const std::string agent_port =
-      Get(agents.name(), daemonset,
-          "{.spec.template.spec.containers[0].ports[?(@.name==\"health\")].containerPort}");
-  EXPECT_EQ(agent_probe, "/healthz");
-  const std::string agent_url = "http://" + agent_ip + ":" + agent_port + agent_probe;
-  EXPECT_TRUE(Eventually(
-      [&] {
-        return RunCommand("curl -s -o /dev/null -m 5 -w '%{http_code}' " + agent_url, false)
-                   .output == "200";
-      },
-      std::chrono::seconds(30), std::chrono::milliseconds(500)))
-      << "the node agent's liveness probe " << agent_url;
-  const std::string condition = "{.status.conditions[?(@.type==\"TPUUnhealthy\")].status}";
-  EXPECT_TRUE(Eventually([&] { return NodeField(node, condition) == "False"; },
-                         std::chrono::seconds(60), std::chrono::milliseconds(250)))
-      << "TPUUnhealthy: '" << NodeField(node, condition) << "'\n"
-      << DescribePods(agents.name(), kAgentSelector)
-      << Kubectl("logs -n " + agents.name() + " -l " + kAgentSelector + " --tail=20").output;
-
-  // A one-host job runs on the node, as a real container (the busybox test image).
-  TestNamespace jobs("real-agent-jobs");
-  const std::string busybox =
-      PortsEnvOf(PortsEnv("REAL_NODE_TOOLS") + "/images/images.env", "BUSYBOX_IMAGE");
-  ASSERT_FALSE(busybox.empty());
-  const auto applied =
-      ApplyYaml(jobs.name(),
-                "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: on-real\nspec:\n"
-                "  tpu: {accelerator: tpu-v5-lite-podslice, topology: 2x2, chipsPerWorker: 4}\n"
-                "  faultTolerance: {maxJobRetries: 1, maintenanceGracePeriodSeconds: 5}\n"
-                "  replicaSpecs:\n    Worker:\n      replicas: 1\n      template:\n        spec:\n"
-                "          containers:\n          - {name: trainer, image: \"" +
-                    busybox + "\", imagePullPolicy: Never, command: [sleep, \"3600\"]}\n");
-  ASSERT_EQ(applied.exit_code, 0) << applied.output;
-  EXPECT_TRUE(JobFieldBecomes(jobs.name(), "on-real", "{.status.phase}", "Running",
-                              std::chrono::seconds(60)))
-      << DescribePods(jobs.name(), "tpujob.dev/job-name=on-real");
-  EXPECT_EQ(Get(jobs.name(), "pods -l tpujob.dev/job-name=on-real", "{.items[0].spec.nodeName}"),
-            node);
-
-  // A chip disappears: within an interval or two the agent says so, and the operator cordons
-  // the node and moves the job off it.
-  ASSERT_EQ(RunCommand("rm " + dev + "/accel3").exit_code, 0);
-  EXPECT_TRUE(Eventually([&] { return NodeField(node, condition) == "True"; },
-                         std::chrono::seconds(30), std::chrono::milliseconds(250)))
-      << Kubectl("logs -n " + agents.name() + " -l " + kAgentSelector + " --tail=20").output;
-  const std::string message =
-      NodeField(node, "{.status.conditions[?(@.type==\"TPUUnhealthy\")].message}");
-  EXPECT_NE(message.find("3 of 4"), std::string::npos) << message;
-  EXPECT_TRUE(Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; },
-                         std::chrono::seconds(30), std::chrono::milliseconds(250)))
-      << Kubectl("logs -n " + ops.name() + " -l " + kOperatorSelector + " --tail=30").output;
-  EXPECT_TRUE(
-      JobFieldBecomes(jobs.name(), "on-real", "{.status.attempt}", "2", std::chrono::seconds(30)))
-      << "the job was not re-issued: " << JobJson(jobs.name(), "on-real").dump();
-  std::cout << "== node agent on " << node << ": " << message << "; node cordoned\n";
 }
 
 TEST_F(ChartRealE2E, UpgradeRollsThePodsAndUninstallLeavesNothing) {

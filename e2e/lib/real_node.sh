@@ -7,6 +7,13 @@
 # every other CNI user of the host) and CoreDNS answering cluster names only.
 # e2e/tools/node/build.sh builds and caches the binaries, the pause image and a busybox test image.
 #
+# The node is a one-host TPU pool as GKE makes them: the labels of a v5e 2x2 host
+# (cloud.google.com/gke-tpu-accelerator, -topology, gke-nodepool) and the taint
+# google.com/tpu=present:NoSchedule, and a fake TPU device plugin (e2e/tools/node/tpu-device-plugin)
+# registering 4 chips of google.com/tpu with the kubelet. Its device nodes live under DIR/node/tpu/dev;
+# chip numbers written to DIR/node/tpu/unhealthy are reported Unhealthy (and their device nodes
+# vanish), those in DIR/node/tpu/hidden are left out of the containers' devices.
+#
 # Containment, so that `down` can leave nothing behind:
 #   - containerd and the kubelet run in a private mount namespace held by one process
 #     (DIR/node/mount-namespace): every overlay, shm, volume and netns mount of a pod lives there
@@ -30,7 +37,12 @@ REAL_CGROUP=tpujob-e2e
 REAL_DIR=$DIR/node
 REAL_MARKER=$REAL_DIR/enabled
 # shellcheck disable=SC2034 # used by e2e/cluster
-NODE_COMPONENTS=(mount-namespace containerd kubelet kube-proxy coredns)
+NODE_COMPONENTS=(mount-namespace containerd kubelet kube-proxy coredns tpu-device-plugin)
+REAL_TPU_ACCELERATOR=tpu-v5-lite-podslice
+REAL_TPU_TOPOLOGY=2x2
+REAL_TPU_CHIPS=4
+REAL_NODE_POOL=tpujob-real
+REAL_TPU_DIR=$REAL_DIR/tpu
 CONTAINERD_SOCKET=$REAL_DIR/containerd/containerd.sock
 
 # real_node_wanted: --real-node was asked for, by this command or an earlier up (until down).
@@ -226,9 +238,17 @@ EOF
     "$tools/bin/kubelet" --config="$REAL_DIR/kubelet.yaml" \
     --kubeconfig="$REAL_DIR/kubelet.kubeconfig" --root-dir=/var/lib/kubelet \
     --hostname-override="$REAL_NODE_NAME" --node-ip="$REAL_GATEWAY" \
-    --node-labels="tpujob.dev/real-node=true" "${extra[@]}"
+    --node-labels="tpujob.dev/real-node=true,cloud.google.com/gke-tpu-accelerator=$REAL_TPU_ACCELERATOR,cloud.google.com/gke-tpu-topology=$REAL_TPU_TOPOLOGY,cloud.google.com/gke-nodepool=$REAL_NODE_POOL" \
+    --register-with-taints=google.com/tpu=present:NoSchedule "${extra[@]}"
   write_args kube-proxy "$tools/bin/kube-proxy" --config="$REAL_DIR/kube-proxy.yaml"
   write_args coredns "$tools/bin/coredns" -conf "$REAL_DIR/Corefile"
+  # The kubelet's device-plugin directory is /var/lib/kubelet/device-plugins in the node's mount
+  # namespace, bound from DIR/node/kubelet: the plugin uses the host path.
+  mkdir -p "$REAL_TPU_DIR/dev"
+  write_args tpu-device-plugin "$tools/bin/tpu-device-plugin" \
+    --plugin-dir "$REAL_DIR/kubelet/device-plugins" --chips "$REAL_TPU_CHIPS" \
+    --dev-dir "$REAL_TPU_DIR/dev" --unhealthy-file "$REAL_TPU_DIR/unhealthy" \
+    --hidden-file "$REAL_TPU_DIR/hidden"
 }
 
 # real_node_rbac KUBECTL: what CoreDNS reads (the kubelet and kube-proxy use the built-in roles of
@@ -277,6 +297,11 @@ DNS_READY_PORT=$DNS_READY_PORT
 REAL_NODE=$REAL_NODE_NAME
 REAL_NODE_TOOLS=$tools
 CONTAINERD_SOCKET=$CONTAINERD_SOCKET
+REAL_NODE_POOL=$REAL_NODE_POOL
+REAL_TPU_ACCELERATOR=$REAL_TPU_ACCELERATOR
+REAL_TPU_TOPOLOGY=$REAL_TPU_TOPOLOGY
+REAL_TPU_CHIPS=$REAL_TPU_CHIPS
+REAL_TPU_DIR=$REAL_TPU_DIR
 EOF
   real_node_cert kubelet "system:node:$REAL_NODE_NAME" system:nodes
   real_node_cert kube-proxy system:kube-proxy ""
@@ -331,13 +356,15 @@ EOF
   wait_healthy "$deadline" containerd containerd
   local image
   for image in "$tools"/images/*.oci.tar; do real_node_import "$image"; done
-  log "starting kubelet, kube-proxy and coredns for node $REAL_NODE_NAME ($REAL_GATEWAY)"
+  log "starting kubelet, kube-proxy, coredns and the TPU device plugin for node $REAL_NODE_NAME ($REAL_GATEWAY)"
   launch kubelet
   launch kube-proxy
   launch coredns
+  launch tpu-device-plugin
   wait_healthy "$deadline" node-ready kubelet containerd kube-apiserver
   wait_healthy "$deadline" kube-proxy kube-proxy
   wait_healthy "$deadline" coredns coredns
+  wait_healthy "$deadline" tpu-device-plugin tpu-device-plugin kubelet
   log "node $REAL_NODE_NAME Ready"
 }
 
@@ -361,6 +388,11 @@ real_node_health() {
     kube-proxy) curl -sS --noproxy '*' --max-time 3 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz" >/dev/null 2>&1 ;;
     coredns) out=$(curl -sS --noproxy '*' --max-time 3 "http://127.0.0.1:$DNS_READY_PORT/ready" 2>/dev/null) && [[ $out == OK ]] ;;
     mount-namespace) running mount-namespace ;;
+    tpu-device-plugin)  # the kubelet counts every chip as allocatable
+      running tpu-device-plugin || return 1
+      out=$(curl_api "https://127.0.0.1:$APISERVER_PORT/api/v1/nodes/$REAL_NODE_NAME" 2>/dev/null) || return 1
+      python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["status"].get("allocatable",{}).get("google.com/tpu")==sys.argv[1] else 1)' "$REAL_TPU_CHIPS" <<<"$out" 2>/dev/null
+      ;;
     *) return 1 ;;
   esac
 }
@@ -372,6 +404,7 @@ real_node_endpoint() {
     kube-proxy) echo "http://127.0.0.1:${PROXY_HEALTHZ_PORT:-?}/healthz" ;;
     coredns) echo "$REAL_GATEWAY:53 (ready: http://127.0.0.1:${DNS_READY_PORT:-?}/ready)" ;;
     mount-namespace) echo "/proc/$(pid_of mount-namespace)/ns/mnt" ;;
+    tpu-device-plugin) echo "google.com/tpu x$REAL_TPU_CHIPS (devices $REAL_TPU_DIR/dev)" ;;
   esac
 }
 
@@ -390,12 +423,12 @@ real_node_stop() {
   local -a pids=()
   # The kubelet first, so that it restarts nothing; then the pods' processes; then containerd, its
   # shims and the mount namespace with every mount of the node.
-  for name in kubelet kube-proxy coredns; do
+  for name in kubelet kube-proxy coredns tpu-device-plugin; do
     pid=$(pid_of "$name")
     [[ -n $pid ]] && mentions_dir "$pid" && pids+=("$pid")
   done
   if ((${#pids[@]})); then
-    log "stopping the node's kubelet, kube-proxy and coredns (${pids[*]})"
+    log "stopping the node's kubelet, kube-proxy, coredns and device plugin (${pids[*]})"
     terminate "$grace" "${pids[@]}"
   fi
   for ((i = 0; i < 100; i++)); do

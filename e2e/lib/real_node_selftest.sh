@@ -3,8 +3,11 @@
 # on it; cluster DNS resolves a Service, a headless Service's pod name and nothing outside the
 # cluster; a Service's ClusterIP reaches its pod through kube-proxy and the `kubernetes` Service
 # reaches the API server; `kubectl logs` and `kubectl exec` go through the kubelet; after kill -9 of
-# containerd and the kubelet, `up` brings the node back; `down` leaves no process, mount, cgroup,
-# netns, veth, bridge or iptables rule behind and restores net.ipv4.ip_forward.
+# containerd and the kubelet, `up` brings the node back; the node is a one-host TPU pool (GKE's
+# labels and taint) whose fake device plugin hands a container four /dev/accel<N> and GKE's
+# variables, reports a chip marked unhealthy and registers again after the kubelet restarts;
+# `down` leaves no process, mount, cgroup, netns, veth, bridge or iptables rule behind and restores
+# net.ipv4.ip_forward.
 #
 # Usage: e2e/lib/real_node_selftest.sh [DIR]   (default: a fresh directory under /tmp)
 set -euo pipefail
@@ -63,6 +66,7 @@ metadata: {name: web-0, labels: {app: web}}
 spec:
   hostname: web-0
   subdomain: web
+  tolerations: [{key: google.com/tpu, operator: Exists}]
   containers:
   - name: c
     image: $BUSYBOX_IMAGE
@@ -85,6 +89,7 @@ kind: Pod
 metadata: {name: client}
 spec:
   restartPolicy: Never
+  tolerations: [{key: google.com/tpu, operator: Exists}]
   containers:
   - name: c
     image: $BUSYBOX_IMAGE
@@ -120,6 +125,47 @@ grep -qx 'service: hello-from-web' <<<"$out" || fail "the ClusterIP Service did 
 grep -qx 'apiserver: reachable' <<<"$out" || fail "the kubernetes Service did not reach the API server"
 grep -qx 'outside: [1-9]' <<<"$out" || fail "a name outside the cluster was not refused"
 
+step "the node is a one-host TPU pool with 4 chips from the fake device plugin"
+labels=$(k get node "$REAL_NODE" -o jsonpath='{.metadata.labels.cloud\.google\.com/gke-tpu-accelerator} {.metadata.labels.cloud\.google\.com/gke-tpu-topology} {.metadata.labels.cloud\.google\.com/gke-nodepool}')
+[[ $labels == "$REAL_TPU_ACCELERATOR $REAL_TPU_TOPOLOGY $REAL_NODE_POOL" ]] || fail "node labels: $labels"
+[[ $(k get node "$REAL_NODE" -o jsonpath='{.spec.taints[?(@.key=="google.com/tpu")].effect}') == NoSchedule ]] ||
+  fail "no google.com/tpu taint: $(k get node "$REAL_NODE" -o jsonpath='{.spec.taints}')"
+tpu() { k get node "$REAL_NODE" -o jsonpath="{.status.$1.google\.com/tpu}"; }
+[[ $(tpu capacity)/$(tpu allocatable) == 4/4 ]] || fail "google.com/tpu capacity/allocatable: $(tpu capacity)/$(tpu allocatable)"
+# tpu_pod NAME CHIPS SCRIPT: a pod asking for CHIPS chips that runs SCRIPT once.
+tpu_pod() {
+  k apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  restartPolicy: Never
+  tolerations: [{key: google.com/tpu, operator: Exists}]
+  containers:
+  - name: c
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: [sh, -c, '$3']
+    resources: {limits: {google.com/tpu: $2}}
+EOF
+}
+# shellcheck disable=SC2016 # expanded in the container
+tpu_pod chips 4 'ls /dev | grep "^accel" | tr "\n" " "; echo; echo "visible=$TPU_VISIBLE_CHIPS bounds=$TPU_CHIPS_PER_HOST_BOUNDS type=$TPU_ACCELERATOR_TYPE"; cat /dev/accel0 && echo read-ok'
+wait_for 60 "pod chips to finish" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod chips -o jsonpath='{.status.phase}')\" = Succeeded ]"
+out=$(k logs chips)
+echo "$out" >&2
+[[ $out == *"accel0 accel1 accel2 accel3"* ]] || fail "the container did not get four /dev/accel<N>"
+[[ $out == *"visible=0,1,2,3 bounds=2,2,1 type=v5litepod-4"* ]] || fail "the container did not get the TPU variables"
+[[ $out == *read-ok* ]] || fail "a device node could not be read"
+k delete pod chips --wait=false >/dev/null
+# A chip marked unhealthy: the kubelet lowers allocatable, its device node goes.
+echo 2 >"$REAL_TPU_DIR/unhealthy"
+wait_for 30 "allocatable google.com/tpu to drop to 3" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get node $REAL_NODE -o jsonpath='{.status.allocatable.google\.com/tpu}')\" = 3 ]"
+[[ ! -e $REAL_TPU_DIR/dev/accel2 ]] || fail "the unhealthy chip's device node is still there"
+: >"$REAL_TPU_DIR/unhealthy"
+wait_for 30 "allocatable google.com/tpu back at 4" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get node $REAL_NODE -o jsonpath='{.status.allocatable.google\.com/tpu}')\" = 4 ]"
+[[ -c $REAL_TPU_DIR/dev/accel2 ]] || fail "the recovered chip's device node is missing"
+
 step "kubectl exec goes through the kubelet"
 [[ $(k exec web-0 -- cat /tmp/www/index.html) == hello-from-web ]] || fail "kubectl exec failed"
 
@@ -129,8 +175,12 @@ kill -KILL "$(cat "$dir/pids/containerd.pid")" "$(cat "$dir/pids/kubelet.pid")"
 "$cluster" up --dir "$dir" >/dev/null </dev/null
 [[ $(k get node "$REAL_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]] ||
   fail "node $REAL_NODE not Ready after recovery"
-k run again --image="$BUSYBOX_IMAGE" --image-pull-policy=Never --restart=Never -- sh -c 'echo again'
-wait_for 60 "a pod to run after recovery" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod again -o jsonpath='{.status.phase}')\" = Succeeded ]"
+# The restarted kubelet removed the plugin's socket: the plugin registers again, so a pod asking
+# for every chip runs.
+# shellcheck disable=SC2016 # expanded in the container
+tpu_pod again 4 'echo again $(ls /dev | grep -c "^accel")'
+wait_for 60 "a pod with 4 chips to run after recovery" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod again -o jsonpath='{.status.phase}')\" = Succeeded ]"
+[[ $(k logs again) == "again 4" ]] || fail "after the kubelet's restart the pod saw: $(k logs again)"
 
 step "down leaves nothing behind"
 k apply -f - <<EOF
@@ -138,6 +188,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: left-running}
 spec:
+  tolerations: [{key: google.com/tpu, operator: Exists}]
   containers:
   - {name: c, image: $BUSYBOX_IMAGE, imagePullPolicy: Never, command: [sleep, "3600"]}
 EOF

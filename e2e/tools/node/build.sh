@@ -5,8 +5,11 @@
 #   bin/coredns                   CoreDNS pinned in ../coredns/go.mod, cluster names only
 #   bin/pause                     the pod sandbox's process, from the same Kubernetes source
 #   images/pause.oci.tar          an OCI image of it (the sandbox image containerd is told to use)
+#   bin/tpu-device-plugin         the fake TPU device plugin (./tpu-device-plugin: google.com/tpu)
+#   bin/tpu-worker                the test workload (./tpu-worker: a trainer's edges, no TPU)
 #   images/busybox.oci.tar        a test image with Debian's static busybox (sh, wget, nslookup)
-#   images/images.env             their names: PAUSE_IMAGE=... BUSYBOX_IMAGE=...
+#   images/worker.oci.tar         the busybox image plus /bin/tpu-worker as its entrypoint
+#   images/images.env             their names: PAUSE_IMAGE=... BUSYBOX_IMAGE=... WORKER_IMAGE=...
 # Prints the directory holding bin/ and images/.
 #
 # A fresh build takes about 5 minutes on 2 cores (less when the control plane was just built:
@@ -18,11 +21,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 tools=$(cd "$here/.." && pwd)
 key=$(cat "$here/go.mod" "$here/go.sum" "$tools/coredns/go.mod" "$tools/coredns/go.sum" \
-  "$tools/coredns/main.go" "$here/build.sh" | sha256sum | cut -c1-16)
+  "$tools/coredns/main.go" "$here/build.sh" "$here/tpu-device-plugin/main.go" \
+  "$here/tpu-worker/main.go" | sha256sum | cut -c1-16)
 root=${TPUJOB_TOOLS_CACHE:-$HOME/.cache/tpujob-operator/tools}
 dest="$root/node-$key"
-outputs=(bin/kubelet bin/kube-proxy bin/coredns bin/pause images/pause.oci.tar images/busybox.oci.tar
-  images/images.env)
+outputs=(bin/kubelet bin/kube-proxy bin/coredns bin/pause bin/tpu-device-plugin bin/tpu-worker
+  images/pause.oci.tar images/busybox.oci.tar images/worker.oci.tar images/images.env)
 
 complete() {
   local f
@@ -72,6 +76,8 @@ build() {
 build "$here" kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
 build "$here" kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags"
 build "$tools/coredns" coredns . "-s -w"
+build "$here" tpu-device-plugin ./tpu-device-plugin "-s -w"
+build "$here" tpu-worker ./tpu-worker "-s -w"
 
 if [[ ! -s "$dest/bin/pause" ]]; then
   log "building pause (build/pause/linux/pause.c of k8s.io/kubernetes@$kube_version)"
@@ -116,8 +122,14 @@ mkdir -p "$bb/bin" "$bb/tmp"
 cp /bin/busybox "$bb/bin/busybox"
 for applet in $(/bin/busybox --list); do [[ $applet == busybox ]] || ln -s busybox "$bb/bin/$applet"; done
 image "$busybox_image" "$dest/images/busybox.oci.tar" "$bb/bin:/bin" "$bb/tmp:/tmp" -- --cmd '["sh"]'
+# The worker image: busybox (for kubectl exec) and the test workload, keyed like this directory.
+worker_image=localhost/tpujob-e2e/tpu-worker:$key
+cp "$dest/bin/tpu-worker" "$bb/bin/tpu-worker"
+image "$worker_image" "$dest/images/worker.oci.tar" "$bb/bin:/bin" "$bb/tmp:/tmp" -- \
+  --entrypoint '["/bin/tpu-worker"]' --cmd '[]'
 rm -rf "$bb"
-printf 'PAUSE_IMAGE=%s\nBUSYBOX_IMAGE=%s\n' "$pause_image" "$busybox_image" >"$dest/images/images.env"
+printf 'PAUSE_IMAGE=%s\nBUSYBOX_IMAGE=%s\nWORKER_IMAGE=%s\n' "$pause_image" "$busybox_image" \
+  "$worker_image" >"$dest/images/images.env"
 log "done"
 
 complete || { echo "node/build.sh: some outputs are missing in $dest" >&2; exit 1; }
