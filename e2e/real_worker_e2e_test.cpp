@@ -642,7 +642,12 @@ TEST_F(RealWorkerE2E, AChipMarkedUnhealthyIsSeenByTheNodeAgentPodAndTheJobMovesO
       << OperatorLogs();
   EXPECT_EQ(JobRetries(ns.name(), "chip"), "1");
   EXPECT_EQ(FaultOf(ns.name(), "chip", "NodeUnhealthy").value("node", ""), node_);
-  EXPECT_EQ(NodeField(node_, "{.status.allocatable.google\\.com/tpu}"), "3");
+  // The kubelet reports the plugin's health with its next node status update (every 4 s here).
+  EXPECT_TRUE(
+      Eventually([&] { return NodeField(node_, "{.status.allocatable.google\\.com/tpu}") == "3"; },
+                 seconds(30), std::chrono::milliseconds(250)))
+      << "allocatable google.com/tpu: "
+      << NodeField(node_, "{.status.allocatable.google\\.com/tpu}");
   // The old attempt's program got SIGTERM and saved its checkpoint before its pod went.
   EXPECT_TRUE(AwaitWorkerEvent(job.checkpoint_dir, "sigterm", 1, seconds(30)))
       << DescribeWorkerEvents(job.checkpoint_dir);
