@@ -67,6 +67,9 @@ real_node_check() {
     die "--real-node needs the CNI plugins in /usr/lib/cni (package containernetworking-plugins; run: make deps)"
   [[ -d /sys/fs/cgroup/memory && -d /sys/fs/cgroup/pids ]] ||
     die "--real-node expects cgroup v1 hierarchies under /sys/fs/cgroup (memory, pids, ...)"
+  # The longest unix socket path of the node (108 bytes at most, NUL included).
+  local socket=$REAL_DIR/kubelet/device-plugins/tpujob-fake-tpu.sock
+  ((${#socket} < 108)) || die "--dir is too long for the node's unix sockets ($socket: ${#socket} bytes, at most 107)"
   if ip link show "$REAL_BRIDGE" >/dev/null 2>&1 && [[ ! -f $REAL_DIR/bridge ]]; then
     die "bridge $REAL_BRIDGE exists but was not made for $DIR (another cluster with a real node? run its down)"
   fi

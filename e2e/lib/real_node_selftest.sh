@@ -169,14 +169,34 @@ wait_for 30 "allocatable google.com/tpu back at 4" sh -c "[ \"\$('$KUBECTL' --ku
 step "kubectl exec goes through the kubelet"
 [[ $(k exec web-0 -- cat /tmp/www/index.html) == hello-from-web ]] || fail "kubectl exec failed"
 
+step "the kubelet restarts alone: the running device plugin registers again"
+# As after a kubelet upgrade or crash: the new kubelet clears the device-plugin directory, and
+# the plugin (the same process) notices the new registration socket, serves again and registers.
+plugin_pid=$(<"$dir/pids/tpu-device-plugin.pid")
+registrations=$(grep -c 'registered google.com/tpu' "$dir/logs/tpu-device-plugin.log")
+kill -KILL "$(<"$dir/pids/kubelet.pid")"
+mapfile -d '' -t kubelet_argv <"$dir/args/kubelet"
+# shellcheck disable=SC2016 # expanded by that bash
+setsid bash -c 'echo $$ >"$0"; exec "$@"' "$dir/pids/kubelet.pid" "${kubelet_argv[@]}" \
+  </dev/null >>"$dir/logs/kubelet.log" 2>&1 &
+disown
+wait_for 60 "the device plugin to register with the new kubelet" sh -c \
+  "[ \$(grep -c 'registered google.com/tpu' '$dir/logs/tpu-device-plugin.log') -gt $registrations ]"
+[[ $(<"$dir/pids/tpu-device-plugin.pid") == "$plugin_pid" ]] && kill -0 "$plugin_pid" ||
+  fail "the device plugin was restarted rather than registering again"
+# shellcheck disable=SC2016 # expanded in the container
+tpu_pod reregistered 4 'echo chips $(ls /dev | grep -c "^accel")'
+wait_for 60 "a pod with 4 chips to run after the kubelet's restart" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod reregistered -o jsonpath='{.status.phase}')\" = Succeeded ]"
+[[ $(k logs reregistered) == "chips 4" ]] || fail "after the kubelet's restart the pod saw: $(k logs reregistered)"
+
 step "kill -9 containerd and the kubelet, then up brings the node back"
 kill -KILL "$(cat "$dir/pids/containerd.pid")" "$(cat "$dir/pids/kubelet.pid")"
 "$cluster" status --dir "$dir" >/dev/null 2>&1 && fail "status reports healthy with containerd and the kubelet killed"
 "$cluster" up --dir "$dir" >/dev/null </dev/null
 [[ $(k get node "$REAL_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]] ||
   fail "node $REAL_NODE not Ready after recovery"
-# The restarted kubelet removed the plugin's socket: the plugin registers again, so a pod asking
-# for every chip runs.
+# up restarted the node's components, the device plugin among them: a pod asking for every chip
+# runs.
 # shellcheck disable=SC2016 # expanded in the container
 tpu_pod again 4 'echo again $(ls /dev | grep -c "^accel")'
 wait_for 60 "a pod with 4 chips to run after recovery" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get pod again -o jsonpath='{.status.phase}')\" = Succeeded ]"

@@ -131,7 +131,9 @@ func (p *plugin) poll() {
 		return
 	}
 	if err := p.syncDeviceNodes(unhealthy); err != nil {
-		log.Printf("device nodes: %v", err)
+		// Keep the old state, so that the next poll tries again.
+		log.Printf("device nodes: %v (retrying)", err)
+		return
 	}
 	log.Printf("unhealthy chips: %v", sortedChips(unhealthy))
 	p.unhealthy = unhealthy

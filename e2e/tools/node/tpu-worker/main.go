@@ -143,12 +143,12 @@ func exitCodeFor(run int) int {
 }
 
 // resolve waits until every name resolves (the peers start in parallel; their DNS records appear
-// as their pods get addresses).
-func resolve(names []string, timeout time.Duration) (map[string]string, []string) {
-	resolved := map[string]string{}
+// as their pods get addresses). A SIGTERM meanwhile ends the wait: interrupted is true.
+func resolve(names []string, timeout time.Duration, sigterm <-chan os.Signal) (resolved map[string]string, missing []string, interrupted bool) {
+	resolved = map[string]string{}
 	deadline := time.Now().Add(timeout)
 	for {
-		var missing []string
+		missing = nil
 		for _, name := range names {
 			if _, ok := resolved[name]; ok {
 				continue
@@ -160,9 +160,13 @@ func resolve(names []string, timeout time.Duration) (map[string]string, []string
 			}
 		}
 		if len(missing) == 0 || time.Now().After(deadline) {
-			return resolved, missing
+			return resolved, missing, false
 		}
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-sigterm:
+			return resolved, missing, true
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 
@@ -209,7 +213,13 @@ func main() {
 	if c := os.Getenv("MEGASCALE_COORDINATOR_ADDRESS"); c != "" {
 		names = append(names, c)
 	}
-	resolved, missing := resolve(names, time.Duration(envInt("WORKER_DNS_TIMEOUT_SECONDS", 60))*time.Second)
+	resolved, missing, interrupted := resolve(names, time.Duration(envInt("WORKER_DNS_TIMEOUT_SECONDS", 60))*time.Second, sigterm)
+	if interrupted {
+		// Stopped before the first step: nothing to save beyond what the last checkpoint holds.
+		w.event("sigterm", map[string]any{"before": "peers resolved"})
+		w.event("exit", map[string]any{"code": 0, "why": "sigterm"})
+		os.Exit(0)
+	}
 	if len(missing) > 0 {
 		w.event("peers-unresolved", map[string]any{"missing": strings.Join(missing, ",")})
 		os.Exit(3)
