@@ -388,29 +388,35 @@ inline CommandResult SetNodeCondition(const std::string& node, const std::string
                  path);
 }
 
-// Records every pod event of a namespace through `kubectl get --watch` and checks the
-// invariants of the lifecycle over the whole record: never two live pods for one replica
-// (type, index) of a job, and never a pod of attempt n+1 created while a pod of attempt n
-// exists.
+// Records every pod event of a namespace and checks the invariants of the lifecycle over the
+// whole record: never two live pods for one replica (type, index) of a job, and never a pod of
+// attempt n+1 created while a pod of attempt n exists.
+//
+// The record is the API server's own watch stream (`kubectl get --raw ...?watch=1`), one JSON
+// event per line, and it loses nothing when the stream ends: the API server closes a watcher
+// that falls behind a burst (a 64-pod gang on a loaded machine is enough), and `kubectl get
+// --watch` would simply stop there. The loop below opens the watch again from the
+// resourceVersion of the last event it wrote, as a reflector does.
 class PodWatch {
  public:
   explicit PodWatch(const std::string& ns) : ns_(ns) {
-    path_ = ClusterDir() + "/podwatch-" + ns + ".log";
-    const std::string cmd =
-        ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath() + " get pods -n " + ns +
-        " --watch --output-watch-events -o jsonpath='{.type} {.object.metadata.name} "
-        "{.object.metadata.uid} {.object.metadata.labels.tpujob\\.dev/job-name} "
-        "{.object.metadata.labels.tpujob\\.dev/replica-type} "
-        "{.object.metadata.labels.tpujob\\.dev/replica-index} "
-        "{.object.metadata.labels.tpujob\\.dev/attempt} "
-        "grace={.object.metadata.deletionGracePeriodSeconds}{\"\\n\"}' > " +
-        path_ + " 2>&1 & echo $!";
-    pid_ = std::atoi(Trim(RunCommand(cmd, false).output).c_str());
-    // The watch starts with the current list; wait until it is running.
+    path_ = ClusterDir() + "/podwatch-" + ns + ".jsonl";
+    const std::string kubectl = ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath();
+    const std::string loop =
+        "f=" + path_ + "; : > \"$f\"; rv=; while :; do " + kubectl +
+        " get --raw \"/api/v1/namespaces/" + ns +
+        "/pods?watch=1&allowWatchBookmarks=true${rv:+&resourceVersion=$rv}\" >> \"$f\" "
+        "2>> \"$f.err\"; rv=$(tail -n 1 \"$f\" | grep -o '\"resourceVersion\":\"[0-9]*\"' | "
+        "head -n 1 | tr -dc 0-9); sleep 0.2; done";
+    const std::string script = ClusterDir() + "/podwatch-" + ns + ".sh";
+    std::ofstream(script) << loop << "\n";
+    pid_ = std::atoi(
+        Trim(RunCommand("setsid bash " + script + " >/dev/null 2>&1 & echo $!", false).output)
+            .c_str());
     Eventually([&] { return RunCommand("test -e " + path_).exit_code == 0; });
   }
   ~PodWatch() {
-    if (pid_ > 0) ::kill(pid_, SIGTERM);
+    if (pid_ > 0) ::kill(-pid_, SIGTERM);  // the loop and its kubectl: a process group
   }
 
   struct Report {
@@ -419,12 +425,34 @@ class PodWatch {
     std::vector<std::string> violations;
   };
 
-  // The whole record, one event per line.
-  std::string Raw() const { return ReadFile(path_); }
+  // The whole record, one event per line: "TYPE name uid job replica-type replica-index attempt
+  // grace=deletionGracePeriodSeconds" (bookmarks, errors and a line still being written are
+  // left out).
+  std::string Raw() const {
+    std::ifstream in(path_);
+    std::string out;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+      if (!event.is_object() || !event.contains("object")) continue;
+      const std::string type = event.value("type", "");
+      if (type != "ADDED" && type != "MODIFIED" && type != "DELETED") continue;
+      const nlohmann::json& meta = event["object"].value("metadata", nlohmann::json::object());
+      const nlohmann::json labels = meta.value("labels", nlohmann::json::object());
+      const auto label = [&](const char* key) { return labels.value(key, std::string()); };
+      out +=
+          type + " " + meta.value("name", "") + " " + meta.value("uid", "") + " " +
+          label("tpujob.dev/job-name") + " " + label("tpujob.dev/replica-type") + " " +
+          label("tpujob.dev/replica-index") + " " + label("tpujob.dev/attempt") + " grace=" +
+          (meta.contains("deletionGracePeriodSeconds") ? meta["deletionGracePeriodSeconds"].dump()
+                                                       : std::string()) +
+          "\n";
+    }
+    return out;
+  }
 
   Report Check() const {
     Report report;
-    std::ifstream in(path_);
+    std::istringstream in(Raw());
     struct Live {
       std::string replica;
       int attempt;
