@@ -1,7 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "policy/tpu_types.h"
@@ -136,6 +138,36 @@ TEST(PolicyTpuTypesTest, EveryNameIsUniqueAndConsistent) {
   }
   EXPECT_EQ(names.size(), 2 * TpuSlices().size());
   EXPECT_EQ(TpuGenerations().size(), 5u);
+}
+
+// docs/api.md's table of TPU types is the C++ table, row for row: edit src/policy/tpu_types.inc,
+// then the table between the tpu-types markers (this test prints the rows it expects).
+TEST(PolicyTpuTypesTest, DocsTableIsTheTable) {
+  std::ifstream file(std::string(TPUJOB_SOURCE_DIR) + "/docs/api.md");
+  ASSERT_TRUE(file.good());
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin_marker = "<!-- tpu-types: begin";
+  const size_t begin = doc.find(begin_marker);
+  ASSERT_NE(begin, std::string::npos) << "docs/api.md has no " << begin_marker << " marker";
+  const size_t table = doc.find('\n', begin) + 1;
+  const size_t end = doc.find("<!-- tpu-types: end -->", table);
+  ASSERT_NE(end, std::string::npos);
+
+  std::string expected =
+      "| Type | Also | Accelerator | Topology | Chips per host | Hosts per slice | Machine type "
+      "|\n|---|---|---|---|---|---|---|\n";
+  for (const TpuSlice& slice : TpuSlices()) {
+    auto type = LookUpTpuType(TpuTypeCountName(slice));
+    ASSERT_TRUE(type.has_value()) << type.error();
+    expected += "| `" + TpuTypeCountName(slice) + "` | `" + TpuTypeTopologyName(slice) + "` | `" +
+                std::string(type->accelerator) + "` | " + std::string(slice.topology) + " | " +
+                std::to_string(slice.chips_per_host) + " | " +
+                std::to_string(type->hosts_per_slice) + " | " + std::string(slice.machine_type) +
+                " |\n";
+  }
+  EXPECT_EQ(doc.substr(table, end - table), expected);
 }
 
 }  // namespace
