@@ -587,8 +587,8 @@ def degenerate(output_text):
             # Made from the TPU type table alone: compare with what the table makes now.
             generations = generations or read_tpu_types()
             if tpu_region(indent, m.group("what"), generations) != "".join(lines[i:j + 1]):
-                problems.append("lines %d-%d: the %s differ from src/policy/tpu_types.inc" %
-                                (i + 1, j + 1, m.group("what")))
+                problems.append("lines %d-%d: the %s region does not match "
+                                "src/policy/tpu_types.inc" % (i + 1, j + 1, m.group("what")))
             result.append("%s# gen-crd: %s\n" % (indent, m.group("what")))
         else:
             versions.add(m.group("version"))
