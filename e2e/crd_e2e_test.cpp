@@ -59,15 +59,21 @@ struct JobYaml {
       "\"print(1)\"]}]}}";
   std::string replicas_extra;  // more replica types, lines indented 4
   std::string spec_extra;      // more spec fields, lines indented 2
+  // The whole spec.tpu mapping's content instead of the fields above (e.g. "type: v5p-128").
+  std::string tpu;
 
   std::string Render() const {
     std::string out =
         "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name + "\n";
     if (!annotations.empty()) out += "  annotations:\n" + annotations;
-    out += "spec:\n  tpu: {accelerator: tpu-v5-lite-podslice, topology: \"" + topology +
-           "\", chipsPerWorker: " + chips + (slices.empty() ? "" : ", slices: " + slices) +
-           "}\n  replicaSpecs:\n" + replicas_extra + "    Worker:\n      replicas: " + workers +
-           "\n      template: " + worker_template + "\n" + spec_extra;
+    out += "spec:\n  tpu: {" +
+           (!tpu.empty() ? tpu
+                         : "accelerator: tpu-v5-lite-podslice, topology: \"" + topology +
+                               "\", chipsPerWorker: " + chips +
+                               (slices.empty() ? "" : ", slices: " + slices)) +
+           "}\n  replicaSpecs:\n" + replicas_extra + "    Worker:\n" +
+           (workers.empty() ? "" : "      replicas: " + workers + "\n") +
+           "      template: " + worker_template + "\n" + spec_extra;
     return out;
   }
 };
@@ -134,6 +140,8 @@ const std::vector<ExampleCase>& Examples() {
       {"master-workers.yaml", "master-workers", "Master", 0, 5, "2x4", 2, true},
       {"checkpoint.yaml", "checkpointed", "AllWorkers", 0, 5, "2x4", 2, false},
       {"multislice.yaml", "multislice", "AllWorkers", 0, 5, "2x4", 2, false, 3, 2},
+      // Named by spec.tpu.type alone: no topology or Worker replicas stored.
+      {"tpu-type.yaml", "tpu-type", "AllWorkers", 0, 5, "", -1, false},
   };
   return examples;
 }
@@ -238,6 +246,20 @@ TEST_F(CrdE2E, ValidEdgeCasesAreAccepted) {
     job.slices = "32";
     cases.emplace_back("slices-times-workers-16384", job);
   }
+  {
+    JobYaml job;
+    job.name = "typed";
+    job.tpu = "type: v5p-128";  // accelerator, topology, chips and hosts from the type
+    job.workers = "";
+    cases.emplace_back("tpu-type-alone", job);
+  }
+  {
+    JobYaml job;
+    job.name = "typed-explicit";
+    job.tpu = "type: v6e-8, accelerator: tpu-v6e-slice, topology: 2x4, chipsPerWorker: 8";
+    job.workers = "1";
+    cases.emplace_back("tpu-type-with-agreeing-fields", job);
+  }
   for (const auto& [label, job] : cases) {
     SCOPED_TRACE(label);
     const CommandResult r =
@@ -301,6 +323,44 @@ std::vector<InvalidCase> InvalidCases() {
         j.slices = "33";
       },
       "tpu.slices * replicaSpecs.Worker.replicas (the job's worker pods) must be at most 16384");
+  add(
+      "TpuTypeUnknownV5pName",
+      [](JobYaml& j) {
+        j.tpu = "type: v5p-100";
+        j.workers = "";
+      },
+      "tpu.type: v5p-100 is not a v5p TPU type; v5p types are: v5p-8, v5p-16, v5p-32");
+  add(
+      "TpuTypeUnknownGeneration",
+      [](JobYaml& j) {
+        j.tpu = "type: v9-8";
+        j.workers = "";
+      },
+      "tpu.type: the generation must be one of v4, v5litepod (v5e), v5p, v6e, tpu7x");
+  add(
+      "TpuTypeDisagreesWithTopology",
+      [](JobYaml& j) {
+        j.tpu = "type: v5p-128, topology: 2x4x8";
+        j.workers = "";
+      },
+      "tpu.type: v5p-128 means accelerator tpu-v5p-slice, topology 4x4x4, chipsPerWorker 4 and "
+      "replicaSpecs.Worker.replicas 16");
+  add(
+      "TpuTypeDisagreesWithWorkers",
+      [](JobYaml& j) {
+        j.tpu = "type: v6e-8";
+        j.workers = "2";
+      },
+      "tpu.type: v6e-8 means accelerator tpu-v6e-slice, topology 2x4, chipsPerWorker 8");
+  add(
+      "NoTypeAndNoTopology",
+      [](JobYaml& j) { j.tpu = "accelerator: tpu-v5-lite-podslice, chipsPerWorker: 4"; },
+      "tpu.accelerator, tpu.topology, tpu.chipsPerWorker and replicaSpecs.Worker.replicas are "
+      "required unless tpu.type names the slice");
+  add(
+      "NoTypeAndNoWorkerReplicas", [](JobYaml& j) { j.workers = ""; },
+      "tpu.accelerator, tpu.topology, tpu.chipsPerWorker and replicaSpecs.Worker.replicas are "
+      "required unless tpu.type names the slice");
   add(
       "TopologyNotAGrid", [](JobYaml& j) { j.topology = "2by4"; },
       "spec.tpu.topology in body should match");
@@ -761,6 +821,8 @@ Json FullStatus() {
     "attempt": 2,
     "jobRetries": 1,
     "readyWorkers": "1/2",
+    "tpu": {"summary": "tpu-v5-lite-podslice 2x4", "accelerator": "tpu-v5-lite-podslice",
+            "topology": "2x4", "chipsPerWorker": 4, "hostsPerSlice": 2, "slices": 1},
     "replicaStatuses": {
       "Master": {"active": 1, "ready": 1, "succeeded": 0, "failed": 0, "restarts": 0},
       "Worker": {"active": 2, "ready": 1, "succeeded": 0, "failed": 1, "restarts": 4}
@@ -840,8 +902,9 @@ TEST_F(CrdE2E, StatusSchemaKeepsEveryFieldTheOperatorWrites) {
   // The wide printer columns show why the job failed.
   const CommandResult wide = Kubectl("get tj full -o wide -n " + ns.name());
   ASSERT_EQ(wide.exit_code, 0) << wide.output;
-  for (const char* text : {"REASON", "MESSAGE", "Failed", "PermanentError",
-                           "Worker-1 exited 1 (permanent)", "1/2", "GOODPUT", "0.533"}) {
+  for (const char* text :
+       {"REASON", "MESSAGE", "Failed", "PermanentError", "Worker-1 exited 1 (permanent)", "1/2",
+        "GOODPUT", "0.533", "tpu-v5-lite-podslice 2x4"}) {
     EXPECT_TRUE(Contains(wide.output, text)) << text << "\n" << wide.output;
   }
   const CommandResult narrow = Kubectl("get tj full -n " + ns.name());

@@ -14,6 +14,7 @@
 #include "kube/config.h"
 #include "policy/goodput.h"
 #include "policy/job_status.h"
+#include "policy/tpu_types.h"
 
 namespace tpujob::plugin {
 namespace {
@@ -191,6 +192,25 @@ std::string RenderGoodput(const json& job, WallTime now) {
   return out + Table(rows, "  ");
 }
 
+// The job's slice: the fields spec.tpu gives, and where it names a type (spec.tpu.type), what
+// that type means for the fields it leaves out, as the operator derives them.
+std::string DescribeTpu(const json& job) {
+  std::string accelerator = Str(job, "/spec/tpu/accelerator");
+  std::string topology = Str(job, "/spec/tpu/topology");
+  std::string chips = Str(job, "/spec/tpu/chipsPerWorker");
+  const std::string type = Str(job, "/spec/tpu/type");
+  if (!type.empty()) {
+    if (auto derived = policy::LookUpTpuType(type)) {
+      if (accelerator.empty()) accelerator = derived->accelerator;
+      if (topology.empty()) topology = derived->topology;
+      if (chips.empty()) chips = std::to_string(derived->chips_per_host);
+    }
+  }
+  const std::string slices = Str(job, "/spec/tpu/slices", "1");
+  return (type.empty() ? "" : type + ": ") + accelerator + " " + topology + ", " + chips +
+         " chips per worker" + (slices == "1" ? std::string() : ", " + slices + " slices");
+}
+
 }  // namespace
 
 std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallTime now) {
@@ -207,11 +227,7 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
                         ? Str(job, "/spec/priority", "0")
                         : Str(job, "/spec/priority", "0") + " (class " +
                               Str(job, "/spec/priorityClassName") + ")"},
-      {"TPU:", Str(job, "/spec/tpu/accelerator") + " " + Str(job, "/spec/tpu/topology") + ", " +
-                   Str(job, "/spec/tpu/chipsPerWorker") + " chips per worker" +
-                   (Str(job, "/spec/tpu/slices", "1") == "1"
-                        ? std::string()
-                        : ", " + Str(job, "/spec/tpu/slices") + " slices")},
+      {"TPU:", DescribeTpu(job)},
       {Str(job, "/spec/tpu/slices", "1") == "1" ? "Node pool:" : "Node pools:", NodePools(job)},
       {"Age:", Age(Str(job, "/metadata/creationTimestamp"), now)},
   };

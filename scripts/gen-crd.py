@@ -27,6 +27,19 @@ docs/api.md): with all of them the CRD is too large for `kubectl apply` (client-
 the object into an annotation limited to 256 KiB). Field names and types stay everywhere, so
 `kubectl explain` lists them; `kubectl explain pod.spec...` has the upstream text.
 
+The TPU type names of spec.tpu.type come from src/policy/tpu_types.inc, the table the operator
+itself is built from (policy/tpu_types.cpp). Where the input has
+
+    # gen-crd: tpu type property          the property spec.tpu.type, its description listing
+                                          every valid name
+    # gen-crd: tpu type rules             the CEL rules on spec: an unknown name is refused with
+                                          the names of its generation (one rule per generation),
+                                          an unknown generation with the generations, and fields
+                                          given beside the type must agree with it
+
+the output holds what the table says, so the API server and the operator accept the same names.
+These regions need no OpenAPI document: --check regenerates them offline too.
+
 Each generated region is framed by `# gen-crd: begin ...` and `# gen-crd: end` comments carrying
 the Kubernetes version and a digest of the region, so `--check` also works without the OpenAPI
 document (no Go, no module cache): the output minus its regions must equal the input, every
@@ -71,7 +84,13 @@ ANNOTATIONS_MARGIN = 16 * 1024
 # depth 178 KB, which leaves room in the 256 KiB that client-side `kubectl apply` may use.
 DESCRIPTION_DEPTH = 2
 
+TPU_TYPES = os.path.join(ROOT, "src", "policy", "tpu_types.inc")
 MARKER = re.compile(r"^(?P<indent> *)# gen-crd: properties of (?P<type>[\w.]+)\n$")
+TPU_MARKER = re.compile(r"^(?P<indent> *)# gen-crd: (?P<what>tpu type (?:property|rules))\n$")
+TPU_BEGIN = re.compile(
+    r"^(?P<indent> *)# gen-crd: begin (?P<what>tpu type (?:property|rules)) from "
+    r"src/policy/tpu_types\.inc sha256:(?P<digest>[0-9a-f]{16})"
+    r" \(generated: edit the input and run make crd\)\n$")
 BEGIN = re.compile(
     r"^(?P<indent> *)# gen-crd: begin properties of (?P<type>[\w.]+) from "
     r"k8s\.io/kubernetes (?P<version>\S+) sha256:(?P<digest>[0-9a-f]{16})"
@@ -381,14 +400,153 @@ def region(indent, type_name, version, properties):
 
 
 # ------------------------------------------------------------------------------------------------
+# spec.tpu.type from src/policy/tpu_types.inc
+
+TPU_GENERATION_ROW = re.compile(r'^TPU_GENERATION\("([a-z0-9]+)", "([a-z0-9-]+)", ([0-9]+)\)$')
+TPU_SLICE_ROW = re.compile(r'^TPU_SLICE\("([a-z0-9]+)", "([0-9x]+)", ([0-9]+), "([a-z0-9-]+)"\)$')
+# The generation as people call it, where type names spell it otherwise.
+TPU_ALIASES = {"v5litepod": "v5e"}
+
+
+def read_tpu_types(path=TPU_TYPES):
+    """The table: [(prefix, accelerator, [(count suffix, topology, chips per host, hosts)])]."""
+    generations, cores = [], {}
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line.startswith("TPU_"):
+                continue
+            g, sl = TPU_GENERATION_ROW.match(line), TPU_SLICE_ROW.match(line)
+            if g:
+                generations.append((g.group(1), g.group(2), []))
+                cores[g.group(1)] = int(g.group(3))
+            elif sl and generations and generations[-1][0] == sl.group(1):
+                topology, per_host = sl.group(2), int(sl.group(3))
+                chips = 1
+                for dim in topology.split("x"):
+                    chips *= int(dim)
+                generations[-1][2].append((str(chips * cores[sl.group(1)]), topology, per_host,
+                                           chips // per_host))
+            else:
+                raise GenError("%s:%d: not a row this script reads (one TPU_GENERATION or "
+                               "TPU_SLICE per line, after its generation): %s" %
+                               (os.path.relpath(path, ROOT), number, line))
+    if not generations:
+        raise GenError(os.path.relpath(path, ROOT) + " has no rows")
+    return generations
+
+
+def tpu_generation_label(prefix):
+    return prefix + (" (%s)" % TPU_ALIASES[prefix] if prefix in TPU_ALIASES else "")
+
+
+def tpu_names_text(prefix, slices, cores_word):
+    """The valid names of one generation, worded as DescribeTpuTypeNames() words them."""
+    return "%s (%s), or %s-<topology> for topology %s" % (
+        ", ".join(prefix + "-" + s[0] for s in slices), cores_word, prefix,
+        ", ".join(s[1] for s in slices))
+
+
+def tpu_cores_word(prefix):
+    with open(TPU_TYPES) as f:
+        m = re.search(r'^TPU_GENERATION\("%s", "[^"]+", ([0-9]+)\)$' % re.escape(prefix), f.read(),
+                      re.M)
+    return "chips" if m and m.group(1) == "1" else "TensorCores"
+
+
+def tpu_property(indent, generations):
+    lines = [
+        "type is the TPU type as XPK and the GKE documentation name it: <generation>-<N>, where N "
+        "counts TensorCores for v4, v5p and tpu7x (two per chip) and chips for v5litepod (v5e) "
+        "and v6e, or <generation>-<topology>. It sets tpu.accelerator, tpu.topology, "
+        "tpu.chipsPerWorker (chips per host) and replicaSpecs.Worker.replicas (hosts per "
+        "slice), which may then be left out; where they are given they must agree with it. "
+        "status.tpu shows what the operator derived. Valid names by generation:"]
+    for prefix, _, slices in generations:
+        lines.append(tpu_generation_label(prefix) + ": " +
+                     tpu_names_text(prefix, slices, tpu_cores_word(prefix)) + ".")
+    pad = indent + "  "
+    out = [indent + "type:\n", pad + "type: string\n", pad + "maxLength: 32\n",
+           pad + "description: |-\n"]
+    out.extend(pad + "  " + line + "\n" for line in lines)
+    return "".join(out)
+
+
+def cel_string(text):
+    if "'" in text or "\\" in text:
+        raise GenError("cannot quote %r for CEL" % text)
+    return "'" + text + "'"
+
+
+def tpu_rules(indent, generations):
+    """CEL rules on spec (self is the spec): names, generations and agreement with the type."""
+    out = []
+
+    def rule(expression, message=None, message_expression=None):
+        out.append(indent + "- rule: " + json.dumps(expression) + "\n")
+        if message is not None:
+            out.append(indent + "  message: " + json.dumps(message) + "\n")
+        if message_expression is not None:
+            out.append(indent + "  messageExpression: " + json.dumps(message_expression) + "\n")
+        out.append(indent + "  fieldPath: .tpu.type\n")
+        out.append(indent + "  reason: FieldValueInvalid\n")
+
+    known = ", ".join(tpu_generation_label(g[0]) for g in generations)
+    rule("!has(self.tpu.type) || [%s].exists(p, self.tpu.type.startsWith(p))" %
+         ", ".join(cel_string(g[0] + "-") for g in generations),
+         message="tpu.type: the generation must be one of %s, as in v5p-128 or v6e-2x4" % known)
+    for prefix, accelerator, slices in generations:
+        # suffix -> "topology,chips per host,hosts per slice", for both names of each shape.
+        entries = []
+        for count, topology, per_host, hosts in slices:
+            value = cel_string("%s,%d,%d" % (topology, per_host, hosts))
+            entries.append(cel_string(count) + ": " + value)
+            entries.append(cel_string(topology) + ": " + value)
+        lookup = "[{%s}[?self.tpu.type.substring(%d)].orValue('')]" % (", ".join(entries),
+                                                                        len(prefix) + 1)
+        applies = "!has(self.tpu.type) || !self.tpu.type.startsWith(%s)" % cel_string(prefix + "-")
+        agrees = (
+            "v != '' && "
+            "(!has(self.tpu.accelerator) || self.tpu.accelerator == %s) && "
+            "(!has(self.tpu.topology) || self.tpu.topology == v.split(',')[0]) && "
+            "(!has(self.tpu.chipsPerWorker) || string(self.tpu.chipsPerWorker) == "
+            "v.split(',')[1]) && "
+            "(!has(self.replicaSpecs.Worker.replicas) || "
+            "string(self.replicaSpecs.Worker.replicas) == v.split(',')[2])" %
+            cel_string(accelerator))
+        unknown = "'tpu.type: ' + self.tpu.type + %s" % cel_string(
+            " is not a %s TPU type; %s types are: %s" % (
+                prefix, prefix, tpu_names_text(prefix, slices, tpu_cores_word(prefix))))
+        implies = ("'tpu.type: ' + self.tpu.type + ' means accelerator %s, topology ' + "
+                   "v.split(',')[0] + ', chipsPerWorker ' + v.split(',')[1] + ' and "
+                   "replicaSpecs.Worker.replicas ' + v.split(',')[2] + ' (hosts per slice); "
+                   "leave those fields out or give these values'" % accelerator)
+        rule("%s || %s.all(v, %s)" % (applies, lookup, agrees),
+             message_expression="%s.map(v, v == '' ? %s : %s)[0]" % (lookup, unknown, implies))
+    return "".join(out)
+
+
+def tpu_region(indent, what, generations):
+    body = tpu_property(indent, generations) if what == "tpu type property" else \
+        tpu_rules(indent, generations)
+    digest = hashlib.sha256(body.encode()).hexdigest()[:16]
+    return ("%s# gen-crd: begin %s from src/policy/tpu_types.inc sha256:%s (generated: edit the "
+            "input and run make crd)\n" % (indent, what, digest)) + body + indent + END
+
+
+# ------------------------------------------------------------------------------------------------
 # Input -> output, output -> input
 
 
 def generate(input_text, schema_for, version):
     out = [HEADER]
+    generations = read_tpu_types()
     for line in input_text.splitlines(keepends=True):
         m = MARKER.match(line)
-        if m:
+        t = TPU_MARKER.match(line)
+        if t:
+            out.append(tpu_region(t.group("indent"), t.group("what"), generations))
+        elif m:
             out.append(region(m.group("indent"), m.group("type"), version,
                               schema_for(m.group("type"))))
         else:
@@ -408,8 +566,9 @@ def degenerate(output_text):
     lines = output_text[len(HEADER):].splitlines(keepends=True) if not problems else \
         output_text.splitlines(keepends=True)
     i = 0
+    generations = None
     while i < len(lines):
-        m = BEGIN.match(lines[i])
+        m = BEGIN.match(lines[i]) or TPU_BEGIN.match(lines[i])
         if not m:
             result.append(lines[i])
             i += 1
@@ -424,8 +583,16 @@ def degenerate(output_text):
         body = "".join(lines[i + 1:j])
         if hashlib.sha256(body.encode()).hexdigest()[:16] != m.group("digest"):
             problems.append("lines %d-%d: the generated region was edited by hand" % (i + 1, j + 1))
-        versions.add(m.group("version"))
-        result.append("%s# gen-crd: properties of %s\n" % (indent, m.group("type")))
+        if "what" in m.groupdict():
+            # Made from the TPU type table alone: compare with what the table makes now.
+            generations = generations or read_tpu_types()
+            if tpu_region(indent, m.group("what"), generations) != "".join(lines[i:j + 1]):
+                problems.append("lines %d-%d: the %s region does not match "
+                                "src/policy/tpu_types.inc" % (i + 1, j + 1, m.group("what")))
+            result.append("%s# gen-crd: %s\n" % (indent, m.group("what")))
+        else:
+            versions.add(m.group("version"))
+            result.append("%s# gen-crd: properties of %s\n" % (indent, m.group("type")))
         i = j + 1
     return "".join(result), versions, problems
 
@@ -467,12 +634,23 @@ def self_test(committed, input_text, pinned, generated):
             failures.append("self-test: the offline check misses " + what)
         elif generated is not None and edited == generated:
             failures.append("self-test: the full check misses " + what)
+    tpu_at = committed.find("# gen-crd: begin tpu type rules")
+    if tpu_at >= 0:
+        # The table changed (a row more) but the CRD was not regenerated.
+        stale = committed[:tpu_at] + committed[tpu_at:].replace("'2x2x1,4,1'", "'2x2x1,4,2'", 1)
+        edits_tpu = {"a TPU type rule out of step with src/policy/tpu_types.inc": stale}
+        for what, edited in edits_tpu.items():
+            if edited == committed:
+                failures.append("self-test: could not make " + what)
+            elif not offline_problems(edited, input_text, pinned):
+                failures.append("self-test: the offline check misses " + what)
     edited_input = input_text.replace("kind: CustomResourceDefinition\n", "kind: CRD\n", 1)
     if not offline_problems(committed, edited_input, pinned):
         failures.append("self-test: the offline check misses an edited input")
     if failures:
         raise GenError("\n".join(failures))
-    print("gen-crd: self-test: hand edits, an edited input and another version are all caught")
+    print("gen-crd: self-test: hand edits, an edited input, a stale TPU type table and another "
+          "version are all caught")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <limits>
 
+#include "policy/tpu_types.h"
+
 namespace tpujob::policy {
 namespace {
 
@@ -50,8 +52,11 @@ const Json* Member(const Json& object, std::string_view key) {
   return &*it;
 }
 
+// `derived`: what spec.tpu.type names, if it names anything; the Worker replicas may then be left
+// out (they are the type's hosts per slice) and, where given, must be that.
 std::optional<std::string> ReadReplica(const Json& specs, std::string_view type, int64_t max,
-                                       std::optional<ReplicaSpec>& out) {
+                                       std::optional<ReplicaSpec>& out,
+                                       const std::optional<TpuType>& derived = std::nullopt) {
   const Json* replica = Member(specs, type);
   if (replica == nullptr) return std::nullopt;
   const std::string path = "spec.replicaSpecs." + std::string(type);
@@ -59,6 +64,16 @@ std::optional<std::string> ReadReplica(const Json& specs, std::string_view type,
   ReplicaSpec spec;
   int64_t replicas = type == "Master" ? 1 : 0;
   if (auto e = ReadInt(*replica, "replicas", path + ".replicas", 1, max, replicas)) return e;
+  if (derived) {
+    if (replicas == 0) {
+      replicas = derived->hosts_per_slice;
+    } else if (replicas != derived->hosts_per_slice) {
+      return path + ".replicas: " + std::to_string(replicas) +
+             " disagrees with spec.tpu.type, whose " + std::string(derived->topology) +
+             " slice has " + std::to_string(derived->hosts_per_slice) +
+             " hosts; leave replicas out or set it to " + std::to_string(derived->hosts_per_slice);
+    }
+  }
   if (replicas < 1) return path + ".replicas: is required";
   spec.replicas = static_cast<int32_t>(replicas);
   const Json* tmpl = Member(*replica, "template");
@@ -202,14 +217,46 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   }
   if (value > 0) out.active_deadline_seconds = value;
 
-  // TPU slice.
+  // TPU slice: by name (spec.tpu.type), or by accelerator, topology and chips per worker. Fields
+  // given beside a type must agree with it: the API server's CEL rules say so too, but a cluster
+  // may have skipped them (an older CRD, validation off).
   const Json* tpu = Member(spec, "tpu");
   if (tpu == nullptr || !tpu->is_object()) return Error("spec.tpu: is required");
+  if (auto e = ReadString(*tpu, "type", "spec.tpu.type", out.tpu.type)) return Error(*e);
+  std::optional<TpuType> derived;
+  if (!out.tpu.type.empty()) {
+    auto looked_up = LookUpTpuType(out.tpu.type);
+    if (!looked_up) return Error("spec.tpu.type: " + looked_up.error());
+    derived = *looked_up;
+  }
+  // A field the type also sets: absent, it becomes the type's; given, it must be the type's,
+  // and the message says what the type means otherwise.
+  auto agree = [&](std::string_view field, std::string& given,
+                   std::string_view implied) -> std::optional<std::string> {
+    if (!derived) return std::nullopt;
+    if (given.empty()) {
+      given = std::string(implied);
+    } else if (given != implied) {
+      return "spec.tpu." + std::string(field) + ": \"" + given +
+             "\" disagrees with spec.tpu.type " + out.tpu.type + ", whose " + std::string(field) +
+             " is " + std::string(implied) + "; leave " + std::string(field) +
+             " out or set it to " + std::string(implied);
+    }
+    return std::nullopt;
+  };
   if (auto e = ReadString(*tpu, "accelerator", "spec.tpu.accelerator", out.tpu.accelerator)) {
+    return Error(*e);
+  }
+  if (auto e = agree("accelerator", out.tpu.accelerator,
+                     derived ? derived->accelerator : std::string_view())) {
     return Error(*e);
   }
   if (out.tpu.accelerator.empty()) return Error("spec.tpu.accelerator: is required");
   if (auto e = ReadString(*tpu, "topology", "spec.tpu.topology", out.tpu.topology)) {
+    return Error(*e);
+  }
+  if (auto e =
+          agree("topology", out.tpu.topology, derived ? derived->topology : std::string_view())) {
     return Error(*e);
   }
   if (out.tpu.TopologyChips() <= 0) {
@@ -219,6 +266,14 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   value = 0;
   if (auto e = ReadInt(*tpu, "chipsPerWorker", "spec.tpu.chipsPerWorker", 1, 8, value)) {
     return Error(*e);
+  }
+  if (derived && value == 0) {
+    value = derived->chips_per_host;
+  } else if (derived && value != derived->chips_per_host) {
+    return Error(
+        "spec.tpu.chipsPerWorker: " + std::to_string(value) + " disagrees with spec.tpu.type " +
+        out.tpu.type + ", whose hosts have " + std::to_string(derived->chips_per_host) +
+        " chips; leave chipsPerWorker out or set it to " + std::to_string(derived->chips_per_host));
   }
   if (value == 0) return Error("spec.tpu.chipsPerWorker: is required");
   out.tpu.chips_per_worker = static_cast<int32_t>(value);
@@ -247,7 +302,7 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   }
   if (auto e = ReadReplica(*specs, "Master", 1, out.master)) return Error(*e);
   std::optional<ReplicaSpec> worker;
-  if (auto e = ReadReplica(*specs, "Worker", 4096, worker)) return Error(*e);
+  if (auto e = ReadReplica(*specs, "Worker", 4096, worker, derived)) return Error(*e);
   if (!worker) return Error("spec.replicaSpecs.Worker: is required");
   out.worker = std::move(*worker);
   const int64_t chips = out.tpu.TopologyChips();

@@ -82,6 +82,10 @@ inline constexpr int32_t kMaxSlices = 64;
 inline constexpr int64_t kMaxJobWorkers = 16384;
 
 struct TpuSpec {
+  // spec.tpu.type as written (e.g. "v5p-128"), "" when the spec names no type. When given, the
+  // fields below that the spec leaves out are the type's (policy/tpu_types.h), and those it
+  // gives must agree with it; worker.replicas likewise is the type's hosts per slice.
+  std::string type;
   std::string accelerator;  // node label cloud.google.com/gke-tpu-accelerator
   std::string topology;     // node label cloud.google.com/gke-tpu-topology, e.g. "2x4"
   int32_t chips_per_worker = 0;

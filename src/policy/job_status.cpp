@@ -188,6 +188,15 @@ JobStatus JobStatus::FromJson(const Json& j) {
   s.attempt = ReadInt<int32_t>(j, "attempt");
   s.job_retries = ReadInt<int32_t>(j, "jobRetries");
   s.ready_workers = ReadString(j, "readyWorkers");
+  if (auto it = j.find("tpu"); it != j.end() && it->is_object()) {
+    s.tpu = TpuStatus{.summary = ReadString(*it, "summary"),
+                      .type = ReadString(*it, "type"),
+                      .accelerator = ReadString(*it, "accelerator"),
+                      .topology = ReadString(*it, "topology"),
+                      .chips_per_worker = ReadInt<int32_t>(*it, "chipsPerWorker"),
+                      .hosts_per_slice = ReadInt<int32_t>(*it, "hostsPerSlice"),
+                      .slices = ReadInt<int32_t>(*it, "slices")};
+  }
   if (auto it = j.find("replicaStatuses"); it != j.end() && it->is_object()) {
     for (const auto& [type, counts] : it->items()) s.replica_statuses[type] = ReadCounts(counts);
   }
@@ -269,6 +278,17 @@ Json JobStatus::ToJson() const {
   if (attempt != 0) out["attempt"] = attempt;
   if (job_retries != 0) out["jobRetries"] = job_retries;
   PutString(out, "readyWorkers", ready_workers);
+  if (tpu) {
+    Json t = Json::object();
+    PutString(t, "summary", tpu->summary);
+    PutString(t, "type", tpu->type);
+    PutString(t, "accelerator", tpu->accelerator);
+    PutString(t, "topology", tpu->topology);
+    if (tpu->chips_per_worker != 0) t["chipsPerWorker"] = tpu->chips_per_worker;
+    if (tpu->hosts_per_slice != 0) t["hostsPerSlice"] = tpu->hosts_per_slice;
+    if (tpu->slices != 0) t["slices"] = tpu->slices;
+    out["tpu"] = std::move(t);
+  }
   if (!replica_statuses.empty()) {
     Json map = Json::object();
     for (const auto& [type, c] : replica_statuses) {

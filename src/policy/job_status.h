@@ -117,6 +117,20 @@ struct Goodput {
 // the `cause` label of the lost chip-seconds metric.
 std::string GoodputCauseKey(std::string_view cause);
 
+// status.tpu: the slice the operator runs the job on, as it read spec.tpu, with what
+// spec.tpu.type implies filled in. Column TPU shows `summary`.
+struct TpuStatus {
+  std::string summary;  // spec.tpu.type, else "<accelerator> <topology>"
+  std::string type;     // spec.tpu.type; "" when the spec names none
+  std::string accelerator;
+  std::string topology;
+  int32_t chips_per_worker = 0;
+  int32_t hosts_per_slice = 0;
+  int32_t slices = 0;
+
+  friend bool operator==(const TpuStatus&, const TpuStatus&) = default;
+};
+
 struct JobStatus {
   Phase phase = Phase::kNone;
   std::vector<Condition> conditions;
@@ -124,6 +138,7 @@ struct JobStatus {
   int32_t attempt = 0;
   int32_t job_retries = 0;
   std::string ready_workers;
+  std::optional<TpuStatus> tpu;                                        // set once the spec is valid
   std::map<std::string, ReplicaCounts, std::less<>> replica_statuses;  // "Master", "Worker"
   std::map<std::string, RestartRecord, std::less<>> worker_restarts;   // "Worker-3"
   std::optional<WallTime> queued_at;

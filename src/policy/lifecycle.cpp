@@ -70,6 +70,16 @@ class Decider {
       Event(false, "SpecValid", "the spec is valid again");
     }
     s.SetCondition(condition::kValid, true, "SpecValid", "the spec is valid", now_, gen_);
+    s.tpu = TpuStatus{
+        .summary =
+            spec.tpu.type.empty() ? spec.tpu.accelerator + " " + spec.tpu.topology : spec.tpu.type,
+        .type = spec.tpu.type,
+        .accelerator = spec.tpu.accelerator,
+        .topology = spec.tpu.topology,
+        .chips_per_worker = spec.tpu.chips_per_worker,
+        .hosts_per_slice = spec.HostsPerSlice(),
+        .slices = spec.tpu.slices,
+    };
     if (s.phase == Phase::kFailed) {
       const Condition* failed = s.FindCondition(condition::kFailed);
       if (failed != nullptr && failed->reason == "InvalidSpec") {

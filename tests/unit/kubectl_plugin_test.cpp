@@ -114,6 +114,13 @@ TEST(KubectlPluginTest, DescribeShowsQueueFaultsCordonsAndPods) {
   EXPECT_THAT(running, HasSubstr("Faults (oldest first):\n  <none>"));
 }
 
+TEST(KubectlPluginTest, DescribeShowsWhatATpuTypeMeans) {
+  json job = Job("typed", "Queued", 1, 0);
+  job["spec"]["tpu"] = {{"type", "v5p-128"}};
+  EXPECT_THAT(RenderDescribe(job, {}, kNow),
+              HasSubstr("v5p-128: tpu-v5p-slice 4x4x4, 4 chips per worker"));
+}
+
 TEST(KubectlPluginTest, MultisliceJobShowsItsSlicesPoolsAndTheSliceOfEachFault) {
   json job = Job("ms", "Running", 0, 0);
   job["spec"]["tpu"]["slices"] = 3;

@@ -578,5 +578,120 @@ TEST(PolicyJobSpecTest, SlicesOutsideTheirBoundsAreRefused) {
   EXPECT_EQ(ErrorOf(big), "<no error>");
 }
 
+// --- spec.tpu.type -------------------------------------------------------------------------------
+
+// A spec that names its slice by type only: no accelerator, topology, chipsPerWorker or Worker
+// replicas.
+Json TypedSpec(std::string_view type) {
+  Json spec = SpecJson(2);
+  spec["tpu"] = {{"type", type}};
+  spec["replicaSpecs"]["Worker"].erase("replicas");
+  return spec;
+}
+
+TEST(PolicyJobSpecTpuTypeTest, TypeAloneDerivesTheSlice) {
+  auto parsed = Parse(TypedSpec("v5p-128"));
+  ASSERT_TRUE(parsed.has_value()) << parsed.error();
+  EXPECT_EQ(parsed->tpu.type, "v5p-128");
+  EXPECT_EQ(parsed->tpu.accelerator, "tpu-v5p-slice");
+  EXPECT_EQ(parsed->tpu.topology, "4x4x4");
+  EXPECT_EQ(parsed->tpu.chips_per_worker, 4);
+  EXPECT_EQ(parsed->worker.replicas, 16);
+  EXPECT_EQ(parsed->HostsPerSlice(), 16);
+  EXPECT_EQ(parsed->Replicas(ReplicaType::kWorker), 16);
+}
+
+TEST(PolicyJobSpecTpuTypeTest, SingleHostTypesAndTopologyNames) {
+  struct Case {
+    const char* type;
+    const char* accelerator;
+    const char* topology;
+    int32_t chips;
+    int32_t hosts;
+  };
+  for (const Case& c :
+       {Case{"v5litepod-1", "tpu-v5-lite-podslice", "1x1", 1, 1},
+        Case{"v5litepod-4", "tpu-v5-lite-podslice", "2x2", 4, 1},
+        Case{"v5litepod-8", "tpu-v5-lite-podslice", "2x4", 8, 1},
+        Case{"v6e-8", "tpu-v6e-slice", "2x4", 8, 1}, Case{"v6e-4x8", "tpu-v6e-slice", "4x8", 4, 8},
+        Case{"v4-8", "tpu-v4-podslice", "2x2x1", 4, 1},
+        Case{"tpu7x-4x4x4", "tpu7x", "4x4x4", 4, 16}}) {
+    auto parsed = Parse(TypedSpec(c.type));
+    ASSERT_TRUE(parsed.has_value()) << c.type << ": " << parsed.error();
+    EXPECT_EQ(parsed->tpu.accelerator, c.accelerator) << c.type;
+    EXPECT_EQ(parsed->tpu.topology, c.topology) << c.type;
+    EXPECT_EQ(parsed->tpu.chips_per_worker, c.chips) << c.type;
+    EXPECT_EQ(parsed->worker.replicas, c.hosts) << c.type;
+  }
+}
+
+TEST(PolicyJobSpecTpuTypeTest, ExplicitFieldsThatAgreeAreAccepted) {
+  Json spec = TypedSpec("v5litepod-16");
+  spec["tpu"]["accelerator"] = "tpu-v5-lite-podslice";
+  spec["tpu"]["topology"] = "4x4";
+  spec["tpu"]["chipsPerWorker"] = 4;
+  spec["tpu"]["slices"] = 2;
+  spec["replicaSpecs"]["Worker"]["replicas"] = 4;
+  auto parsed = Parse(spec);
+  ASSERT_TRUE(parsed.has_value()) << parsed.error();
+  EXPECT_EQ(parsed->Replicas(ReplicaType::kWorker), 8);
+}
+
+TEST(PolicyJobSpecTpuTypeTest, ExplicitFieldsThatDisagreeAreInvalidAndSayWhatTheTypeMeans) {
+  Json topology = TypedSpec("v5p-128");
+  topology["tpu"]["topology"] = "2x4x8";
+  EXPECT_EQ(ErrorOf(topology),
+            "spec.tpu.topology: \"2x4x8\" disagrees with spec.tpu.type v5p-128, whose topology "
+            "is 4x4x4; leave topology out or set it to 4x4x4");
+
+  Json accelerator = TypedSpec("v6e-16");
+  accelerator["tpu"]["accelerator"] = "tpu-v5-lite-podslice";
+  EXPECT_THAT(ErrorOf(accelerator),
+              HasSubstr("spec.tpu.accelerator: \"tpu-v5-lite-podslice\" disagrees with "
+                        "spec.tpu.type v6e-16, whose accelerator is tpu-v6e-slice"));
+
+  Json chips = TypedSpec("v6e-8");
+  chips["tpu"]["chipsPerWorker"] = 4;
+  EXPECT_EQ(ErrorOf(chips),
+            "spec.tpu.chipsPerWorker: 4 disagrees with spec.tpu.type v6e-8, whose hosts have 8 "
+            "chips; leave chipsPerWorker out or set it to 8");
+
+  Json replicas = TypedSpec("v5p-128");
+  replicas["replicaSpecs"]["Worker"]["replicas"] = 8;
+  EXPECT_EQ(ErrorOf(replicas),
+            "spec.replicaSpecs.Worker.replicas: 8 disagrees with spec.tpu.type, whose 4x4x4 slice "
+            "has 16 hosts; leave replicas out or set it to 16");
+}
+
+TEST(PolicyJobSpecTpuTypeTest, UnknownTypesAreInvalidWithTheValidChoices) {
+  EXPECT_THAT(ErrorOf(TypedSpec("v5p-100")),
+              HasSubstr("spec.tpu.type: \"v5p-100\" is not a v5p TPU type; v5p types are: "
+                        "v5p-8, v5p-16,"));
+  EXPECT_THAT(ErrorOf(TypedSpec("v3-8")),
+              HasSubstr("spec.tpu.type: \"v3-8\" is not a TPU type: the generation must be one "
+                        "of v4, v5litepod (v5e), v5p, v6e, tpu7x"));
+  Json number = TypedSpec("v5p-8");
+  number["tpu"]["type"] = 8;
+  EXPECT_EQ(ErrorOf(number), "spec.tpu.type: must be a string");
+}
+
+TEST(PolicyJobSpecTpuTypeTest, WithoutTypeTheFieldsAreStillRequired) {
+  Json spec = SpecJson(2);
+  spec["tpu"].erase("accelerator");
+  EXPECT_EQ(ErrorOf(spec), "spec.tpu.accelerator: is required");
+  spec = SpecJson(2);
+  spec["replicaSpecs"]["Worker"].erase("replicas");
+  EXPECT_EQ(ErrorOf(spec), "spec.replicaSpecs.Worker.replicas: is required");
+  spec = SpecJson(2);
+  spec["tpu"].erase("chipsPerWorker");
+  EXPECT_EQ(ErrorOf(spec), "spec.tpu.chipsPerWorker: is required");
+}
+
+TEST(PolicyJobSpecTpuTypeTest, SlicesOfATypeStillCountAgainstTheWorkerLimit) {
+  Json spec = TypedSpec("tpu7x-16384");  // 2048 hosts per slice
+  spec["tpu"]["slices"] = 9;
+  EXPECT_THAT(ErrorOf(spec), HasSubstr("spec.tpu.slices: 9 slices of 2048 workers"));
+}
+
 }  // namespace
 }  // namespace tpujob::policy

@@ -37,6 +37,7 @@ JobStatus FullStatus() {
   s.attempt = 2;
   s.job_retries = 1;
   s.ready_workers = "1/2";
+  s.tpu = TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 3};
   s.replica_statuses["Master"] = ReplicaCounts{1, 1, 0, 0, 0};
   s.replica_statuses["Worker"] = ReplicaCounts{2, 1, 3, 4, 5};
   s.worker_restarts["Worker-0"] = RestartRecord{2, "pod-uid-7", "node-3"};
@@ -87,6 +88,13 @@ TEST(PolicyJobStatusTest, ToJsonSpelling) {
   EXPECT_EQ(j["attempt"], 2);
   EXPECT_EQ(j["jobRetries"], 1);
   EXPECT_EQ(j["readyWorkers"], "1/2");
+  EXPECT_EQ(j["tpu"], (Json{{"summary", "v5p-16"},
+                            {"type", "v5p-16"},
+                            {"accelerator", "tpu-v5p-slice"},
+                            {"topology", "2x2x2"},
+                            {"chipsPerWorker", 4},
+                            {"hostsPerSlice", 2},
+                            {"slices", 3}}));
   EXPECT_EQ(j["replicaStatuses"]["Worker"],
             (Json{{"active", 2}, {"ready", 1}, {"succeeded", 3}, {"failed", 4}, {"restarts", 5}}));
   EXPECT_EQ(j["workerRestarts"]["Worker-0"],

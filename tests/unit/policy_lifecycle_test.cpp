@@ -195,6 +195,19 @@ TEST(PolicyLifecycleTest, NewJobIsQueued) {
   EXPECT_FALSE(plan.ensure_service);
   EXPECT_EQ(s.ready_workers, "0/2");
   EXPECT_EQ(s.replica_statuses.at("Worker"), ReplicaCounts{});
+  // The slice as the operator read it; without a type, the summary is accelerator and topology.
+  EXPECT_EQ(s.tpu,
+            (TpuStatus{"tpu-v5-lite-podslice 2x4", "", "tpu-v5-lite-podslice", "2x4", 4, 2, 1}));
+}
+
+TEST(PolicyLifecycleTest, StatusShowsTheSliceATypeImplies) {
+  Json spec = SpecJson(2);
+  spec["tpu"] = {{"type", "v5p-16"}, {"slices", 2}};
+  spec["replicaSpecs"]["Worker"].erase("replicas");
+  PodSim sim(spec);
+  const Plan plan = sim.Decide();
+  EXPECT_EQ(plan.status.tpu, (TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 2}));
+  EXPECT_EQ(plan.status.ready_workers, "0/4");
 }
 
 TEST(PolicyLifecycleTest, NewJobIsQueuedEvenWhenTheQueueWouldAdmitIt) {
