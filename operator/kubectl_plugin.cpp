@@ -12,6 +12,7 @@
 #include "cache/objects.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "plugin_commands.h"
 #include "policy/goodput.h"
 #include "policy/job_status.h"
 
@@ -321,10 +322,58 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
   return out;
 }
 
+namespace {
+
+// kubectl's way of reporting the API server's refusal: its reason and its message (for a CEL
+// rule, the rule's message), so the user sees what to fix.
+void PrintError(const kube::Error& error) {
+  if (error.kind == kube::ErrorKind::kApi && !error.message.empty()) {
+    std::fprintf(
+        stderr, "Error from server (%s): %s\n",
+        error.reason.empty() ? std::to_string(error.http_status).c_str() : error.reason.c_str(),
+        error.message.c_str());
+  } else {
+    std::fprintf(stderr, "error: %s\n", error.ToString().c_str());
+  }
+}
+
+void PrintObject(const json& object, const std::string& format) {
+  if (format == "json") {
+    std::fputs((object.dump(4) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(ToYaml(object).c_str(), stdout);
+  }
+}
+
+// The field manager of the plugin's writes, so `kubectl get -o yaml --show-managed-fields` tells
+// them apart from the operator's.
+constexpr const char* kFieldManager = "kubectl-tpujob";
+
+void PrintNotFound(const std::string& name) {
+  std::fprintf(stderr, "Error from server (NotFound): tpujobs.tpujob.dev \"%s\" not found\n",
+               name.c_str());
+}
+
+}  // namespace
+
 int Run(int argc, char** argv) {
+  // Everything after the first `--` is the command of `run`; CLI11 never sees it, so flags of the
+  // command (`sh -c ...`) are not taken for the plugin's.
+  std::vector<std::string> command;
+  int plugin_argc = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      plugin_argc = i;
+      command.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+  const bool has_separator = plugin_argc != argc;
+
   CLI::App app{
       "kubectl tpujob: TPUJobs as the tpujob-operator sees them: the queue in order, and for one "
-      "job its attempts, faults, cordoned nodes, pods and why it waits.",
+      "job its attempts, faults, cordoned nodes, pods and why it waits; and a job run, followed, "
+      "waited for, suspended and resumed from the command line.",
       "kubectl tpujob"};
   app.require_subcommand(1);
   app.fallthrough();  // the global flags may follow the subcommand, as in kubectl
@@ -346,7 +395,76 @@ int Run(int argc, char** argv) {
       "items, cordoned nodes, pods, suspend/deadline/TTL, and its place in the queue and why it "
       "waits.");
   describe->add_option("NAME", name, "The TPUJob's name.")->required();
-  CLI11_PARSE(app, argc, argv);
+
+  RunRequest run_request;
+  std::string dry_run = "none";
+  std::string output;
+  int slices = 0;
+  int priority = 0;
+  int max_restarts = 0;
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Create a TPUJob from the command line: NAME --tpu-type T --image IMG [flags] -- COMMAND "
+      "[ARGS...]. The Worker template gets one container (\"trainer\") running COMMAND with ARGS; "
+      "the API server derives accelerator, topology, chips and hosts from the TPU type. Prints "
+      "`tpujob.tpujob.dev/NAME created`; with --dry-run=client prints the object instead (-o "
+      "yaml|json), ready for `kubectl apply -f -`. Exit 1 when the server refuses the job.");
+  run->add_option("NAME", run_request.name, "The TPUJob's name.")->required();
+  run->add_option("--tpu-type", run_request.tpu_type,
+                  "TPU type: v5litepod-16, v5p-128, v6e-8, ... (spec.tpu.type). Required.");
+  CLI::Option* slices_option =
+      run->add_option("--slices", slices, "Slices of that type, for multislice (spec.tpu.slices).");
+  run->add_option("--image", run_request.image, "The container image. Required.");
+  CLI::Option* priority_option =
+      run->add_option("--priority", priority, "Queue priority, higher first (spec.priority).");
+  CLI::Option* priority_class_option =
+      run->add_option("--priority-class", run_request.priority_class,
+                      "Take the priority from this PriorityClass (spec.priorityClassName).");
+  priority_option->excludes(priority_class_option);
+  CLI::Option* max_restarts_option =
+      run->add_option("--max-restarts", max_restarts,
+                      "In-place restarts of one worker for a retryable exit "
+                      "(spec.faultTolerance.maxWorkerRestarts).");
+  run->add_option("--queue", run_request.queue,
+                  "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name).");
+  run->add_option("--env", run_request.env,
+                  "KEY=VALUE for the container's environment (repeatable).");
+  run->add_option("--dry-run", dry_run,
+                  "client: print the object without sending it; none: create it.")
+      ->check(CLI::IsMember({"none", "client"}))
+      ->default_str("none");
+  run->add_option("-o,--output", output,
+                  "yaml or json: print the object (the server's answer, or with --dry-run=client "
+                  "the object that would be sent).")
+      ->check(CLI::IsMember({"yaml", "json"}));
+
+  try {
+    app.parse(plugin_argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // kubectl's convention: a usage error exits 1; --help exits 0.
+    return app.exit(e) == 0 ? 0 : 1;
+  }
+  if (has_separator && !run->parsed()) {
+    std::fprintf(stderr, "error: arguments after `--` are only taken by `run`\n");
+    return 1;
+  }
+
+  if (run->parsed()) {
+    if (slices_option->count() > 0) run_request.slices = slices;
+    if (priority_option->count() > 0) run_request.priority = priority;
+    if (max_restarts_option->count() > 0) run_request.max_restarts = max_restarts;
+    run_request.command = command;
+    run_request.ns = ns;  // only when given: kubectl apply then uses the current namespace
+    auto job = BuildJob(run_request);
+    if (!job) {
+      std::fprintf(stderr, "error: %s\n", job.error().c_str());
+      return 1;
+    }
+    if (dry_run == "client") {
+      PrintObject(*job, output.empty() ? "yaml" : output);
+      return 0;
+    }
+  }
 
   auto config = kube::ResolveConfig(kubeconfig, context);
   if (!config) {
@@ -354,8 +472,25 @@ int Run(int argc, char** argv) {
     return 1;
   }
   if (ns.empty()) ns = config->default_namespace;
+  config->user_agent = "kubectl-tpujob";
   auto client = kube::NewClient(*config, {});
   const WallTime now = std::chrono::system_clock::now();
+  if (run->parsed()) {
+    auto job = BuildJob(run_request);
+    kube::WriteOptions options;
+    options.field_manager = kFieldManager;
+    auto created = client->Create(kube::Resource::TPUJobs(), ns, *job, options);
+    if (!created) {
+      PrintError(created.error());
+      return 1;
+    }
+    if (!output.empty()) {
+      PrintObject(*created, output);
+    } else {
+      std::printf("tpujob.tpujob.dev/%s created\n", run_request.name.c_str());
+    }
+    return 0;
+  }
   if (list->parsed()) {
     std::vector<json> jobs;
     auto listed = kube::ListAll(*client, kube::Resource::TPUJobs(), all_namespaces ? "" : ns, {});
@@ -370,8 +505,7 @@ int Run(int argc, char** argv) {
   auto job = client->Get(kube::Resource::TPUJobs(), ns, name);
   if (!job) {
     if (job.error().IsNotFound()) {
-      std::fprintf(stderr, "Error from server (NotFound): tpujobs.tpujob.dev \"%s\" not found\n",
-                   name.c_str());
+      PrintNotFound(name);
     } else {
       std::fprintf(stderr, "error: %s\n", job.error().ToString().c_str());
     }

@@ -1,0 +1,136 @@
+#include "plugin_commands.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <regex>
+
+#include "kube/resource.h"
+
+namespace tpujob::plugin {
+namespace {
+
+using nlohmann::json;
+
+// Whether a plain (unquoted) scalar `text` would be read back by a YAML 1.1 or 1.2 parser as
+// something other than a string. kubectl's parser (sigs.k8s.io/yaml, go-yaml v2) still resolves
+// YAML 1.1's yes/no/on/off, so they count too.
+bool NeedsQuotes(const std::string& text) {
+  if (text.empty()) return true;
+  static const std::regex kNonString(
+      R"(~|null|Null|NULL|true|True|TRUE|false|False|FALSE|y|Y|yes|Yes|YES|n|N|no|No|NO|)"
+      R"(on|On|ON|off|Off|OFF|[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?|)"
+      R"([-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)|0[xX][0-9a-fA-F_]+|0o?[0-7_]+|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)");
+  return std::regex_match(text, kNonString);
+}
+
+void Emit(YAML::Emitter& out, const json& value) {
+  switch (value.type()) {
+    case json::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [key, item] : value.items()) {
+        out << YAML::Key;
+        if (NeedsQuotes(key)) out << YAML::DoubleQuoted;
+        out << key << YAML::Value;
+        Emit(out, item);
+      }
+      out << YAML::EndMap;
+      return;
+    case json::value_t::array:
+      out << YAML::BeginSeq;
+      for (const json& item : value) Emit(out, item);
+      out << YAML::EndSeq;
+      return;
+    case json::value_t::string: {
+      const std::string& text = value.get_ref<const std::string&>();
+      if (NeedsQuotes(text)) out << YAML::DoubleQuoted;
+      out << text;
+      return;
+    }
+    case json::value_t::boolean:
+      out << (value.get<bool>() ? "true" : "false");
+      return;
+    case json::value_t::null:
+    case json::value_t::discarded:
+      out << YAML::Null;
+      return;
+    default:  // numbers
+      out << value.dump();
+      return;
+  }
+}
+
+bool Dns1035Label(const std::string& name) {
+  static const std::regex kLabel("[a-z]([-a-z0-9]*[a-z0-9])?");
+  return std::regex_match(name, kLabel);
+}
+
+}  // namespace
+
+std::expected<json, std::string> BuildJob(const RunRequest& request) {
+  if (request.name.empty()) return std::unexpected("a job name is required: run NAME ...");
+  if (!Dns1035Label(request.name) || request.name.size() > 45) {
+    return std::unexpected("invalid name \"" + request.name +
+                           "\": a TPUJob's name is a DNS-1035 label (lower-case letters, digits "
+                           "and '-', starting with a letter) of at most 45 characters");
+  }
+  if (request.tpu_type.empty()) {
+    return std::unexpected("--tpu-type is required (a TPU type such as v5litepod-16, v5p-128)");
+  }
+  if (request.image.empty()) return std::unexpected("--image is required");
+  if (request.command.empty()) {
+    return std::unexpected("a command is required after `--`: run NAME ... -- COMMAND [ARGS...]");
+  }
+  if (request.priority && !request.priority_class.empty()) {
+    return std::unexpected("--priority and --priority-class cannot both be given");
+  }
+  if (request.slices && (*request.slices < 1 || *request.slices > 16384)) {
+    return std::unexpected("--slices must be between 1 and 16384");
+  }
+  if (request.max_restarts && (*request.max_restarts < 0 || *request.max_restarts > 100)) {
+    return std::unexpected("--max-restarts must be between 0 and 100");
+  }
+  json env = json::array();
+  for (const std::string& pair : request.env) {
+    const size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return std::unexpected("invalid --env \"" + pair + "\": expected KEY=VALUE");
+    }
+    env.push_back({{"name", pair.substr(0, eq)}, {"value", pair.substr(eq + 1)}});
+  }
+
+  json container = {{"name", kContainerName},
+                    {"image", request.image},
+                    {"command", json::array({request.command.front()})}};
+  if (request.command.size() > 1) {
+    container["args"] =
+        std::vector<std::string>(request.command.begin() + 1, request.command.end());
+  }
+  if (!env.empty()) container["env"] = env;
+
+  const kube::Resource resource = kube::Resource::TPUJobs();
+  json job = {{"apiVersion", resource.group + "/" + resource.version},
+              {"kind", "TPUJob"},
+              {"metadata", {{"name", request.name}}}};
+  if (!request.ns.empty()) job["metadata"]["namespace"] = request.ns;
+  if (!request.queue.empty()) job["metadata"]["labels"][std::string(kQueueLabel)] = request.queue;
+  json& spec = job["spec"];
+  spec["tpu"]["type"] = request.tpu_type;
+  if (request.slices) spec["tpu"]["slices"] = *request.slices;
+  if (request.priority) spec["priority"] = *request.priority;
+  if (!request.priority_class.empty()) spec["priorityClassName"] = request.priority_class;
+  if (request.max_restarts) spec["faultTolerance"]["maxWorkerRestarts"] = *request.max_restarts;
+  spec["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] = json::array({container});
+  return job;
+}
+
+std::string ToYaml(const json& object) {
+  YAML::Emitter out;
+  out.SetIndent(2);
+  out << YAML::Block;
+  Emit(out, object);
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tpujob::plugin

@@ -1,0 +1,212 @@
+// `kubectl tpujob` run/wait/suspend/resume/list --status/logs/completion: the pure decisions, and
+// the command line of the real binary where it needs no cluster (usage errors, --dry-run=client).
+
+#include "plugin_commands.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include "shell.h"
+
+namespace tpujob::plugin {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+RunRequest Minimal() {
+  RunRequest request;
+  request.name = "hello";
+  request.tpu_type = "v5litepod-16";
+  request.image = "busybox";
+  request.command = {"sh", "-c", "echo hi"};
+  return request;
+}
+
+// The plugin as kubectl runs it: the binary under the name kubectl-tpujob, next to it.
+std::string Plugin() {
+  const std::string binary = TPUJOB_OPERATOR_BINARY;
+  return "'" + binary.substr(0, binary.rfind('/')) + "/kubectl-tpujob'";
+}
+
+// A YAML document back to JSON, scalars typed as a Kubernetes client reads them: quoted scalars
+// are strings, plain ones numbers or booleans when they look like one.
+json FromYaml(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& entry : node) out[entry.first.as<std::string>()] = FromYaml(entry.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(FromYaml(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = node.Scalar();
+      if (node.Tag() == "?") {
+        if (text == "true" || text == "false") return text == "true";
+        json number = json::parse(text, nullptr, false);
+        if (!number.is_discarded() && number.is_number()) return number;
+      }
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+TEST(PluginRunTest, BuildsTheJobFromTheFlags) {
+  RunRequest request = Minimal();
+  request.slices = 2;
+  auto job = BuildJob(request);
+  ASSERT_TRUE(job) << job.error();
+  const json expected = json::parse(R"({
+    "apiVersion": "tpujob.dev/v1alpha1",
+    "kind": "TPUJob",
+    "metadata": {"name": "hello"},
+    "spec": {
+      "tpu": {"type": "v5litepod-16", "slices": 2},
+      "replicaSpecs": {"Worker": {"template": {"spec": {"containers": [
+        {"name": "trainer", "image": "busybox", "command": ["sh"], "args": ["-c", "echo hi"]}
+      ]}}}}
+    }})");
+  EXPECT_EQ(*job, expected) << job->dump(2);
+}
+
+TEST(PluginRunTest, MapsEveryOptionalFlagToItsField) {
+  RunRequest request = Minimal();
+  request.ns = "ml";
+  request.priority = 7;
+  request.max_restarts = 3;
+  request.queue = "team-a";
+  request.env = {"STEPS=100", "EMPTY=", "EXPR=a=b"};
+  auto job = BuildJob(request);
+  ASSERT_TRUE(job) << job.error();
+  EXPECT_EQ((*job)["metadata"]["namespace"], "ml");
+  EXPECT_EQ((*job)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
+  EXPECT_EQ((*job)["spec"]["priority"], 7);
+  EXPECT_FALSE((*job)["spec"].contains("priorityClassName"));
+  EXPECT_EQ((*job)["spec"]["faultTolerance"]["maxWorkerRestarts"], 3);
+  EXPECT_FALSE((*job)["spec"]["tpu"].contains("slices"));
+  // No accelerator, topology, chips or replicas: the server derives them from the type.
+  EXPECT_EQ((*job)["spec"]["tpu"], json({{"type", "v5litepod-16"}}));
+  EXPECT_FALSE((*job)["spec"]["replicaSpecs"]["Worker"].contains("replicas"));
+  const json& container =
+      (*job)["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["env"], json::parse(R"([{"name": "STEPS", "value": "100"},
+                                               {"name": "EMPTY", "value": ""},
+                                               {"name": "EXPR", "value": "a=b"}])"));
+
+  request.priority.reset();
+  request.priority_class = "high";
+  job = BuildJob(request);
+  ASSERT_TRUE(job) << job.error();
+  EXPECT_EQ((*job)["spec"]["priorityClassName"], "high");
+  EXPECT_FALSE((*job)["spec"].contains("priority"));
+}
+
+TEST(PluginRunTest, RefusesWhatCannotMakeAJob) {
+  auto refused = [](auto change) {
+    RunRequest request = Minimal();
+    change(request);
+    auto job = BuildJob(request);
+    return job ? std::string("accepted") : job.error();
+  };
+  EXPECT_THAT(refused([](RunRequest& r) { r.image.clear(); }), HasSubstr("--image is required"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.tpu_type.clear(); }),
+              HasSubstr("--tpu-type is required"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.command.clear(); }),
+              HasSubstr("a command is required after `--`"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.env = {"NOEQUALS"}; }),
+              HasSubstr("invalid --env \"NOEQUALS\": expected KEY=VALUE"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.env = {"=x"}; }), HasSubstr("invalid --env"));
+  EXPECT_THAT(refused([](RunRequest& r) {
+                r.priority = 1;
+                r.priority_class = "high";
+              }),
+              HasSubstr("cannot both be given"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.name = "Hello_World"; }), HasSubstr("DNS-1035"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.name = std::string(46, 'a'); }),
+              HasSubstr("at most 45"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.slices = 0; }), HasSubstr("--slices"));
+  EXPECT_THAT(refused([](RunRequest& r) { r.max_restarts = 101; }), HasSubstr("--max-restarts"));
+}
+
+TEST(PluginRunTest, YamlReadsBackAsTheSameObject) {
+  RunRequest request = Minimal();
+  request.slices = 2;
+  request.priority = 5;
+  // Values YAML would take for numbers, booleans or null unless quoted.
+  request.env = {"A=1",    "B=true",       "C=yes",  "D=",    "E=null",           "F=1.5e3",
+                 "G=0x1F", "H=plain text", "I=a: b", "J=- x", "K=#not a comment", "L=on"};
+  request.command = {"python", "-c", "print('hi')", "--steps", "10"};
+  auto job = BuildJob(request);
+  ASSERT_TRUE(job) << job.error();
+  const std::string yaml = ToYaml(*job);
+  EXPECT_EQ(FromYaml(YAML::Load(yaml)), *job) << yaml;
+  EXPECT_THAT(yaml, HasSubstr("apiVersion: tpujob.dev/v1alpha1\n"));
+  EXPECT_THAT(yaml, HasSubstr("slices: 2\n"));
+  EXPECT_THAT(yaml, HasSubstr("value: \"1\"\n"));
+  EXPECT_THAT(yaml, HasSubstr("value: \"yes\"\n"));
+  EXPECT_THAT(yaml, HasSubstr("value: \"\"\n"));
+  EXPECT_THAT(yaml, HasSubstr("- \"10\"\n"));
+  EXPECT_THAT(yaml, Not(HasSubstr("{")));  // block style throughout
+}
+
+TEST(PluginRunTest, DryRunPrintsTheObjectWithoutACluster) {
+  const Answer yaml =
+      Shell(Plugin() +
+            " run hello --tpu-type v5litepod-16 --slices 2 --image busybox "
+            "--kubeconfig /nonexistent --dry-run=client -o yaml -- sh -c 'echo hi'");
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.output;
+  auto expected = BuildJob([] {
+    RunRequest r = Minimal();
+    r.slices = 2;
+    return r;
+  }());
+  ASSERT_TRUE(expected);
+  EXPECT_EQ(FromYaml(YAML::Load(yaml.output)), *expected) << yaml.output;
+
+  const Answer as_json = Shell(Plugin() +
+                               " run hello -n ml --tpu-type v5litepod-16 --image busybox "
+                               "--env A=1 --env B=2 --dry-run=client -o json -- sh -c 'echo hi'");
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.output;
+  const json job = json::parse(as_json.output);
+  EXPECT_EQ(job["metadata"]["namespace"], "ml");
+  EXPECT_EQ(
+      job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"].size(), 2u);
+}
+
+TEST(PluginRunTest, UsageErrorsExitOneWithAClearMessage) {
+  const std::string base = Plugin() + " run hello --dry-run=client ";
+  Answer a = Shell(base + "--tpu-type v5p-8 -- sh");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("--image is required"));
+  a = Shell(base + "--tpu-type v5p-8 --image busybox");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("a command is required"));
+  a = Shell(base + "--tpu-type v5p-8 --image busybox --env BAD -- sh");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("invalid --env \"BAD\""));
+  a = Shell(base + "--tpu-type v5p-8 --image busybox --no-such-flag -- sh");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("--no-such-flag"));
+  a = Shell(base + "--tpu-type v5p-8 --image busybox --priority 1 --priority-class x -- sh");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("excludes"));
+  a = Shell(Plugin() + " list -- sh");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("only taken by `run`"));
+  a = Shell(Plugin() + " run --help");
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_THAT(a.output, HasSubstr("--tpu-type"));
+}
+
+}  // namespace
+}  // namespace tpujob::plugin
