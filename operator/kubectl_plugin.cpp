@@ -4,10 +4,15 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <iomanip>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cache/objects.h"
 #include "kube/client.h"
@@ -354,6 +359,66 @@ void PrintNotFound(const std::string& name) {
                name.c_str());
 }
 
+enum class FollowEnd { kDone, kDeleted, kTimedOut, kNotFound };
+
+// Follows one job until `done` says so for a version of it, the job is deleted, or `deadline`
+// (checked between requests: a request that hangs is the caller's watchdog's to cut short).
+//
+// A watch on the one job (fieldSelector metadata.name=NAME) from the resourceVersion of a fresh
+// GET: the answer comes the moment the operator writes the phase, and a long wait costs the API
+// server one idle watch instead of a request every few seconds. Every (re)connection starts with
+// that GET, so nothing written while the watch was down is missed; the server is asked to end
+// each watch within 40 s and the client gives up a watch silent for 60 s, so a dead connection
+// costs at most a minute. Transport errors are retried every second until the deadline.
+FollowEnd FollowJob(kube::Client& client, const std::string& ns, const std::string& name,
+                    std::optional<std::chrono::steady_clock::time_point> deadline,
+                    const std::function<bool(const json&)>& done, std::string& error) {
+  using Steady = std::chrono::steady_clock;
+  const auto far = Steady::now() + std::chrono::hours(24 * 365);
+  const auto until = deadline.value_or(far);
+  bool seen = false;
+  auto pause = [&] {
+    std::this_thread::sleep_for(
+        std::min<Steady::duration>(std::chrono::seconds(1), until - Steady::now()));
+  };
+  // At least one look, so that --timeout 0 decides on the job as it is.
+  for (bool first = true; first || Steady::now() < until; first = false) {
+    auto job = client.Get(kube::Resource::TPUJobs(), ns, name);
+    if (!job) {
+      if (job.error().IsNotFound()) return seen ? FollowEnd::kDeleted : FollowEnd::kNotFound;
+      if (!job.error().IsRetryable()) {
+        error = job.error().ToString();
+        return FollowEnd::kNotFound;
+      }
+      pause();
+      continue;
+    }
+    seen = true;
+    if (done(*job)) return FollowEnd::kDone;
+    if (Steady::now() >= until) break;
+    kube::WatchOptions options;
+    options.field_selector = "metadata.name=" + name;
+    options.resource_version = Str(*job, "/metadata/resourceVersion");
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::seconds>(until - Steady::now()).count();
+    options.timeout_seconds = static_cast<int>(std::clamp<long long>(remaining + 1, 1, 40));
+    auto stream = client.Watch(kube::Resource::TPUJobs(), ns, options);
+    if (!stream) {
+      pause();
+      continue;
+    }
+    while (true) {
+      auto event = (*stream)->Next();
+      if (!event || !*event) break;  // ended, broken or cancelled: GET again
+      if ((*event)->type == kube::WatchEventType::kDeleted) return FollowEnd::kDeleted;
+      if ((*event)->type == kube::WatchEventType::kError) break;
+      if ((*event)->type == kube::WatchEventType::kBookmark) continue;
+      if (done((*event)->object)) return FollowEnd::kDone;
+    }
+  }
+  return FollowEnd::kTimedOut;
+}
+
 }  // namespace
 
 int Run(int argc, char** argv) {
@@ -438,6 +503,20 @@ int Run(int argc, char** argv) {
                   "the object that would be sent).")
       ->check(CLI::IsMember({"yaml", "json"}));
 
+  std::string wait_for = "completion";
+  std::string wait_timeout;
+  CLI::App* wait = app.add_subcommand(
+      "wait",
+      "Wait for a job: exit 0 once it Succeeded (--for=completion) or is Running "
+      "(--for=running; a job already Succeeded counts), 1 when it Failed (printing the reason "
+      "and the last fault) or was deleted, 2 on --timeout.");
+  wait->add_option("NAME", name, "The TPUJob's name.")->required();
+  wait->add_option("--for", wait_for, "completion or running.")
+      ->check(CLI::IsMember({"completion", "running"}))
+      ->default_str("completion");
+  wait->add_option("--timeout", wait_timeout,
+                   "Give up after this long (30s, 5m, 1h, 1h30m) and exit 2. Default: no limit.");
+
   try {
     app.parse(plugin_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -466,12 +545,25 @@ int Run(int argc, char** argv) {
     }
   }
 
+  std::optional<std::chrono::seconds> timeout;
+  if (wait->parsed() && !wait_timeout.empty()) {
+    auto parsed = ParseDuration(wait_timeout);
+    if (!parsed) {
+      std::fprintf(stderr, "error: --timeout: %s\n", parsed.error().c_str());
+      return 1;
+    }
+    timeout = *parsed;
+  }
+
   auto config = kube::ResolveConfig(kubeconfig, context);
   if (!config) {
     std::fprintf(stderr, "error: %s\n", config.error().ToString().c_str());
     return 1;
   }
   if (ns.empty()) ns = config->default_namespace;
+  // A watch that delivers nothing for a minute is a dead connection (FollowJob asks the server to
+  // end each one within 40 s).
+  config->watch_idle_timeout = std::chrono::seconds(60);
   config->user_agent = "kubectl-tpujob";
   auto client = kube::NewClient(*config, {});
   const WallTime now = std::chrono::system_clock::now();
@@ -501,6 +593,59 @@ int Run(int argc, char** argv) {
     for (auto& item : listed->items) jobs.push_back(std::move(item));
     std::fputs(RenderList(jobs, now, all_namespaces).c_str(), stdout);
     return 0;
+  }
+  if (wait->parsed()) {
+    const WaitCondition condition = *ParseWaitCondition(wait_for);
+    WaitVerdict verdict;
+    std::string error;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    // Whoever decides first prints: the wait below, or the watchdog at the deadline, which keeps
+    // the timeout even while a request hangs (a GET being retried, a watch whose answer does not
+    // come) by ending the process with the timeout's exit code.
+    static std::atomic<bool> decided{false};
+    if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
+    if (timeout && timeout->count() > 0) {  // 0: one look at the job, nothing to cut short
+      std::thread([until = *deadline, name] {
+        std::this_thread::sleep_until(until);
+        if (decided.exchange(true)) return;
+        std::fprintf(stderr, "error: timed out waiting for the condition on tpujobs/%s\n",
+                     name.c_str());
+        std::fflush(stdout);
+        std::_Exit(2);
+      }).detach();
+    }
+    const FollowEnd end = FollowJob(
+        *client, ns, name, deadline,
+        [&](const json& job) {
+          verdict = DecideWait(job, condition);
+          return verdict.kind != WaitVerdict::kKeepWaiting;
+        },
+        error);
+    if (decided.exchange(true)) std::this_thread::sleep_for(std::chrono::hours(1));  // exiting
+    switch (end) {
+      case FollowEnd::kDone:
+        if (verdict.kind == WaitVerdict::kMet) {
+          std::printf("tpujob.tpujob.dev/%s condition met\n", name.c_str());
+          return 0;
+        }
+        std::fprintf(stderr, "error: tpujob.tpujob.dev/%s failed%s\n", name.c_str(),
+                     verdict.message.empty() ? "" : (": " + verdict.message).c_str());
+        return 1;
+      case FollowEnd::kDeleted:
+        std::fprintf(stderr, "error: tpujob.tpujob.dev/%s was deleted\n", name.c_str());
+        return 1;
+      case FollowEnd::kNotFound:
+        if (error.empty()) {
+          PrintNotFound(name);
+        } else {
+          std::fprintf(stderr, "error: %s\n", error.c_str());
+        }
+        return 1;
+      case FollowEnd::kTimedOut:
+        std::fprintf(stderr, "error: timed out waiting for the condition on tpujobs/%s\n",
+                     name.c_str());
+        return 2;
+    }
   }
   auto job = client->Get(kube::Resource::TPUJobs(), ns, name);
   if (!job) {

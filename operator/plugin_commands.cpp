@@ -133,4 +133,103 @@ std::string ToYaml(const json& object) {
   return std::string(out.c_str()) + "\n";
 }
 
+std::expected<WaitCondition, std::string> ParseWaitCondition(std::string_view text) {
+  if (text == "completion") return WaitCondition::kCompletion;
+  if (text == "running") return WaitCondition::kRunning;
+  return std::unexpected("invalid --for \"" + std::string(text) +
+                         "\": expected completion or running");
+}
+
+std::expected<std::chrono::seconds, std::string> ParseDuration(std::string_view text) {
+  auto invalid = [&] {
+    return std::unexpected("invalid duration \"" + std::string(text) +
+                           "\": expected a number and a unit, such as 30s, 5m, 1h or 1h30m");
+  };
+  if (text == "0") return std::chrono::seconds(0);
+  if (text.empty()) return invalid();
+  double total_ms = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t start = i;
+    while (i < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+      ++i;
+    }
+    if (i == start) return invalid();
+    double number = 0;
+    try {
+      number = std::stod(std::string(text.substr(start, i - start)));
+    } catch (const std::exception&) {
+      return invalid();
+    }
+    const size_t unit_start = i;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    const std::string_view unit = text.substr(unit_start, i - unit_start);
+    if (unit == "ms") {
+      total_ms += number;
+    } else if (unit == "s") {
+      total_ms += number * 1000;
+    } else if (unit == "m") {
+      total_ms += number * 60 * 1000;
+    } else if (unit == "h") {
+      total_ms += number * 3600 * 1000;
+    } else {
+      return invalid();
+    }
+  }
+  return std::chrono::seconds(static_cast<int64_t>(std::ceil(total_ms / 1000)));
+}
+
+std::string PhaseOf(const json& job) {
+  const json::json_pointer at("/status/phase");
+  if (!job.contains(at) || !job.at(at).is_string() || job.at(at).get<std::string>().empty()) {
+    return "Queued";
+  }
+  return job.at(at).get<std::string>();
+}
+
+std::string FailureSummary(const json& job) {
+  std::string out;
+  const json::json_pointer conditions_at("/status/conditions");
+  if (job.contains(conditions_at) && job.at(conditions_at).is_array()) {
+    for (const json& c : job.at(conditions_at)) {
+      if (c.value("type", "") != "Failed" || c.value("status", "") != "True") continue;
+      out = c.value("reason", "");
+      const std::string message = c.value("message", "");
+      if (!message.empty()) out += (out.empty() ? "" : ": ") + message;
+    }
+  }
+  const json::json_pointer faults_at("/status/faults");
+  if (job.contains(faults_at) && job.at(faults_at).is_array() && !job.at(faults_at).empty()) {
+    const json& f = job.at(faults_at).back();
+    std::string fault = f.value("kind", "fault");
+    auto add = [&](const char* label, const json::json_pointer& at) {
+      if (!f.contains(at) || f.at(at).is_null()) return;
+      const json& v = f.at(at);
+      fault += std::string(" ") + label + (v.is_string() ? v.get<std::string>() : v.dump());
+    };
+    add("pod ", json::json_pointer("/pod"));
+    add("node ", json::json_pointer("/node"));
+    add("container ", json::json_pointer("/container"));
+    add("item ", json::json_pointer("/item"));
+    add("exit code ", json::json_pointer("/exitCode"));
+    if (const std::string message = f.value("message", ""); !message.empty()) {
+      fault += ": " + message;
+    }
+    if (const std::string action = f.value("action", ""); !action.empty()) {
+      fault += " (" + action + ")";
+    }
+    out += (out.empty() ? "" : "; ") + std::string("last fault: ") + fault;
+  }
+  return out;
+}
+
+WaitVerdict DecideWait(const json& job, WaitCondition condition) {
+  const std::string phase = PhaseOf(job);
+  if (phase == "Failed") return {WaitVerdict::kFailed, FailureSummary(job)};
+  if (phase == "Succeeded") return {WaitVerdict::kMet, ""};
+  if (condition == WaitCondition::kRunning && phase == "Running") return {WaitVerdict::kMet, ""};
+  return {WaitVerdict::kKeepWaiting, ""};
+}
+
 }  // namespace tpujob::plugin

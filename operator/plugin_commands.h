@@ -53,4 +53,31 @@ std::expected<nlohmann::json, std::string> BuildJob(const RunRequest& request);
 // number, a bool, null, empty) double-quoted.
 std::string ToYaml(const nlohmann::json& object);
 
+// ---- wait ------------------------------------------------------------------------------------
+
+enum class WaitCondition { kCompletion, kRunning };
+
+// "completion" or "running" (the value of --for).
+std::expected<WaitCondition, std::string> ParseWaitCondition(std::string_view text);
+
+// A duration as kubectl writes one: a number and a unit, possibly several ("30s", "5m", "1h",
+// "1h30m", "250ms" rounds up to whole seconds); a bare "0" is zero.
+std::expected<std::chrono::seconds, std::string> ParseDuration(std::string_view text);
+
+// What one look at the job says about the wait.
+struct WaitVerdict {
+  enum Kind { kKeepWaiting, kMet, kFailed } kind = kKeepWaiting;
+  std::string message;  // for kFailed: the reason and message, and the last fault
+};
+
+// kMet: --for=completion and the job Succeeded; --for=running and the job is Running, or already
+// Succeeded (it ran, perhaps too briefly to be seen Running). kFailed: the job Failed (the
+// message: the Failed condition's reason and message and the last entry of status.faults), for
+// either condition. Any other phase (a suspended job too): kKeepWaiting.
+WaitVerdict DecideWait(const nlohmann::json& job, WaitCondition condition);
+
+// "reason: message; last fault: ..." from a job's Failed condition and status.faults; "" when the
+// job has neither.
+std::string FailureSummary(const nlohmann::json& job);
+
 }  // namespace tpujob::plugin

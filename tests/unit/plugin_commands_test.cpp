@@ -208,5 +208,62 @@ TEST(PluginRunTest, UsageErrorsExitOneWithAClearMessage) {
   EXPECT_THAT(a.output, HasSubstr("--tpu-type"));
 }
 
+json JobIn(const std::string& phase) {
+  json job = {{"metadata", {{"name", "j"}, {"namespace", "ml"}}}};
+  if (!phase.empty()) job["status"]["phase"] = phase;
+  return job;
+}
+
+TEST(PluginWaitTest, ParsesDurationsAsKubectlWritesThem) {
+  EXPECT_EQ(ParseDuration("30s").value(), std::chrono::seconds(30));
+  EXPECT_EQ(ParseDuration("5m").value(), std::chrono::seconds(300));
+  EXPECT_EQ(ParseDuration("1h").value(), std::chrono::seconds(3600));
+  EXPECT_EQ(ParseDuration("1h30m").value(), std::chrono::seconds(5400));
+  EXPECT_EQ(ParseDuration("1.5m").value(), std::chrono::seconds(90));
+  EXPECT_EQ(ParseDuration("250ms").value(), std::chrono::seconds(1));  // rounds up
+  EXPECT_EQ(ParseDuration("0").value(), std::chrono::seconds(0));
+  for (const char* bad : {"", "30", "5x", "m", "-1s", "1h 30m"}) {
+    EXPECT_FALSE(ParseDuration(bad)) << bad;
+  }
+  EXPECT_THAT(ParseDuration("soon").error(), HasSubstr("30s, 5m, 1h"));
+}
+
+TEST(PluginWaitTest, CompletionWaitsForSucceededAndFailsOnFailed) {
+  for (const char* phase : {"", "Queued", "Starting", "Running", "Restarting", "Suspended"}) {
+    EXPECT_EQ(DecideWait(JobIn(phase), WaitCondition::kCompletion).kind, WaitVerdict::kKeepWaiting)
+        << phase;
+  }
+  EXPECT_EQ(DecideWait(JobIn("Succeeded"), WaitCondition::kCompletion).kind, WaitVerdict::kMet);
+  EXPECT_EQ(DecideWait(JobIn("Failed"), WaitCondition::kCompletion).kind, WaitVerdict::kFailed);
+}
+
+TEST(PluginWaitTest, RunningIsMetByRunningOrAlreadySucceeded) {
+  EXPECT_EQ(DecideWait(JobIn("Starting"), WaitCondition::kRunning).kind, WaitVerdict::kKeepWaiting);
+  EXPECT_EQ(DecideWait(JobIn("Running"), WaitCondition::kRunning).kind, WaitVerdict::kMet);
+  EXPECT_EQ(DecideWait(JobIn("Succeeded"), WaitCondition::kRunning).kind, WaitVerdict::kMet);
+  EXPECT_EQ(DecideWait(JobIn("Failed"), WaitCondition::kRunning).kind, WaitVerdict::kFailed);
+  EXPECT_EQ(ParseWaitCondition("running").value(), WaitCondition::kRunning);
+  EXPECT_EQ(ParseWaitCondition("completion").value(), WaitCondition::kCompletion);
+  EXPECT_FALSE(ParseWaitCondition("ready"));
+}
+
+TEST(PluginWaitTest, AFailureSaysWhyAndNamesTheLastFault) {
+  json job = JobIn("Failed");
+  job["status"]["conditions"] = json::parse(R"([
+    {"type": "Ready", "status": "False", "reason": "JobFailed", "message": "not this"},
+    {"type": "Failed", "status": "True", "reason": "RetriesExhausted",
+     "message": "worker-1 exited 143 after 5 restarts"}])");
+  job["status"]["faults"] = json::parse(R"([
+    {"kind": "NodeUnhealthy", "node": "n1", "action": "ReissueJob"},
+    {"kind": "ContainerFailed", "pod": "j-worker-1", "node": "n2", "container": "trainer",
+     "exitCode": 143, "message": "Error", "action": "FailJob"}])");
+  const WaitVerdict verdict = DecideWait(job, WaitCondition::kCompletion);
+  ASSERT_EQ(verdict.kind, WaitVerdict::kFailed);
+  EXPECT_EQ(verdict.message,
+            "RetriesExhausted: worker-1 exited 143 after 5 restarts; last fault: ContainerFailed "
+            "pod j-worker-1 node n2 container trainer exit code 143: Error (FailJob)");
+  EXPECT_EQ(FailureSummary(JobIn("Failed")), "");
+}
+
 }  // namespace
 }  // namespace tpujob::plugin
