@@ -517,6 +517,15 @@ int Run(int argc, char** argv) {
   wait->add_option("--timeout", wait_timeout,
                    "Give up after this long (30s, 5m, 1h, 1h30m) and exit 2. Default: no limit.");
 
+  CLI::App* suspend = app.add_subcommand(
+      "suspend",
+      "Suspend a job (spec.suspend=true): its pods stop after the maintenance grace period and "
+      "it leaves the queue, keeping its attempt, retries and goodput.");
+  suspend->add_option("NAME", name, "The TPUJob's name.")->required();
+  CLI::App* resume =
+      app.add_subcommand("resume", "Resume a suspended job (spec.suspend=false): it queues again.");
+  resume->add_option("NAME", name, "The TPUJob's name.")->required();
+
   try {
     app.parse(plugin_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -592,6 +601,23 @@ int Run(int argc, char** argv) {
     }
     for (auto& item : listed->items) jobs.push_back(std::move(item));
     std::fputs(RenderList(jobs, now, all_namespaces).c_str(), stdout);
+    return 0;
+  }
+  if (suspend->parsed() || resume->parsed()) {
+    kube::PatchOptions options;
+    options.field_manager = kFieldManager;
+    auto patched = client->Patch(kube::Resource::TPUJobs(), ns, name, kube::PatchType::kMerge,
+                                 SuspendPatch(suspend->parsed()), options);
+    if (!patched) {
+      if (patched.error().IsNotFound()) {
+        PrintNotFound(name);
+      } else {
+        PrintError(patched.error());
+      }
+      return 1;
+    }
+    std::printf("tpujob.tpujob.dev/%s %s\n", name.c_str(),
+                suspend->parsed() ? "suspended" : "resumed");
     return 0;
   }
   if (wait->parsed()) {

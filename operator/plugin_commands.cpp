@@ -232,4 +232,6 @@ WaitVerdict DecideWait(const json& job, WaitCondition condition) {
   return {WaitVerdict::kKeepWaiting, ""};
 }
 
+json SuspendPatch(bool suspend) { return {{"spec", {{"suspend", suspend}}}}; }
+
 }  // namespace tpujob::plugin

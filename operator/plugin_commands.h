@@ -80,4 +80,9 @@ WaitVerdict DecideWait(const nlohmann::json& job, WaitCondition condition);
 // job has neither.
 std::string FailureSummary(const nlohmann::json& job);
 
+// ---- suspend / resume ------------------------------------------------------------------------
+
+// The merge patch (application/merge-patch+json) that sets spec.suspend.
+nlohmann::json SuspendPatch(bool suspend);
+
 }  // namespace tpujob::plugin

@@ -265,5 +265,10 @@ TEST(PluginWaitTest, AFailureSaysWhyAndNamesTheLastFault) {
   EXPECT_EQ(FailureSummary(JobIn("Failed")), "");
 }
 
+TEST(PluginSuspendTest, PatchesOnlySpecSuspend) {
+  EXPECT_EQ(SuspendPatch(true), json::parse(R"({"spec": {"suspend": true}})"));
+  EXPECT_EQ(SuspendPatch(false), json::parse(R"({"spec": {"suspend": false}})"));
+}
+
 }  // namespace
 }  // namespace tpujob::plugin
