@@ -503,6 +503,11 @@ int Run(int argc, char** argv) {
                   "the object that would be sent).")
       ->check(CLI::IsMember({"yaml", "json"}));
 
+  std::string status_filter;
+  list->add_option("--status", status_filter,
+                   "Only jobs in this phase: Queued, Starting, Running, Restarting, Suspended, "
+                   "Succeeded or Failed (any case).");
+
   std::string wait_for = "completion";
   std::string wait_timeout;
   CLI::App* wait = app.add_subcommand(
@@ -554,6 +559,15 @@ int Run(int argc, char** argv) {
     }
   }
 
+  std::optional<std::string> phase;
+  if (list->parsed() && !status_filter.empty()) {
+    auto parsed = ParsePhase(status_filter);
+    if (!parsed) {
+      std::fprintf(stderr, "error: %s\n", parsed.error().c_str());
+      return 1;
+    }
+    phase = *parsed;
+  }
   std::optional<std::chrono::seconds> timeout;
   if (wait->parsed() && !wait_timeout.empty()) {
     auto parsed = ParseDuration(wait_timeout);
@@ -600,6 +614,13 @@ int Run(int argc, char** argv) {
       return 1;
     }
     for (auto& item : listed->items) jobs.push_back(std::move(item));
+    if (phase) {
+      jobs = FilterByPhase(std::move(jobs), *phase);
+      if (jobs.empty()) {
+        std::printf("No TPUJobs in phase %s.\n", phase->c_str());
+        return 0;
+      }
+    }
     std::fputs(RenderList(jobs, now, all_namespaces).c_str(), stdout);
     return 0;
   }

@@ -234,4 +234,23 @@ WaitVerdict DecideWait(const json& job, WaitCondition condition) {
 
 json SuspendPatch(bool suspend) { return {{"spec", {{"suspend", suspend}}}}; }
 
+std::expected<std::string, std::string> ParsePhase(std::string_view text) {
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  std::string valid;
+  for (std::string_view phase : kPhases) {
+    if (lower(phase) == lower(text)) return std::string(phase);
+    valid += (valid.empty() ? "" : ", ") + std::string(phase);
+  }
+  return std::unexpected("unknown phase \"" + std::string(text) + "\": expected one of " + valid);
+}
+
+std::vector<json> FilterByPhase(std::vector<json> jobs, const std::string& phase) {
+  std::erase_if(jobs, [&](const json& job) { return PhaseOf(job) != phase; });
+  return jobs;
+}
+
 }  // namespace tpujob::plugin

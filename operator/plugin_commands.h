@@ -85,4 +85,22 @@ std::string FailureSummary(const nlohmann::json& job);
 // The merge patch (application/merge-patch+json) that sets spec.suspend.
 nlohmann::json SuspendPatch(bool suspend);
 
+// ---- list --status ---------------------------------------------------------------------------
+
+// The phases of status.phase (docs/api.md), in the order a job usually passes through them.
+inline constexpr std::string_view kPhases[] = {"Queued",    "Starting",  "Running", "Restarting",
+                                               "Suspended", "Succeeded", "Failed"};
+
+// The phase named by `text`, in any case ("running" -> "Running"), or an error listing the valid
+// phases.
+std::expected<std::string, std::string> ParsePhase(std::string_view text);
+
+// The phase a job is in; a job the operator has not written a status for yet counts as Queued,
+// as `list` shows it.
+std::string PhaseOf(const nlohmann::json& job);
+
+// The jobs in `phase`, in their order.
+std::vector<nlohmann::json> FilterByPhase(std::vector<nlohmann::json> jobs,
+                                          const std::string& phase);
+
 }  // namespace tpujob::plugin

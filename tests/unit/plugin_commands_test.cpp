@@ -270,5 +270,42 @@ TEST(PluginSuspendTest, PatchesOnlySpecSuspend) {
   EXPECT_EQ(SuspendPatch(false), json::parse(R"({"spec": {"suspend": false}})"));
 }
 
+TEST(PluginListTest, StatusFilterTakesAnyCaseAndNamesTheValidPhases) {
+  EXPECT_EQ(ParsePhase("running").value(), "Running");
+  EXPECT_EQ(ParsePhase("SUCCEEDED").value(), "Succeeded");
+  EXPECT_EQ(ParsePhase("Queued").value(), "Queued");
+  EXPECT_EQ(ParsePhase("suspended").value(), "Suspended");
+  auto bad = ParsePhase("Pending");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error(),
+            "unknown phase \"Pending\": expected one of Queued, Starting, Running, Restarting, "
+            "Suspended, Succeeded, Failed");
+
+  std::vector<json> jobs = {JobIn("Running"), JobIn(""), JobIn("Failed"), JobIn("Running")};
+  jobs[0]["metadata"]["name"] = "a";
+  jobs[3]["metadata"]["name"] = "b";
+  const std::vector<json> running = FilterByPhase(jobs, "Running");
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_EQ(running[0]["metadata"]["name"], "a");
+  EXPECT_EQ(running[1]["metadata"]["name"], "b");
+  // No status yet counts as Queued, as `list` shows it.
+  EXPECT_EQ(FilterByPhase(jobs, "Queued").size(), 1u);
+}
+
+TEST(PluginListTest, UnknownPhaseAndBadWaitFlagsExitOne) {
+  Answer a = Shell(Plugin() + " list --status pending --kubeconfig /nonexistent");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("expected one of Queued"));
+  a = Shell(Plugin() + " wait j --timeout soon --kubeconfig /nonexistent");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("--timeout"));
+  a = Shell(Plugin() + " wait j --for=ready");
+  EXPECT_EQ(a.exit_code, 1);
+  for (const char* sub : {"wait", "suspend", "resume", "list"}) {
+    a = Shell(Plugin() + " " + sub + " --help");
+    EXPECT_EQ(a.exit_code, 0) << sub << a.output;
+  }
+}
+
 }  // namespace
 }  // namespace tpujob::plugin
