@@ -10,13 +10,16 @@
 #include <ctime>
 #include <functional>
 #include <iomanip>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "cache/objects.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "kube/stream.h"
 #include "plugin_commands.h"
 #include "policy/goodput.h"
 #include "policy/job_status.h"
@@ -419,6 +422,118 @@ FollowEnd FollowJob(kube::Client& client, const std::string& ns, const std::stri
   return FollowEnd::kTimedOut;
 }
 
+// Prints whole lines from several threads: a line is written with one call under the lock, so
+// lines of different pods interleave but never mix.
+class LinePrinter {
+ public:
+  void Print(const std::string& prefix, const std::string& line) {
+    const std::string out = prefix + line + "\n";
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+  }
+  void Error(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+// Reads one pod's log to its end (with `follow`, until the container stops), printing each line
+// with the pod's prefix.
+kube::Status CopyLog(const kube::Config& config, const std::string& ns, const LogSource& source,
+                     bool follow, std::optional<int64_t> since_seconds, LinePrinter& printer) {
+  kube::QueryParams query = {{"container", source.container}};
+  if (follow) query.emplace_back("follow", "true");
+  if (since_seconds) query.emplace_back("sinceSeconds", std::to_string(*since_seconds));
+  auto stream = kube::StreamGet(config, kube::Resource::Pods(), ns, source.pod, "log", query);
+  if (!stream) return std::unexpected(stream.error());
+  LineSplitter splitter;
+  while (true) {
+    auto chunk = (*stream)->Read();
+    if (!chunk || !*chunk) {
+      if (auto last = splitter.Flush()) printer.Print(source.prefix, *last);
+      if (!chunk) return std::unexpected(chunk.error());
+      return {};
+    }
+    for (const std::string& line : splitter.Feed(**chunk)) printer.Print(source.prefix, line);
+  }
+}
+
+bool Finished(const json& job) {
+  const std::string phase = PhaseOf(job);
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+// `kubectl tpujob logs -f`: streams every selected pod at once, one thread each, and follows the
+// job to its next attempts until it finishes and every stream has ended.
+//
+// Polls the job and its pods every 2 s rather than watching them: it has to find pods as their
+// containers start (the log endpoint refuses a container not started yet) and to notice a new
+// attempt, and two small reads every 2 s for one job is nothing next to the logs themselves.
+int FollowLogs(kube::Client& client, const kube::Config& config, const std::string& ns,
+               const std::string& name, json job, const LogSelection& selection,
+               std::optional<int64_t> since_seconds) {
+  LinePrinter printer;
+  int attempt = selection.attempt.value_or(CurrentAttempt(job));
+  std::mutex mu;
+  std::set<std::string> streamed;  // pod uids with a stream open or done
+  int active = 0;
+  std::vector<std::thread> threads;
+  kube::ListOptions pod_options;
+  pod_options.label_selector = "tpujob.dev/job-name=" + name;
+  bool deleted = false;
+  while (true) {
+    auto pods = kube::ListAll(client, kube::Resource::Pods(), ns, pod_options);
+    if (pods) {
+      for (const LogSource& source : SelectLogSources(pods->items, attempt, selection)) {
+        if (!source.started) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        if (!streamed.insert(source.uid).second) continue;
+        ++active;
+        threads.emplace_back([&, source] {
+          auto copied = CopyLog(config, ns, source, /*follow=*/true, since_seconds, printer);
+          std::lock_guard<std::mutex> lock(mu);
+          --active;
+          if (copied) return;
+          // Refused (400): the container is between starts; try again at the next look.
+          if (copied.error().http_status == 400) {
+            streamed.erase(source.uid);
+          } else {
+            printer.Error("error: " + source.prefix + copied.error().ToString());
+          }
+        });
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const bool past_attempt = selection.attempt && CurrentAttempt(job) > attempt;
+      if ((deleted || Finished(job) || past_attempt) && active == 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (!deleted) {
+      auto again = client.Get(kube::Resource::TPUJobs(), ns, name);
+      if (again) {
+        job = std::move(*again);
+      } else if (again.error().IsNotFound()) {
+        printer.Error("--- tpujob.tpujob.dev/" + name + " was deleted ---");
+        deleted = true;
+      }
+    }
+    if (!selection.attempt && CurrentAttempt(job) > attempt) {
+      const int next = CurrentAttempt(job);
+      printer.Print("", AttemptBanner(job, attempt, next));
+      attempt = next;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (!deleted) printer.Print("", "--- tpujob.tpujob.dev/" + name + " " + PhaseOf(job) + " ---");
+  return 0;
+}
+
 }  // namespace
 
 int Run(int argc, char** argv) {
@@ -531,6 +646,31 @@ int Run(int argc, char** argv) {
       app.add_subcommand("resume", "Resume a suspended job (spec.suspend=false): it queues again.");
   resume->add_option("NAME", name, "The TPUJob's name.")->required();
 
+  LogSelection log_selection;
+  int log_worker = 0;
+  int log_slice = 0;
+  int log_attempt = 0;
+  bool follow = false;
+  std::string since;
+  CLI::App* logs = app.add_subcommand(
+      "logs",
+      "The logs of the job's pods (the Master, then the workers by slice and index), each line "
+      "prefixed \"[worker-W] \", \"[slice-S/worker-W] \" in a multislice job, or "
+      "\"[master-0] \". Without -f one pod after the other; with -f all at once, following the "
+      "job's next attempts until it finishes.");
+  logs->add_option("NAME", name, "The TPUJob's name.")->required();
+  CLI::Option* worker_option = logs->add_option(
+      "--worker", log_worker, "Only the worker with this index within its slice (TPU_WORKER_ID).");
+  CLI::Option* slice_option =
+      logs->add_option("--slice", log_slice, "Only the workers of this slice (multislice jobs).");
+  CLI::Option* attempt_option = logs->add_option(
+      "--attempt", log_attempt, "The pods of this attempt. Default: the job's current attempt.");
+  logs->add_flag("-f,--follow", follow,
+                 "Stream the logs as they are written, across new attempts, until the job "
+                 "finishes.");
+  logs->add_option("--since", since,
+                   "Only lines newer than this (30s, 5m, 1h), as the log API's sinceSeconds.");
+
   try {
     app.parse(plugin_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -576,6 +716,21 @@ int Run(int argc, char** argv) {
       return 1;
     }
     timeout = *parsed;
+  }
+
+  std::optional<int64_t> since_seconds;
+  if (logs->parsed()) {
+    if (worker_option->count() > 0) log_selection.worker = log_worker;
+    if (slice_option->count() > 0) log_selection.slice = log_slice;
+    if (attempt_option->count() > 0) log_selection.attempt = log_attempt;
+    if (!since.empty()) {
+      auto parsed = ParseDuration(since);
+      if (!parsed) {
+        std::fprintf(stderr, "error: --since: %s\n", parsed.error().c_str());
+        return 1;
+      }
+      since_seconds = std::max<int64_t>(1, parsed->count());
+    }
   }
 
   auto config = kube::ResolveConfig(kubeconfig, context);
@@ -702,6 +857,38 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", job.error().ToString().c_str());
     }
     return 1;
+  }
+  if (logs->parsed()) {
+    if (follow) return FollowLogs(*client, *config, ns, name, *job, log_selection, since_seconds);
+    const int attempt = log_selection.attempt.value_or(CurrentAttempt(*job));
+    kube::ListOptions pod_options;
+    pod_options.label_selector = "tpujob.dev/job-name=" + name;
+    auto pods = kube::ListAll(*client, kube::Resource::Pods(), ns, pod_options);
+    if (!pods) {
+      PrintError(pods.error());
+      return 1;
+    }
+    const std::vector<LogSource> sources = SelectLogSources(pods->items, attempt, log_selection);
+    if (sources.empty()) {
+      std::fprintf(stderr,
+                   "error: no pods of attempt %d of tpujob.tpujob.dev/%s match (phase %s)\n",
+                   attempt, name.c_str(), PhaseOf(*job).c_str());
+      return 1;
+    }
+    LinePrinter printer;
+    int rc = 0;
+    for (const LogSource& source : sources) {
+      if (!source.started) {
+        printer.Error(source.prefix + "(" + source.pod + ": not started yet)");
+        continue;
+      }
+      if (auto copied = CopyLog(*config, ns, source, /*follow=*/false, since_seconds, printer);
+          !copied) {
+        printer.Error("error: " + source.prefix + copied.error().ToString());
+        rc = 1;
+      }
+    }
+    return rc;
   }
   kube::ListOptions options;
   options.label_selector = "tpujob.dev/job-name=" + name;

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <regex>
+#include <tuple>
 
 #include "kube/resource.h"
 
@@ -251,6 +252,172 @@ std::expected<std::string, std::string> ParsePhase(std::string_view text) {
 std::vector<json> FilterByPhase(std::vector<json> jobs, const std::string& phase) {
   std::erase_if(jobs, [&](const json& job) { return PhaseOf(job) != phase; });
   return jobs;
+}
+
+namespace {
+
+// A label's value as a number; `label` as written ("tpujob.dev/attempt").
+std::optional<int> IntLabel(const json& pod, std::string_view label) {
+  std::string escaped;  // a '/' in a JSON pointer's key is written "~1"
+  for (char c : label) escaped += c == '/' ? std::string("~1") : std::string(1, c);
+  const json::json_pointer at("/metadata/labels/" + escaped);
+  if (!pod.contains(at) || !pod.at(at).is_string()) return std::nullopt;
+  try {
+    size_t used = 0;
+    const std::string text = pod.at(at).get<std::string>();
+    const int value = std::stoi(text, &used);
+    if (used != text.size()) return std::nullopt;
+    return value;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string StringAt(const json& object, const char* at) {
+  const json::json_pointer pointer(at);
+  if (!object.contains(pointer) || !object.at(pointer).is_string()) return "";
+  return object.at(pointer).get<std::string>();
+}
+
+bool IsMaster(const json& pod) {
+  return StringAt(pod, "/metadata/labels/tpujob.dev~1replica-type") == "Master";
+}
+
+// The worker's index within its slice: TPU_WORKER_ID from its first container's environment (the
+// operator sets it), else the last number of its name (`<job>-worker-<slice>-<host>`), else the
+// job-wide index.
+int WorkerIndex(const json& pod) {
+  const json::json_pointer env_at("/spec/containers/0/env");
+  if (pod.contains(env_at) && pod.at(env_at).is_array()) {
+    for (const json& var : pod.at(env_at)) {
+      if (var.value("name", "") != "TPU_WORKER_ID" || !var.contains("value")) continue;
+      try {
+        return std::stoi(var.value("value", ""));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  const std::string name = StringAt(pod, "/metadata/name");
+  const size_t dash = name.rfind('-');
+  if (dash != std::string::npos && dash + 1 < name.size() &&
+      name.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+    return std::stoi(name.substr(dash + 1));
+  }
+  return IntLabel(pod, "tpujob.dev/replica-index").value_or(0);
+}
+
+}  // namespace
+
+int CurrentAttempt(const json& job) {
+  const json::json_pointer at("/status/attempt");
+  if (job.contains(at) && job.at(at).is_number_integer()) return job.at(at).get<int>();
+  return 1;
+}
+
+std::string LogPrefix(const json& pod) {
+  if (IsMaster(pod)) {
+    return "[master-" + std::to_string(IntLabel(pod, "tpujob.dev/replica-index").value_or(0)) +
+           "] ";
+  }
+  const std::string worker = "worker-" + std::to_string(WorkerIndex(pod));
+  if (auto slice = IntLabel(pod, "tpujob.dev/slice-index")) {
+    return "[slice-" + std::to_string(*slice) + "/" + worker + "] ";
+  }
+  return "[" + worker + "] ";
+}
+
+std::vector<LogSource> SelectLogSources(const std::vector<json>& pods, int attempt,
+                                        const LogSelection& selection) {
+  struct Ranked {
+    std::tuple<int, int, int> rank;  // master first, then slice, then worker
+    LogSource source;
+  };
+  std::vector<Ranked> ranked;
+  for (const json& pod : pods) {
+    if (IntLabel(pod, "tpujob.dev/attempt").value_or(1) != attempt) continue;
+    const bool master = IsMaster(pod);
+    const int slice = IntLabel(pod, "tpujob.dev/slice-index").value_or(0);
+    const int worker = master ? 0 : WorkerIndex(pod);
+    if (selection.worker || selection.slice) {
+      if (master) continue;
+      if (selection.worker && *selection.worker != worker) continue;
+      if (selection.slice && *selection.slice != slice) continue;
+    }
+    LogSource source;
+    source.pod = StringAt(pod, "/metadata/name");
+    source.uid = StringAt(pod, "/metadata/uid");
+    source.container = StringAt(pod, "/spec/containers/0/name");
+    source.prefix = LogPrefix(pod);
+    const json::json_pointer statuses_at("/status/containerStatuses");
+    if (pod.contains(statuses_at) && pod.at(statuses_at).is_array()) {
+      for (const json& status : pod.at(statuses_at)) {
+        if (status.value("name", "") != source.container) continue;
+        const json state = status.value("state", json::object());
+        source.started = state.contains("running") || state.contains("terminated");
+      }
+    }
+    ranked.push_back({{master ? 0 : 1, slice, worker}, std::move(source)});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Ranked& a, const Ranked& b) { return a.rank < b.rank; });
+  std::vector<LogSource> out;
+  for (Ranked& r : ranked) out.push_back(std::move(r.source));
+  return out;
+}
+
+std::vector<std::string> LineSplitter::Feed(std::string_view chunk) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (true) {
+    const size_t newline = chunk.find('\n', start);
+    if (newline == std::string_view::npos) break;
+    partial_.append(chunk.substr(start, newline - start));
+    lines.push_back(std::move(partial_));
+    partial_.clear();
+    start = newline + 1;
+  }
+  partial_.append(chunk.substr(start));
+  return lines;
+}
+
+std::optional<std::string> LineSplitter::Flush() {
+  if (partial_.empty()) return std::nullopt;
+  std::string last = std::move(partial_);
+  partial_.clear();
+  return last;
+}
+
+std::string AttemptBanner(const json& job, int ended, int next) {
+  std::string reason;
+  const json::json_pointer faults_at("/status/faults");
+  if (job.contains(faults_at) && job.at(faults_at).is_array()) {
+    for (const json& f : job.at(faults_at)) {
+      if (f.contains("attempt") && f["attempt"].is_number_integer() &&
+          f["attempt"].get<int>() != ended) {
+        continue;
+      }
+      reason = f.value("kind", "fault");
+      if (const std::string node = f.value("node", ""); !node.empty()) reason += " on node " + node;
+      if (const std::string message = f.value("message", ""); !message.empty()) {
+        reason += ": " + message;
+      }
+    }
+  }
+  if (reason.empty()) {
+    const json::json_pointer conditions_at("/status/conditions");
+    if (job.contains(conditions_at) && job.at(conditions_at).is_array()) {
+      for (const json& c : job.at(conditions_at)) {
+        if (c.value("type", "") != "Ready") continue;
+        reason = c.value("reason", "");
+        if (const std::string message = c.value("message", ""); !message.empty()) {
+          reason += (reason.empty() ? "" : ": ") + message;
+        }
+      }
+    }
+  }
+  return "--- attempt " + std::to_string(ended) + " ended" +
+         (reason.empty() ? "" : " (" + reason + ")") + "; following attempt " +
+         std::to_string(next) + " ---";
 }
 
 }  // namespace tpujob::plugin

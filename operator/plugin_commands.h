@@ -103,4 +103,58 @@ std::string PhaseOf(const nlohmann::json& job);
 std::vector<nlohmann::json> FilterByPhase(std::vector<nlohmann::json> jobs,
                                           const std::string& phase);
 
+// ---- logs ------------------------------------------------------------------------------------
+//
+// Pods are named by where they run, the way the job's environment names them: `worker-W` is the
+// worker with TPU_WORKER_ID W (its index within its slice), `slice-S/worker-W` in a multislice
+// job (label tpujob.dev/slice-index S), `master-0` the Master. Every log line is printed as
+// "[<that name>] <line>".
+
+// Which pods `logs` reads. Unset fields select everything; --worker or --slice leave the Master
+// out.
+struct LogSelection {
+  std::optional<int> worker;  // TPU_WORKER_ID, the index within the slice
+  std::optional<int> slice;
+  std::optional<int> attempt;  // unset: the job's current attempt
+};
+
+// One pod whose log is read.
+struct LogSource {
+  std::string pod;
+  std::string uid;
+  std::string container;  // the pod's first container: the program the operator gives the chips
+  std::string prefix;     // "[worker-3] ", "[slice-1/worker-3] ", "[master-0] "
+  bool started = false;   // a container has started (before that the server refuses the log)
+};
+
+// status.attempt, or 1 before the operator wrote one.
+int CurrentAttempt(const nlohmann::json& job);
+
+// The "[...] " prefix of a pod's lines (see above).
+std::string LogPrefix(const nlohmann::json& pod);
+
+// The pods of `attempt` (label tpujob.dev/attempt) that `selection` names, the Master first, then
+// the workers by slice and index within the slice; pods being deleted are kept (their logs are
+// still there).
+std::vector<LogSource> SelectLogSources(const std::vector<nlohmann::json>& pods, int attempt,
+                                        const LogSelection& selection);
+
+// Splits a stream of bytes into lines. Not thread-safe; one per stream.
+class LineSplitter {
+ public:
+  // The lines completed by `chunk`, without their '\n' (a trailing '\r' is kept: it is the
+  // program's).
+  std::vector<std::string> Feed(std::string_view chunk);
+  // What is left after the last '\n' (a last line without one), and forgets it.
+  std::optional<std::string> Flush();
+
+ private:
+  std::string partial_;
+};
+
+// The line printed when following moves on from attempt `ended` to `next`: "--- attempt 1 ended
+// (NodeUnhealthy on node n1: ...); following attempt 2 ---", the reason from the job's last
+// fault of that attempt, else its Ready condition.
+std::string AttemptBanner(const nlohmann::json& job, int ended, int next);
+
 }  // namespace tpujob::plugin

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <optional>
 #include <string>
 
 #include "shell.h"
@@ -305,6 +306,116 @@ TEST(PluginListTest, UnknownPhaseAndBadWaitFlagsExitOne) {
     a = Shell(Plugin() + " " + sub + " --help");
     EXPECT_EQ(a.exit_code, 0) << sub << a.output;
   }
+}
+
+json Pod(const std::string& name, const std::string& type, int index, int attempt,
+         std::optional<int> slice = std::nullopt, std::optional<int> worker_id = std::nullopt,
+         bool started = true) {
+  json pod = {{"metadata",
+               {{"name", name},
+                {"uid", "uid-" + name + "-" + std::to_string(attempt)},
+                {"labels",
+                 {{"tpujob.dev/job-name", "j"},
+                  {"tpujob.dev/replica-type", type},
+                  {"tpujob.dev/replica-index", std::to_string(index)},
+                  {"tpujob.dev/attempt", std::to_string(attempt)}}}}},
+              {"spec", {{"containers", {{{"name", "trainer"}}}}}}};
+  if (slice) pod["metadata"]["labels"]["tpujob.dev/slice-index"] = std::to_string(*slice);
+  if (worker_id) {
+    pod["spec"]["containers"][0]["env"] = {
+        {{"name", "TPU_WORKER_ID"}, {"value", std::to_string(*worker_id)}}};
+  }
+  pod["status"]["containerStatuses"] = {
+      {{"name", "trainer"},
+       {"state", started ? json{{"running", json::object()}} : json{{"waiting", json::object()}}}}};
+  return pod;
+}
+
+std::vector<std::string> Prefixes(const std::vector<LogSource>& sources) {
+  std::vector<std::string> out;
+  for (const LogSource& s : sources) out.push_back(s.prefix);
+  return out;
+}
+
+TEST(PluginLogsTest, PrefixesNameTheWorkerWithinItsSlice) {
+  EXPECT_EQ(LogPrefix(Pod("j-worker-3", "Worker", 3, 1, std::nullopt, 3)), "[worker-3] ");
+  // Without TPU_WORKER_ID, the name's last number.
+  EXPECT_EQ(LogPrefix(Pod("j-worker-1-2", "Worker", 6, 1, 1)), "[slice-1/worker-2] ");
+  EXPECT_EQ(LogPrefix(Pod("j-worker-1-2", "Worker", 6, 1, 1, 2)), "[slice-1/worker-2] ");
+  EXPECT_EQ(LogPrefix(Pod("j-master-0", "Master", 0, 1)), "[master-0] ");
+}
+
+TEST(PluginLogsTest, SelectsTheAttemptsPodsMasterFirstThenBySliceAndWorker) {
+  const std::vector<json> pods = {
+      Pod("j-worker-1-1", "Worker", 5, 2, 1, 1), Pod("j-worker-0-10", "Worker", 10, 2, 0, 10),
+      Pod("j-worker-0-2", "Worker", 2, 2, 0, 2), Pod("j-master-0", "Master", 0, 2),
+      Pod("j-worker-1-0", "Worker", 4, 2, 1, 0), Pod("j-worker-0-2", "Worker", 2, 1, 0, 2),
+  };
+  EXPECT_THAT(Prefixes(SelectLogSources(pods, 2, {})),
+              ::testing::ElementsAre("[master-0] ", "[slice-0/worker-2] ", "[slice-0/worker-10] ",
+                                     "[slice-1/worker-0] ", "[slice-1/worker-1] "));
+  // Another attempt's pods.
+  EXPECT_THAT(Prefixes(SelectLogSources(pods, 1, {})),
+              ::testing::ElementsAre("[slice-0/worker-2] "));
+  // --worker and --slice leave the Master out.
+  LogSelection selection;
+  selection.slice = 1;
+  EXPECT_THAT(Prefixes(SelectLogSources(pods, 2, selection)),
+              ::testing::ElementsAre("[slice-1/worker-0] ", "[slice-1/worker-1] "));
+  selection.worker = 1;
+  EXPECT_THAT(Prefixes(SelectLogSources(pods, 2, selection)),
+              ::testing::ElementsAre("[slice-1/worker-1] "));
+  selection.slice.reset();
+  selection.worker = 2;
+  const auto sources = SelectLogSources(pods, 2, selection);
+  ASSERT_EQ(sources.size(), 1u);
+  EXPECT_EQ(sources[0].pod, "j-worker-0-2");
+  EXPECT_EQ(sources[0].uid, "uid-j-worker-0-2-2");
+  EXPECT_EQ(sources[0].container, "trainer");
+  EXPECT_TRUE(sources[0].started);
+  EXPECT_FALSE(
+      SelectLogSources({Pod("j-worker-0", "Worker", 0, 1, std::nullopt, 0, false)}, 1, {})[0]
+          .started);
+}
+
+TEST(PluginLogsTest, LinesAreSplitAcrossChunksAndTheLastOneIsKept) {
+  LineSplitter splitter;
+  EXPECT_THAT(splitter.Feed("step 1\nst"), ::testing::ElementsAre("step 1"));
+  EXPECT_THAT(splitter.Feed("ep"), ::testing::IsEmpty());
+  EXPECT_THAT(splitter.Feed(" 2\n\nprogress\r\nlast"),
+              ::testing::ElementsAre("step 2", "", "progress\r"));
+  EXPECT_EQ(splitter.Flush(), "last");
+  EXPECT_EQ(splitter.Flush(), std::nullopt);
+}
+
+TEST(PluginLogsTest, TheBannerSaysWhyTheAttemptEnded) {
+  json job = {{"status", {{"attempt", 2}, {"faults", json::parse(R"([
+                   {"attempt": 1, "kind": "NodeUnhealthy", "node": "n1",
+                    "message": "TPUUnhealthy=True"},
+                   {"attempt": 2, "kind": "ContainerFailed", "message": "not this one"}])")}}}};
+  EXPECT_EQ(AttemptBanner(job, 1, 2),
+            "--- attempt 1 ended (NodeUnhealthy on node n1: TPUUnhealthy=True); following "
+            "attempt 2 ---");
+  json no_faults = {{"status",
+                     {{"conditions",
+                       {{{"type", "Ready"},
+                         {"status", "False"},
+                         {"reason", "Preempted"},
+                         {"message", "by ml/urgent"}}}}}}};
+  EXPECT_EQ(AttemptBanner(no_faults, 1, 2),
+            "--- attempt 1 ended (Preempted: by ml/urgent); following attempt 2 ---");
+  EXPECT_EQ(AttemptBanner(json::object(), 3, 4), "--- attempt 3 ended; following attempt 4 ---");
+  EXPECT_EQ(CurrentAttempt(job), 2);
+  EXPECT_EQ(CurrentAttempt(json::object()), 1);
+}
+
+TEST(PluginLogsTest, UsageErrorsExitOne) {
+  Answer a = Shell(Plugin() + " logs j --since forever --kubeconfig /nonexistent");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("--since"));
+  a = Shell(Plugin() + " logs");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("NAME"));
 }
 
 }  // namespace
