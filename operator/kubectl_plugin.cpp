@@ -536,7 +536,43 @@ int FollowLogs(kube::Client& client, const kube::Config& config, const std::stri
 
 }  // namespace
 
+int Complete(const std::vector<std::string>& words) {
+  auto job_names = [&]() -> std::vector<std::string> {
+    std::string kubeconfig;
+    std::string context;
+    std::string ns;
+    for (size_t i = 0; i + 1 < words.size(); ++i) {
+      const std::string& w = words[i];
+      const std::string& next = words[i + 1];
+      if (w == "-n" || w == "--namespace") ns = next;
+      if (w == "--kubeconfig") kubeconfig = next;
+      if (w == "--context") context = next;
+      if (w.starts_with("--namespace=")) ns = w.substr(12);
+      if (w.starts_with("--kubeconfig=")) kubeconfig = w.substr(13);
+      if (w.starts_with("--context=")) context = w.substr(10);
+    }
+    auto config = kube::ResolveConfig(kubeconfig, context);
+    if (!config) return {};
+    if (ns.empty()) ns = config->default_namespace;
+    config->max_retries = 0;  // a completion that waits is worse than none
+    config->request_timeout = std::chrono::seconds(5);
+    auto client = kube::NewClient(*config, {});
+    auto listed = client->List(kube::Resource::TPUJobs(), ns, {});
+    std::vector<std::string> names;
+    if (!listed || !(*listed)["items"].is_array()) return names;
+    for (const json& job : (*listed)["items"]) names.push_back(Str(job, "/metadata/name"));
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  std::fputs(CompletionOutput(CompletionCandidates(words, job_names)).c_str(), stdout);
+  return 0;
+}
+
 int Run(int argc, char** argv) {
+  // The shell completion scripts ask the binary what may come next (see plugin_commands.h).
+  if (argc >= 2 && std::string_view(argv[1]) == "__complete") {
+    return Complete(std::vector<std::string>(argv + 2, argv + argc));
+  }
   // Everything after the first `--` is the command of `run`; CLI11 never sees it, so flags of the
   // command (`sh -c ...`) are not taken for the plugin's.
   std::vector<std::string> command;
@@ -671,6 +707,15 @@ int Run(int argc, char** argv) {
   logs->add_option("--since", since,
                    "Only lines newer than this (30s, 5m, 1h), as the log API's sinceSeconds.");
 
+  std::string shell;
+  CLI::App* completion = app.add_subcommand(
+      "completion",
+      "Print a completion script for bash or zsh (subcommands, flags, values, job names). "
+      "Source it, e.g. `source <(kubectl tpujob completion bash)`; for `kubectl tpujob <TAB>` "
+      "(kubectl 1.26 or later) put an executable named kubectl_complete-tpujob on the PATH: a "
+      "symbolic link to this binary.");
+  completion->add_option("SHELL", shell, "bash or zsh.")->required();
+
   try {
     app.parse(plugin_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -697,6 +742,16 @@ int Run(int argc, char** argv) {
       PrintObject(*job, output.empty() ? "yaml" : output);
       return 0;
     }
+  }
+
+  if (completion->parsed()) {
+    auto script = CompletionScript(shell);
+    if (!script) {
+      std::fprintf(stderr, "error: %s\n", script.error().c_str());
+      return 1;
+    }
+    std::fputs(script->c_str(), stdout);
+    return 0;
   }
 
   std::optional<std::string> phase;

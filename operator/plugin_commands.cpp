@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <regex>
@@ -252,6 +253,171 @@ std::expected<std::string, std::string> ParsePhase(std::string_view text) {
 std::vector<json> FilterByPhase(std::vector<json> jobs, const std::string& phase) {
   std::erase_if(jobs, [&](const json& job) { return PhaseOf(job) != phase; });
   return jobs;
+}
+
+namespace {
+
+struct SubcommandSpec {
+  std::string_view name;
+  bool takes_job_name;
+  std::vector<std::string_view> flags;
+};
+
+// Kept in step with Run()'s CLI11 definitions; PluginCompletionTest compares them with --help.
+const std::vector<SubcommandSpec>& Subcommands() {
+  static const std::vector<SubcommandSpec> kSubcommands = {
+      {"list", false, {"-A", "--all-namespaces", "--status"}},
+      {"describe", true, {}},
+      {"run",
+       false,
+       {"--tpu-type", "--slices", "--image", "--priority", "--priority-class", "--max-restarts",
+        "--queue", "--env", "--dry-run", "-o", "--output"}},
+      {"wait", true, {"--for", "--timeout"}},
+      {"suspend", true, {}},
+      {"resume", true, {}},
+      {"logs", true, {"--worker", "--slice", "-f", "--follow", "--since", "--attempt"}},
+      {"completion", false, {}},
+  };
+  return kSubcommands;
+}
+
+constexpr std::string_view kGlobalFlags[] = {"-n",        "--namespace", "--kubeconfig",
+                                             "--context", "-h",          "--help"};
+
+// Flags that take a value (the next word), of every subcommand.
+bool TakesValue(std::string_view flag) {
+  static const std::vector<std::string_view> kWithValue = {
+      "-n",       "--namespace", "--kubeconfig", "--context",        "--status",       "--tpu-type",
+      "--slices", "--image",     "--priority",   "--priority-class", "--max-restarts", "--queue",
+      "--env",    "--dry-run",   "-o",           "--output",         "--for",          "--timeout",
+      "--worker", "--slice",     "--since",      "--attempt"};
+  return std::find(kWithValue.begin(), kWithValue.end(), flag) != kWithValue.end();
+}
+
+std::vector<std::string> ValuesOf(std::string_view flag) {
+  if (flag == "--for") return {"completion", "running"};
+  if (flag == "--status") return std::vector<std::string>(std::begin(kPhases), std::end(kPhases));
+  if (flag == "-o" || flag == "--output") return {"yaml", "json"};
+  if (flag == "--dry-run") return {"none", "client"};
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> CompletionCandidates(
+    const std::vector<std::string>& words,
+    const std::function<std::vector<std::string>()>& job_names) {
+  std::vector<std::string> args(words.begin(), words.end());
+  if (args.empty()) args.push_back("");
+  std::string current = args.back();
+  args.pop_back();
+  std::vector<std::string> out;
+  auto offer = [&](const std::vector<std::string>& candidates, const std::string& prefix = "") {
+    for (const std::string& c : candidates) {
+      if ((prefix + c).starts_with(current)) out.push_back(prefix + c);
+    }
+  };
+
+  // bash splits "--for=ru" into "--for", "=", "ru" (and "--for=" into "--for", "=").
+  // Readline completes the text after the '=', which is empty here: every value fits.
+  if (current == "=" && !args.empty()) return ValuesOf(args.back());
+  if (args.size() >= 2 && args.back() == "=") {
+    offer(ValuesOf(args[args.size() - 2]));
+    return out;
+  }
+  // "--for=ru" in one word.
+  if (current.starts_with("--") && current.find('=') != std::string::npos) {
+    const std::string flag = current.substr(0, current.find('='));
+    offer(ValuesOf(flag), flag + "=");
+    return out;
+  }
+  if (!args.empty() && TakesValue(args.back())) {
+    offer(ValuesOf(args.back()));
+    return out;
+  }
+
+  // The subcommand, and whether a positional argument was given after it.
+  const SubcommandSpec* sub = nullptr;
+  bool has_positional = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") return out;  // the command of `run`: nothing to offer
+    if (word.starts_with("-")) {
+      if (TakesValue(word) && word.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    if (word == "=") continue;
+    if (sub == nullptr) {
+      for (const SubcommandSpec& spec : Subcommands()) {
+        if (spec.name == word) sub = &spec;
+      }
+      if (sub == nullptr) return out;  // unknown subcommand
+    } else {
+      has_positional = true;
+    }
+  }
+  if (sub == nullptr) {
+    if (current.starts_with("-")) {
+      offer(std::vector<std::string>(std::begin(kGlobalFlags), std::end(kGlobalFlags)));
+      return out;
+    }
+    std::vector<std::string> names;
+    for (const SubcommandSpec& spec : Subcommands()) names.emplace_back(spec.name);
+    offer(names);
+    return out;
+  }
+  if (current.starts_with("-")) {
+    std::vector<std::string> flags(sub->flags.begin(), sub->flags.end());
+    flags.insert(flags.end(), std::begin(kGlobalFlags), std::end(kGlobalFlags));
+    offer(flags);
+    return out;
+  }
+  if (sub->name == "completion" && !has_positional) {
+    offer({"bash", "zsh"});
+    return out;
+  }
+  if (sub->takes_job_name && !has_positional) offer(job_names());
+  return out;
+}
+
+std::string CompletionOutput(const std::vector<std::string>& candidates) {
+  std::string out;
+  for (const std::string& c : candidates) out += c + "\n";
+  return out + ":4\n";
+}
+
+std::expected<std::string, std::string> CompletionScript(std::string_view shell) {
+  if (shell == "bash") {
+    return R"(# bash completion for kubectl-tpujob: source it, or save it in
+# /etc/bash_completion.d/kubectl-tpujob. Completes subcommands, flags, flag values and job names;
+# the binary answers (`kubectl-tpujob __complete WORDS...`).
+_kubectl_tpujob() {
+  local IFS=$'\n' line
+  local -a candidates=()
+  while IFS= read -r line; do
+    [[ $line == :* ]] && continue
+    candidates+=("$line")
+  done < <(kubectl-tpujob __complete "${COMP_WORDS[@]:1:COMP_CWORD}" 2>/dev/null)
+  COMPREPLY=("${candidates[@]}")
+}
+complete -F _kubectl_tpujob kubectl-tpujob
+)";
+  }
+  if (shell == "zsh") {
+    return R"(#compdef kubectl-tpujob
+# zsh completion for kubectl-tpujob: source it, or save it as _kubectl-tpujob in a directory of
+# $fpath. Completes subcommands, flags, flag values and job names; the binary answers
+# (`kubectl-tpujob __complete WORDS...`).
+_kubectl_tpujob() {
+  local -a candidates
+  candidates=("${(@f)$(kubectl-tpujob __complete "${(@)words[2,CURRENT]}" 2>/dev/null)}")
+  candidates=("${(@)candidates:#:*}")
+  compadd -Q -- "${(@)candidates}"
+}
+compdef _kubectl_tpujob kubectl-tpujob
+)";
+  }
+  return std::unexpected("unsupported shell \"" + std::string(shell) + "\": expected bash or zsh");
 }
 
 namespace {

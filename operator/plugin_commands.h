@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <expected>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -102,6 +103,29 @@ std::string PhaseOf(const nlohmann::json& job);
 // The jobs in `phase`, in their order.
 std::vector<nlohmann::json> FilterByPhase(std::vector<nlohmann::json> jobs,
                                           const std::string& phase);
+
+// ---- completion ------------------------------------------------------------------------------
+
+// The completion script `kubectl tpujob completion SHELL` prints for "bash" or "zsh", or an error
+// naming the shells. Both complete the command `kubectl-tpujob` by asking the binary itself
+// (`kubectl-tpujob __complete WORDS...`), so they know exactly its subcommands and flags.
+std::expected<std::string, std::string> CompletionScript(std::string_view shell);
+
+// What may follow on the command line. `words` are the arguments after the program name, the
+// last being the word being completed (empty when the cursor follows a space). Subcommands,
+// then each subcommand's flags (when the word starts with '-'), the values of --for, --status,
+// -o, --dry-run and of `completion`, and for a subcommand that takes a NAME and has none yet,
+// `job_names()` (called only then). Handles `--flag=value` in one word (zsh, kubectl) and in
+// three (bash splits "--for=ru" into "--for", "=", "ru"). Only candidates that start with the
+// word are returned.
+std::vector<std::string> CompletionCandidates(
+    const std::vector<std::string>& words,
+    const std::function<std::vector<std::string>()>& job_names);
+
+// The same answer in Cobra's format, which kubectl ≥ 1.26 expects from the executable
+// `kubectl_complete-tpujob` and the scripts read: one candidate a line, then ":4" (no file
+// names).
+std::string CompletionOutput(const std::vector<std::string>& candidates);
 
 // ---- logs ------------------------------------------------------------------------------------
 //

@@ -8,6 +8,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "shell.h"
@@ -308,6 +311,91 @@ TEST(PluginListTest, UnknownPhaseAndBadWaitFlagsExitOne) {
   }
 }
 
+std::vector<std::string> Complete(const std::vector<std::string>& words) {
+  return CompletionCandidates(words, [] { return std::vector<std::string>{"alpha", "beta"}; });
+}
+
+TEST(PluginCompletionTest, OffersSubcommandsFlagsValuesAndJobNames) {
+  using ::testing::ElementsAre;
+  using ::testing::IsEmpty;
+  using ::testing::UnorderedElementsAre;
+  EXPECT_THAT(Complete({""}), ElementsAre("list", "describe", "run", "wait", "suspend", "resume",
+                                          "logs", "completion"));
+  EXPECT_THAT(Complete({"su"}), ElementsAre("suspend"));
+  EXPECT_THAT(Complete({"wait", ""}), ElementsAre("alpha", "beta"));
+  EXPECT_THAT(Complete({"-n", "ml", "describe", "a"}), ElementsAre("alpha"));
+  EXPECT_THAT(Complete({"wait", "alpha", ""}), IsEmpty());  // the name is given
+  EXPECT_THAT(Complete({"run", ""}), IsEmpty());            // a new name: nothing to offer
+  EXPECT_THAT(Complete({"wait", "alpha", "--f"}), ElementsAre("--for"));
+  EXPECT_THAT(Complete({"wait", "alpha", "--for", ""}), ElementsAre("completion", "running"));
+  EXPECT_THAT(Complete({"wait", "alpha", "--for=r"}), ElementsAre("--for=running"));
+  // bash splits at '='.
+  EXPECT_THAT(Complete({"wait", "alpha", "--for", "=", "r"}), ElementsAre("running"));
+  EXPECT_THAT(Complete({"wait", "alpha", "--for", "="}), ElementsAre("completion", "running"));
+  EXPECT_THAT(Complete({"list", "--status", "S"}),
+              UnorderedElementsAre("Starting", "Suspended", "Succeeded"));
+  EXPECT_THAT(Complete({"run", "x", "-o", ""}), ElementsAre("yaml", "json"));
+  EXPECT_THAT(Complete({"run", "x", "--image", ""}), IsEmpty());
+  EXPECT_THAT(Complete({"run", "x", "--", ""}), IsEmpty());
+  EXPECT_THAT(Complete({"completion", ""}), ElementsAre("bash", "zsh"));
+  EXPECT_THAT(Complete({"logs", "alpha", "--w"}), ElementsAre("--worker"));
+  EXPECT_THAT(Complete({"--kube"}), ElementsAre("--kubeconfig"));
+  EXPECT_THAT(Complete({"nosuch", ""}), IsEmpty());
+  EXPECT_EQ(CompletionOutput({"a", "b"}), "a\nb\n:4\n");
+}
+
+TEST(PluginCompletionTest, JobNamesAreListedOnlyWhenANameMayFollow) {
+  int calls = 0;
+  auto names = [&] {
+    ++calls;
+    return std::vector<std::string>{"x"};
+  };
+  CompletionCandidates({"run", ""}, names);
+  CompletionCandidates({"wait", "--for", ""}, names);
+  CompletionCandidates({"list", ""}, names);
+  EXPECT_EQ(calls, 0);
+  CompletionCandidates({"suspend", ""}, names);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(PluginCompletionTest, ScriptsAskTheBinaryAndRegisterTheCommand) {
+  auto bash = CompletionScript("bash");
+  ASSERT_TRUE(bash);
+  EXPECT_THAT(*bash, HasSubstr("kubectl-tpujob __complete"));
+  EXPECT_THAT(*bash, HasSubstr("complete -F _kubectl_tpujob kubectl-tpujob"));
+  auto zsh = CompletionScript("zsh");
+  ASSERT_TRUE(zsh);
+  EXPECT_THAT(*zsh, HasSubstr("#compdef kubectl-tpujob"));
+  EXPECT_THAT(*zsh, HasSubstr("kubectl-tpujob __complete"));
+  EXPECT_THAT(*zsh, HasSubstr("compdef _kubectl_tpujob kubectl-tpujob"));
+  EXPECT_THAT(CompletionScript("fish").error(), HasSubstr("expected bash or zsh"));
+}
+
+// The flags completion offers are the flags each subcommand's --help lists.
+TEST(PluginCompletionTest, FlagsMatchTheSubcommandsHelp) {
+  for (const char* sub : {"list", "describe", "run", "wait", "suspend", "resume", "logs"}) {
+    const Answer help = Shell(Plugin() + " " + sub + " --help");
+    ASSERT_EQ(help.exit_code, 0) << sub << help.output;
+    std::set<std::string> listed;
+    std::istringstream lines(help.output);
+    static const std::regex kOption(R"(^  (-[A-Za-z],)?(--[a-z][a-z-]*))");
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch match;
+      if (!std::regex_search(line, match, kOption)) continue;
+      if (match[1].matched) listed.insert(match[1].str().substr(0, 2));
+      listed.insert(match[2]);
+    }
+    // The global flags are the parent's: completion offers them after every subcommand.
+    listed.insert({"-n", "--namespace", "--kubeconfig", "--context"});
+    std::vector<std::string> words = {sub, "-"};
+    if (std::string(sub) != "list" && std::string(sub) != "run")
+      words.insert(words.begin() + 1, "x");
+    const std::vector<std::string> offered = Complete(words);
+    const std::set<std::string> offered_set(offered.begin(), offered.end());
+    EXPECT_EQ(offered_set, listed) << sub << "\n" << help.output;
+  }
+}
+
 json Pod(const std::string& name, const std::string& type, int index, int attempt,
          std::optional<int> slice = std::nullopt, std::optional<int> worker_id = std::nullopt,
          bool started = true) {
@@ -416,6 +504,23 @@ TEST(PluginLogsTest, UsageErrorsExitOne) {
   a = Shell(Plugin() + " logs");
   EXPECT_EQ(a.exit_code, 1);
   EXPECT_THAT(a.output, HasSubstr("NAME"));
+}
+
+TEST(PluginCompletionTest, TheSubcommandAndKubectlsEntryPointAnswer) {
+  Answer a = Shell(Plugin() + " completion fish");
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_THAT(a.output, HasSubstr("expected bash or zsh"));
+  a = Shell(Plugin() + " completion bash");
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_THAT(a.output, HasSubstr("complete -F _kubectl_tpujob kubectl-tpujob"));
+  // kubectl's completion of the plugin, through the binary's other name.
+  const std::string binary = TPUJOB_OPERATOR_BINARY;
+  a = Shell("'" + binary.substr(0, binary.rfind('/')) +
+            "/kubectl_complete-tpujob' wait x --for ''");
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_EQ(a.output, "completion\nrunning\n:4\n");
+  a = Shell(Plugin() + " __complete res");
+  EXPECT_EQ(a.output, "resume\n:4\n");
 }
 
 }  // namespace
