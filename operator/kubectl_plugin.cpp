@@ -4,14 +4,23 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <iomanip>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "cache/objects.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "kube/stream.h"
+#include "plugin_commands.h"
 #include "policy/goodput.h"
 #include "policy/job_status.h"
 #include "policy/tpu_types.h"
@@ -337,10 +346,266 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
   return out;
 }
 
+namespace {
+
+// kubectl's way of reporting the API server's refusal: its reason and its message (for a CEL
+// rule, the rule's message), so the user sees what to fix.
+void PrintError(const kube::Error& error) {
+  if (error.kind == kube::ErrorKind::kApi && !error.message.empty()) {
+    std::fprintf(
+        stderr, "Error from server (%s): %s\n",
+        error.reason.empty() ? std::to_string(error.http_status).c_str() : error.reason.c_str(),
+        error.message.c_str());
+  } else {
+    std::fprintf(stderr, "error: %s\n", error.ToString().c_str());
+  }
+}
+
+void PrintObject(const json& object, const std::string& format) {
+  if (format == "json") {
+    std::fputs((object.dump(4) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(ToYaml(object).c_str(), stdout);
+  }
+}
+
+// The field manager of the plugin's writes, so `kubectl get -o yaml --show-managed-fields` tells
+// them apart from the operator's.
+constexpr const char* kFieldManager = "kubectl-tpujob";
+
+void PrintNotFound(const std::string& name) {
+  std::fprintf(stderr, "Error from server (NotFound): tpujobs.tpujob.dev \"%s\" not found\n",
+               name.c_str());
+}
+
+enum class FollowEnd { kDone, kDeleted, kTimedOut, kNotFound };
+
+// Follows one job until `done` says so for a version of it, the job is deleted, or `deadline`
+// (checked between requests: a request that hangs is the caller's watchdog's to cut short).
+//
+// A watch on the one job (fieldSelector metadata.name=NAME) from the resourceVersion of a fresh
+// GET: the answer comes the moment the operator writes the phase, and a long wait costs the API
+// server one idle watch instead of a request every few seconds. Every (re)connection starts with
+// that GET, so nothing written while the watch was down is missed; the server is asked to end
+// each watch within 40 s and the client gives up a watch silent for 60 s, so a dead connection
+// costs at most a minute. Transport errors are retried every second until the deadline.
+FollowEnd FollowJob(kube::Client& client, const std::string& ns, const std::string& name,
+                    std::optional<std::chrono::steady_clock::time_point> deadline,
+                    const std::function<bool(const json&)>& done, std::string& error) {
+  using Steady = std::chrono::steady_clock;
+  const auto far = Steady::now() + std::chrono::hours(24 * 365);
+  const auto until = deadline.value_or(far);
+  bool seen = false;
+  auto pause = [&] {
+    std::this_thread::sleep_for(
+        std::min<Steady::duration>(std::chrono::seconds(1), until - Steady::now()));
+  };
+  // At least one look, so that --timeout 0 decides on the job as it is.
+  for (bool first = true; first || Steady::now() < until; first = false) {
+    auto job = client.Get(kube::Resource::TPUJobs(), ns, name);
+    if (!job) {
+      if (job.error().IsNotFound()) return seen ? FollowEnd::kDeleted : FollowEnd::kNotFound;
+      if (!job.error().IsRetryable()) {
+        error = job.error().ToString();
+        return FollowEnd::kNotFound;
+      }
+      pause();
+      continue;
+    }
+    seen = true;
+    if (done(*job)) return FollowEnd::kDone;
+    if (Steady::now() >= until) break;
+    kube::WatchOptions options;
+    options.field_selector = "metadata.name=" + name;
+    options.resource_version = Str(*job, "/metadata/resourceVersion");
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::seconds>(until - Steady::now()).count();
+    options.timeout_seconds = static_cast<int>(std::clamp<long long>(remaining + 1, 1, 40));
+    auto stream = client.Watch(kube::Resource::TPUJobs(), ns, options);
+    if (!stream) {
+      pause();
+      continue;
+    }
+    while (true) {
+      auto event = (*stream)->Next();
+      if (!event || !*event) break;  // ended, broken or cancelled: GET again
+      if ((*event)->type == kube::WatchEventType::kDeleted) return FollowEnd::kDeleted;
+      if ((*event)->type == kube::WatchEventType::kError) break;
+      if ((*event)->type == kube::WatchEventType::kBookmark) continue;
+      if (done((*event)->object)) return FollowEnd::kDone;
+    }
+  }
+  return FollowEnd::kTimedOut;
+}
+
+// Prints whole lines from several threads: a line is written with one call under the lock, so
+// lines of different pods interleave but never mix.
+class LinePrinter {
+ public:
+  void Print(const std::string& prefix, const std::string& line) {
+    const std::string out = prefix + line + "\n";
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+  }
+  void Error(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+// Reads one pod's log to its end (with `follow`, until the container stops), printing each line
+// with the pod's prefix.
+kube::Status CopyLog(const kube::Config& config, const std::string& ns, const LogSource& source,
+                     bool follow, std::optional<int64_t> since_seconds, LinePrinter& printer) {
+  kube::QueryParams query = {{"container", source.container}};
+  if (follow) query.emplace_back("follow", "true");
+  if (since_seconds) query.emplace_back("sinceSeconds", std::to_string(*since_seconds));
+  auto stream = kube::StreamGet(config, kube::Resource::Pods(), ns, source.pod, "log", query);
+  if (!stream) return std::unexpected(stream.error());
+  LineSplitter splitter;
+  while (true) {
+    auto chunk = (*stream)->Read();
+    if (!chunk || !*chunk) {
+      if (auto last = splitter.Flush()) printer.Print(source.prefix, *last);
+      if (!chunk) return std::unexpected(chunk.error());
+      return {};
+    }
+    for (const std::string& line : splitter.Feed(**chunk)) printer.Print(source.prefix, line);
+  }
+}
+
+bool Finished(const json& job) {
+  const std::string phase = PhaseOf(job);
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+// `kubectl tpujob logs -f`: streams every selected pod at once, one thread each, and follows the
+// job to its next attempts until it finishes and every stream has ended.
+//
+// Polls the job and its pods every 2 s rather than watching them: it has to find pods as their
+// containers start (the log endpoint refuses a container not started yet) and to notice a new
+// attempt, and two small reads every 2 s for one job is nothing next to the logs themselves.
+int FollowLogs(kube::Client& client, const kube::Config& config, const std::string& ns,
+               const std::string& name, json job, const LogSelection& selection,
+               std::optional<int64_t> since_seconds) {
+  LinePrinter printer;
+  int attempt = selection.attempt.value_or(CurrentAttempt(job));
+  std::mutex mu;
+  std::set<std::string> streamed;  // pod uids with a stream open or done
+  int active = 0;
+  std::vector<std::thread> threads;
+  kube::ListOptions pod_options;
+  pod_options.label_selector = "tpujob.dev/job-name=" + name;
+  bool deleted = false;
+  while (true) {
+    auto pods = kube::ListAll(client, kube::Resource::Pods(), ns, pod_options);
+    if (pods) {
+      for (const LogSource& source : SelectLogSources(pods->items, attempt, selection)) {
+        if (!source.started) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        if (!streamed.insert(source.uid).second) continue;
+        ++active;
+        threads.emplace_back([&, source] {
+          auto copied = CopyLog(config, ns, source, /*follow=*/true, since_seconds, printer);
+          std::lock_guard<std::mutex> lock(mu);
+          --active;
+          if (copied) return;
+          // Refused (400): the container is between starts; try again at the next look.
+          if (copied.error().http_status == 400) {
+            streamed.erase(source.uid);
+          } else {
+            printer.Error("error: " + source.prefix + copied.error().ToString());
+          }
+        });
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const bool past_attempt = selection.attempt && CurrentAttempt(job) > attempt;
+      if ((deleted || Finished(job) || past_attempt) && active == 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (!deleted) {
+      auto again = client.Get(kube::Resource::TPUJobs(), ns, name);
+      if (again) {
+        job = std::move(*again);
+      } else if (again.error().IsNotFound()) {
+        printer.Error("--- tpujob.tpujob.dev/" + name + " was deleted ---");
+        deleted = true;
+      }
+    }
+    if (!selection.attempt && CurrentAttempt(job) > attempt) {
+      const int next = CurrentAttempt(job);
+      printer.Print("", AttemptBanner(job, attempt, next));
+      attempt = next;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (!deleted) printer.Print("", "--- tpujob.tpujob.dev/" + name + " " + PhaseOf(job) + " ---");
+  return 0;
+}
+
+}  // namespace
+
+int Complete(const std::vector<std::string>& words) {
+  auto job_names = [&]() -> std::vector<std::string> {
+    std::string kubeconfig;
+    std::string context;
+    std::string ns;
+    for (size_t i = 0; i + 1 < words.size(); ++i) {
+      const std::string& w = words[i];
+      const std::string& next = words[i + 1];
+      if (w == "-n" || w == "--namespace") ns = next;
+      if (w == "--kubeconfig") kubeconfig = next;
+      if (w == "--context") context = next;
+      if (w.starts_with("--namespace=")) ns = w.substr(12);
+      if (w.starts_with("--kubeconfig=")) kubeconfig = w.substr(13);
+      if (w.starts_with("--context=")) context = w.substr(10);
+    }
+    auto config = kube::ResolveConfig(kubeconfig, context);
+    if (!config) return {};
+    if (ns.empty()) ns = config->default_namespace;
+    config->max_retries = 0;  // a completion that waits is worse than none
+    config->request_timeout = std::chrono::seconds(5);
+    auto client = kube::NewClient(*config, {});
+    auto listed = client->List(kube::Resource::TPUJobs(), ns, {});
+    std::vector<std::string> names;
+    if (!listed || !(*listed)["items"].is_array()) return names;
+    for (const json& job : (*listed)["items"]) names.push_back(Str(job, "/metadata/name"));
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  std::fputs(CompletionOutput(CompletionCandidates(words, job_names)).c_str(), stdout);
+  return 0;
+}
+
 int Run(int argc, char** argv) {
+  // The shell completion scripts ask the binary what may come next (see plugin_commands.h).
+  if (argc >= 2 && std::string_view(argv[1]) == "__complete") {
+    return Complete(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  // Everything after the first `--` is the command of `run`; CLI11 never sees it, so flags of the
+  // command (`sh -c ...`) are not taken for the plugin's.
+  std::vector<std::string> command;
+  int plugin_argc = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      plugin_argc = i;
+      command.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+  const bool has_separator = plugin_argc != argc;
+
   CLI::App app{
       "kubectl tpujob: TPUJobs as the tpujob-operator sees them: the queue in order, and for one "
-      "job its attempts, faults, cordoned nodes, pods and why it waits.",
+      "job its attempts, faults, cordoned nodes, pods and why it waits; and a job run, followed, "
+      "waited for, suspended and resumed from the command line.",
       "kubectl tpujob"};
   app.require_subcommand(1);
   app.fallthrough();  // the global flags may follow the subcommand, as in kubectl
@@ -362,7 +627,182 @@ int Run(int argc, char** argv) {
       "items, cordoned nodes, pods, suspend/deadline/TTL, and its place in the queue and why it "
       "waits.");
   describe->add_option("NAME", name, "The TPUJob's name.")->required();
-  CLI11_PARSE(app, argc, argv);
+
+  RunRequest run_request;
+  std::string dry_run = "none";
+  std::string output;
+  int slices = 0;
+  int priority = 0;
+  int max_restarts = 0;
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Create a TPUJob from the command line: NAME --tpu-type T --image IMG [flags] -- COMMAND "
+      "[ARGS...]. The Worker template gets one container (\"trainer\") running COMMAND with ARGS; "
+      "the API server derives accelerator, topology, chips and hosts from the TPU type. Prints "
+      "`tpujob.tpujob.dev/NAME created`; with --dry-run=client prints the object instead (-o "
+      "yaml|json), ready for `kubectl apply -f -`. Exit 1 when the server refuses the job.");
+  run->add_option("NAME", run_request.name, "The TPUJob's name.")->required();
+  run->add_option("--tpu-type", run_request.tpu_type,
+                  "TPU type: v5litepod-16, v5p-128, v6e-8, ... (spec.tpu.type). Required.");
+  CLI::Option* slices_option =
+      run->add_option("--slices", slices, "Slices of that type, for multislice (spec.tpu.slices).");
+  run->add_option("--image", run_request.image, "The container image. Required.");
+  CLI::Option* priority_option =
+      run->add_option("--priority", priority, "Queue priority, higher first (spec.priority).");
+  CLI::Option* priority_class_option =
+      run->add_option("--priority-class", run_request.priority_class,
+                      "Take the priority from this PriorityClass (spec.priorityClassName).");
+  priority_option->excludes(priority_class_option);
+  CLI::Option* max_restarts_option =
+      run->add_option("--max-restarts", max_restarts,
+                      "In-place restarts of one worker for a retryable exit "
+                      "(spec.faultTolerance.maxWorkerRestarts).");
+  run->add_option("--queue", run_request.queue,
+                  "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name).");
+  run->add_option("--env", run_request.env,
+                  "KEY=VALUE for the container's environment (repeatable).");
+  run->add_option("--dry-run", dry_run,
+                  "client: print the object without sending it; none: create it.")
+      ->check(CLI::IsMember({"none", "client"}))
+      ->default_str("none");
+  run->add_option("-o,--output", output,
+                  "yaml or json: print the object (the server's answer, or with --dry-run=client "
+                  "the object that would be sent).")
+      ->check(CLI::IsMember({"yaml", "json"}));
+
+  std::string status_filter;
+  list->add_option("--status", status_filter,
+                   "Only jobs in this phase: Queued, Starting, Running, Restarting, Suspended, "
+                   "Succeeded or Failed (any case).");
+
+  std::string wait_for = "completion";
+  std::string wait_timeout;
+  CLI::App* wait = app.add_subcommand(
+      "wait",
+      "Wait for a job: exit 0 once it Succeeded (--for=completion) or is Running "
+      "(--for=running; a job already Succeeded counts), 1 when it Failed (printing the reason "
+      "and the last fault) or was deleted, 2 on --timeout.");
+  wait->add_option("NAME", name, "The TPUJob's name.")->required();
+  wait->add_option("--for", wait_for, "completion or running.")
+      ->check(CLI::IsMember({"completion", "running"}))
+      ->default_str("completion");
+  wait->add_option("--timeout", wait_timeout,
+                   "Give up after this long (30s, 5m, 1h, 1h30m) and exit 2. Default: no limit.");
+
+  CLI::App* suspend = app.add_subcommand(
+      "suspend",
+      "Suspend a job (spec.suspend=true): its pods stop after the maintenance grace period and "
+      "it leaves the queue, keeping its attempt, retries and goodput.");
+  suspend->add_option("NAME", name, "The TPUJob's name.")->required();
+  CLI::App* resume =
+      app.add_subcommand("resume", "Resume a suspended job (spec.suspend=false): it queues again.");
+  resume->add_option("NAME", name, "The TPUJob's name.")->required();
+
+  LogSelection log_selection;
+  int log_worker = 0;
+  int log_slice = 0;
+  int log_attempt = 0;
+  bool follow = false;
+  std::string since;
+  CLI::App* logs = app.add_subcommand(
+      "logs",
+      "The logs of the job's pods (the Master, then the workers by slice and index), each line "
+      "prefixed \"[worker-W] \", \"[slice-S/worker-W] \" in a multislice job, or "
+      "\"[master-0] \". Without -f one pod after the other; with -f all at once, following the "
+      "job's next attempts until it finishes.");
+  logs->add_option("NAME", name, "The TPUJob's name.")->required();
+  CLI::Option* worker_option = logs->add_option(
+      "--worker", log_worker, "Only the worker with this index within its slice (TPU_WORKER_ID).");
+  CLI::Option* slice_option =
+      logs->add_option("--slice", log_slice, "Only the workers of this slice (multislice jobs).");
+  CLI::Option* attempt_option = logs->add_option(
+      "--attempt", log_attempt, "The pods of this attempt. Default: the job's current attempt.");
+  logs->add_flag("-f,--follow", follow,
+                 "Stream the logs as they are written, across new attempts, until the job "
+                 "finishes.");
+  logs->add_option("--since", since,
+                   "Only lines newer than this (30s, 5m, 1h), as the log API's sinceSeconds.");
+
+  std::string shell;
+  CLI::App* completion = app.add_subcommand(
+      "completion",
+      "Print a completion script for bash or zsh (subcommands, flags, values, job names). "
+      "Source it, e.g. `source <(kubectl tpujob completion bash)`; for `kubectl tpujob <TAB>` "
+      "(kubectl 1.26 or later) put an executable named kubectl_complete-tpujob on the PATH: a "
+      "symbolic link to this binary.");
+  completion->add_option("SHELL", shell, "bash or zsh.")->required();
+
+  try {
+    app.parse(plugin_argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // kubectl's convention: a usage error exits 1; --help exits 0.
+    return app.exit(e) == 0 ? 0 : 1;
+  }
+  if (has_separator && !run->parsed()) {
+    std::fprintf(stderr, "error: arguments after `--` are only taken by `run`\n");
+    return 1;
+  }
+
+  if (run->parsed()) {
+    if (slices_option->count() > 0) run_request.slices = slices;
+    if (priority_option->count() > 0) run_request.priority = priority;
+    if (max_restarts_option->count() > 0) run_request.max_restarts = max_restarts;
+    run_request.command = command;
+    run_request.ns = ns;  // only when given: kubectl apply then uses the current namespace
+    auto job = BuildJob(run_request);
+    if (!job) {
+      std::fprintf(stderr, "error: %s\n", job.error().c_str());
+      return 1;
+    }
+    if (dry_run == "client") {
+      PrintObject(*job, output.empty() ? "yaml" : output);
+      return 0;
+    }
+  }
+
+  if (completion->parsed()) {
+    auto script = CompletionScript(shell);
+    if (!script) {
+      std::fprintf(stderr, "error: %s\n", script.error().c_str());
+      return 1;
+    }
+    std::fputs(script->c_str(), stdout);
+    return 0;
+  }
+
+  std::optional<std::string> phase;
+  if (list->parsed() && !status_filter.empty()) {
+    auto parsed = ParsePhase(status_filter);
+    if (!parsed) {
+      std::fprintf(stderr, "error: %s\n", parsed.error().c_str());
+      return 1;
+    }
+    phase = *parsed;
+  }
+  std::optional<std::chrono::seconds> timeout;
+  if (wait->parsed() && !wait_timeout.empty()) {
+    auto parsed = ParseDuration(wait_timeout);
+    if (!parsed) {
+      std::fprintf(stderr, "error: --timeout: %s\n", parsed.error().c_str());
+      return 1;
+    }
+    timeout = *parsed;
+  }
+
+  std::optional<int64_t> since_seconds;
+  if (logs->parsed()) {
+    if (worker_option->count() > 0) log_selection.worker = log_worker;
+    if (slice_option->count() > 0) log_selection.slice = log_slice;
+    if (attempt_option->count() > 0) log_selection.attempt = log_attempt;
+    if (!since.empty()) {
+      auto parsed = ParseDuration(since);
+      if (!parsed) {
+        std::fprintf(stderr, "error: --since: %s\n", parsed.error().c_str());
+        return 1;
+      }
+      since_seconds = std::max<int64_t>(1, parsed->count());
+    }
+  }
 
   auto config = kube::ResolveConfig(kubeconfig, context);
   if (!config) {
@@ -370,8 +810,28 @@ int Run(int argc, char** argv) {
     return 1;
   }
   if (ns.empty()) ns = config->default_namespace;
+  // A watch that delivers nothing for a minute is a dead connection (FollowJob asks the server to
+  // end each one within 40 s).
+  config->watch_idle_timeout = std::chrono::seconds(60);
+  config->user_agent = "kubectl-tpujob";
   auto client = kube::NewClient(*config, {});
   const WallTime now = std::chrono::system_clock::now();
+  if (run->parsed()) {
+    auto job = BuildJob(run_request);
+    kube::WriteOptions options;
+    options.field_manager = kFieldManager;
+    auto created = client->Create(kube::Resource::TPUJobs(), ns, *job, options);
+    if (!created) {
+      PrintError(created.error());
+      return 1;
+    }
+    if (!output.empty()) {
+      PrintObject(*created, output);
+    } else {
+      std::printf("tpujob.tpujob.dev/%s created\n", run_request.name.c_str());
+    }
+    return 0;
+  }
   if (list->parsed()) {
     std::vector<json> jobs;
     auto listed = kube::ListAll(*client, kube::Resource::TPUJobs(), all_namespaces ? "" : ns, {});
@@ -380,18 +840,126 @@ int Run(int argc, char** argv) {
       return 1;
     }
     for (auto& item : listed->items) jobs.push_back(std::move(item));
+    if (phase) {
+      jobs = FilterByPhase(std::move(jobs), *phase);
+      if (jobs.empty()) {
+        std::printf("No TPUJobs in phase %s.\n", phase->c_str());
+        return 0;
+      }
+    }
     std::fputs(RenderList(jobs, now, all_namespaces).c_str(), stdout);
     return 0;
+  }
+  if (suspend->parsed() || resume->parsed()) {
+    kube::PatchOptions options;
+    options.field_manager = kFieldManager;
+    auto patched = client->Patch(kube::Resource::TPUJobs(), ns, name, kube::PatchType::kMerge,
+                                 SuspendPatch(suspend->parsed()), options);
+    if (!patched) {
+      if (patched.error().IsNotFound()) {
+        PrintNotFound(name);
+      } else {
+        PrintError(patched.error());
+      }
+      return 1;
+    }
+    std::printf("tpujob.tpujob.dev/%s %s\n", name.c_str(),
+                suspend->parsed() ? "suspended" : "resumed");
+    return 0;
+  }
+  if (wait->parsed()) {
+    const WaitCondition condition = *ParseWaitCondition(wait_for);
+    WaitVerdict verdict;
+    std::string error;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    // Whoever decides first prints: the wait below, or the watchdog at the deadline, which keeps
+    // the timeout even while a request hangs (a GET being retried, a watch whose answer does not
+    // come) by ending the process with the timeout's exit code.
+    static std::atomic<bool> decided{false};
+    if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
+    if (timeout && timeout->count() > 0) {  // 0: one look at the job, nothing to cut short
+      std::thread([until = *deadline, name] {
+        std::this_thread::sleep_until(until);
+        if (decided.exchange(true)) return;
+        std::fprintf(stderr, "error: timed out waiting for the condition on tpujobs/%s\n",
+                     name.c_str());
+        std::fflush(stdout);
+        std::_Exit(2);
+      }).detach();
+    }
+    const FollowEnd end = FollowJob(
+        *client, ns, name, deadline,
+        [&](const json& job) {
+          verdict = DecideWait(job, condition);
+          return verdict.kind != WaitVerdict::kKeepWaiting;
+        },
+        error);
+    if (decided.exchange(true)) std::this_thread::sleep_for(std::chrono::hours(1));  // exiting
+    switch (end) {
+      case FollowEnd::kDone:
+        if (verdict.kind == WaitVerdict::kMet) {
+          std::printf("tpujob.tpujob.dev/%s condition met\n", name.c_str());
+          return 0;
+        }
+        std::fprintf(stderr, "error: tpujob.tpujob.dev/%s failed%s\n", name.c_str(),
+                     verdict.message.empty() ? "" : (": " + verdict.message).c_str());
+        return 1;
+      case FollowEnd::kDeleted:
+        std::fprintf(stderr, "error: tpujob.tpujob.dev/%s was deleted\n", name.c_str());
+        return 1;
+      case FollowEnd::kNotFound:
+        if (error.empty()) {
+          PrintNotFound(name);
+        } else {
+          std::fprintf(stderr, "error: %s\n", error.c_str());
+        }
+        return 1;
+      case FollowEnd::kTimedOut:
+        std::fprintf(stderr, "error: timed out waiting for the condition on tpujobs/%s\n",
+                     name.c_str());
+        return 2;
+    }
   }
   auto job = client->Get(kube::Resource::TPUJobs(), ns, name);
   if (!job) {
     if (job.error().IsNotFound()) {
-      std::fprintf(stderr, "Error from server (NotFound): tpujobs.tpujob.dev \"%s\" not found\n",
-                   name.c_str());
+      PrintNotFound(name);
     } else {
       std::fprintf(stderr, "error: %s\n", job.error().ToString().c_str());
     }
     return 1;
+  }
+  if (logs->parsed()) {
+    if (follow) return FollowLogs(*client, *config, ns, name, *job, log_selection, since_seconds);
+    const int attempt = log_selection.attempt.value_or(CurrentAttempt(*job));
+    kube::ListOptions pod_options;
+    pod_options.label_selector = "tpujob.dev/job-name=" + name;
+    auto pods = kube::ListAll(*client, kube::Resource::Pods(), ns, pod_options);
+    if (!pods) {
+      PrintError(pods.error());
+      return 1;
+    }
+    const std::vector<LogSource> sources = SelectLogSources(pods->items, attempt, log_selection);
+    if (sources.empty()) {
+      std::fprintf(stderr,
+                   "error: no pods of attempt %d of tpujob.tpujob.dev/%s match (phase %s)\n",
+                   attempt, name.c_str(), PhaseOf(*job).c_str());
+      return 1;
+    }
+    LinePrinter printer;
+    int rc = 0;
+    for (const LogSource& source : sources) {
+      if (!source.started) {
+        printer.Error(source.prefix + "(" + source.pod + ": not started yet)");
+        continue;
+      }
+      if (auto copied = CopyLog(*config, ns, source, /*follow=*/false, since_seconds, printer);
+          !copied) {
+        printer.Error("error: " + source.prefix + copied.error().ToString());
+        rc = 1;
+      }
+    }
+    return rc;
   }
   kube::ListOptions options;
   options.label_selector = "tpujob.dev/job-name=" + name;

@@ -8,6 +8,9 @@
 //                                      phase, conditions, attempts, faults with their nodes and
 //                                      pre-flight items, cordoned nodes, pods, and for a waiting
 //                                      job its place in the queue and why it waits
+//   kubectl tpujob run | wait | suspend | resume | logs | completion
+//                                      a job from a command line, waited for, followed; the
+//                                      decisions behind them are in plugin_commands.h
 //
 // The queue order and the reasons are the operator's own: the position it wrote to
 // status.queuePosition with the order of src/policy/queue.h (re-issued first, then priority,
@@ -35,5 +38,11 @@ std::string Age(const std::string& rfc3339, WallTime now);
 
 // Runs the plugin with kubectl's arguments (argv[0] is the program name); returns the exit code.
 int Run(int argc, char** argv);
+
+// Answers a shell's or kubectl's completion request for `words` (the arguments typed so far, the
+// last being the word under the cursor) in Cobra's format; lists the namespace's jobs when a job
+// name may come next. What `kubectl-tpujob __complete WORDS...` and, under the name
+// kubectl_complete-tpujob, `kubectl_complete-tpujob WORDS...` run. Always returns 0.
+int Complete(const std::vector<std::string>& words);
 
 }  // namespace tpujob::plugin

@@ -266,6 +266,10 @@ int main(int argc, char** argv) {
   if (program.substr(program.rfind('/') + 1) == "kubectl-tpujob") {
     return tpujob::plugin::Run(argc, argv);
   }
+  // As kubectl_complete-tpujob, it answers kubectl's (1.26 and later) completion of the plugin.
+  if (program.substr(program.rfind('/') + 1) == "kubectl_complete-tpujob") {
+    return tpujob::plugin::Complete(std::vector<std::string>(argv + 1, argv + argc));
+  }
   CLI::App app{
       "tpujob-operator runs TPU training jobs (TPUJob, tpujob.dev/v1alpha1) on Kubernetes and "
       "keeps "

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <utility>
 
+#include "kube/stream.h"
+
 // cpprestsdk defines a macro `U` that breaks fmt (used by spdlog) when it comes first, so its
 // headers are included last and kept out of clang-format's include sorting.
 // clang-format off
@@ -118,6 +120,7 @@ struct Request {
   std::string path_and_query;
   std::optional<std::string> body;
   std::string content_type = "application/json";
+  std::string accept = "application/json";
   std::function<Status()> before_send = nullptr;  // see WriteOptions::before_send
 };
 
@@ -156,6 +159,12 @@ class CppRestClient final : public Client {
 
   Result<std::unique_ptr<WatchStream>> Watch(const Resource& r, const std::string& ns,
                                              const WatchOptions& options) override;
+
+  // StreamGet (stream.h).
+  Result<std::unique_ptr<ByteStream>> Stream(const Resource& r, const std::string& ns,
+                                             const std::string& name,
+                                             const std::string& subresource,
+                                             const QueryParams& query);
 
   Result<Json> Create(const Resource& r, const std::string& ns, const Json& object,
                       const WriteOptions& options) override {
@@ -243,7 +252,7 @@ class CppRestClient final : public Client {
   Result<http::http_request> BuildRequest(const Request& request) {
     http::http_request req(request.method);
     req.set_request_uri(utility::conversions::to_string_t(request.path_and_query));
-    req.headers().add(U("Accept"), U("application/json"));
+    req.headers().add(U("Accept"), utility::conversions::to_string_t(request.accept));
     req.headers().add(U("User-Agent"), utility::conversions::to_string_t(config_.user_agent));
     if (config_.token) {
       auto token = config_.token->Token();
@@ -520,7 +529,101 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
   }
 }
 
+// A streamed body (a followed log): chunks as they arrive, no decoding, no read timeout.
+class CppRestByteStream final : public ByteStream {
+ public:
+  CppRestByteStream(HttpClientPtr client, http::http_response response,
+                    pplx::cancellation_token_source cancel)
+      : client_(std::move(client)),
+        response_(std::move(response)),
+        body_(response_.body()),
+        cancel_(std::move(cancel)) {}
+
+  ~CppRestByteStream() override { Cancel(); }
+
+  Result<std::optional<std::string>> Read() override {
+    if (cancelled_) return std::unexpected(Error::Cancelled("stream cancelled"));
+    if (ended_) return std::optional<std::string>{};
+    try {
+      // As for a watch: ask for what is buffered, or for one byte to wait for more.
+      const size_t available = body_.streambuf().in_avail();
+      const size_t want = available > 0 ? std::min<size_t>(available, 1 << 20) : 1;
+      concurrency::streams::container_buffer<std::string> chunk;
+      const size_t n = body_.read(chunk, want).get();
+      if (n == 0) {
+        ended_ = true;
+        return std::optional<std::string>{};
+      }
+      return std::optional<std::string>(std::move(chunk.collection()));
+    } catch (const std::exception& e) {
+      ended_ = true;
+      if (cancelled_) return std::unexpected(Error::Cancelled("stream cancelled"));
+      return std::unexpected(Error::Transport(std::string("stream broken: ") + e.what()));
+    }
+  }
+
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    cancel_.cancel();
+    try {
+      body_.close().wait();
+    } catch (const std::exception&) {
+      // Closing an already-broken stream throws; there is nothing left to release.
+    }
+  }
+
+ private:
+  HttpClientPtr client_;  // its own connection, kept open while the body is read
+  http::http_response response_;
+  concurrency::streams::istream body_;
+  pplx::cancellation_token_source cancel_;
+  std::atomic<bool> cancelled_{false};
+  bool ended_ = false;
+};
+
+Result<std::unique_ptr<ByteStream>> CppRestClient::Stream(const Resource& r, const std::string& ns,
+                                                          const std::string& name,
+                                                          const std::string& subresource,
+                                                          const QueryParams& query) {
+  QueryBuilder q;
+  for (const auto& [key, value] : query) q.Add(key, value);
+  Request request{http::methods::GET, "GET", &r, r.ObjectPath(ns, name, subresource) + q.str(), {}};
+  request.accept = "*/*";  // logs are text/plain
+  // A client of its own per stream: its timeout bounds each read of the body, and a followed log
+  // may be quiet for a long time.
+  HttpClientPtr client = MakeClient(std::chrono::hours(24));
+  if (client == nullptr) return std::unexpected(Error::Config("invalid server " + config_.server));
+  auto req = BuildRequest(request);
+  if (!req) return std::unexpected(req.error());
+  limiter_.Wait();
+  const TimePoint start = Clock::Real().Now();
+  pplx::cancellation_token_source cancel;
+  try {
+    http::http_response response = client->request(*req, cancel.get_token()).get();
+    const int status = response.status_code();
+    Observe(request, status, start);
+    if (status < 200 || status >= 300) {
+      std::string body = response.extract_utf8string(true).get();
+      return std::unexpected(ErrorFromResponse(status, body));
+    }
+    return std::unique_ptr<ByteStream>(
+        std::make_unique<CppRestByteStream>(client, std::move(response), std::move(cancel)));
+  } catch (const std::exception& e) {
+    Observe(request, 0, start);
+    return std::unexpected(Error::Transport(e.what()));
+  }
+}
+
 }  // namespace
+
+Result<std::unique_ptr<ByteStream>> StreamGet(const Config& config, const Resource& r,
+                                              const std::string& ns, const std::string& name,
+                                              const std::string& subresource,
+                                              const QueryParams& query) {
+  // The stream holds its own http_client; the CppRestClient only builds the request.
+  CppRestClient client(config, {});
+  return client.Stream(r, ns, name, subresource, query);
+}
 
 Result<ListAllResult> ListAll(Client& client, const Resource& r, const std::string& ns,
                               ListOptions options) {

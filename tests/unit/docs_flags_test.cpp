@@ -26,8 +26,14 @@ struct HelpText {
   std::string text;
 };
 
-HelpText RunHelp(const std::string& command) {
-  const std::string line = std::string("'") + TPUJOB_OPERATOR_BINARY + "' " + command + " --help";
+// The binary under the name kubectl-tpujob (the plugin), beside it in the build directory.
+std::string PluginBinary() {
+  const std::string binary = TPUJOB_OPERATOR_BINARY;
+  return binary.substr(0, binary.rfind('/')) + "/kubectl-tpujob";
+}
+
+HelpText RunHelp(const std::string& command, const std::string& binary = TPUJOB_OPERATOR_BINARY) {
+  const std::string line = "'" + binary + "' " + command + " --help";
   HelpText help;
   FILE* pipe = popen(line.c_str(), "r");
   if (pipe == nullptr) return help;
@@ -140,8 +146,9 @@ std::set<std::string> Keys(const std::map<std::string, std::string>& map) {
 
 // Both directions plus the defaults, for one command.
 void ExpectDocumented(const std::string& command, const std::string& heading,
-                      const std::set<std::string>& must_list) {
-  const HelpText help = RunHelp(command);
+                      const std::set<std::string>& must_list,
+                      const std::string& binary = TPUJOB_OPERATOR_BINARY) {
+  const HelpText help = RunHelp(command, binary);
   ASSERT_EQ(help.exit_code, 0) << help.text;
   const std::map<std::string, std::string> listed = ListedFlags(help.text);
   // The parser must see the flags this test knows of, or it would check nothing.
@@ -168,8 +175,8 @@ void ExpectDocumented(const std::string& command, const std::string& heading,
   }
   for (const auto& [flag, unused] : documented) {
     EXPECT_THAT(Keys(listed), Contains(flag))
-        << "docs/cli.md documents " << flag << " under \"" << heading << "\", but `tpujob-operator "
-        << command << " --help` does not list it";
+        << "docs/cli.md documents " << flag << " under \"" << heading << "\", but `" << binary
+        << " " << command << " --help` does not list it";
   }
 }
 
@@ -205,6 +212,20 @@ TEST(DocsFlagsTest, EveryNodeAgentFlagIsInTheReference) {
   ExpectDocumented("node-agent", "## `tpujob-operator node-agent` flags",
                    {"--help", "--node-name", "--interval", "--checks", "--dev-root",
                     "--condition-type", "--fail-after", "--pass-after", "--once"});
+}
+
+TEST(DocsFlagsTest, EveryPluginFlagIsInTheReference) {
+  ExpectDocumented("", "### `kubectl tpujob` global flags",
+                   {"--help", "--kubeconfig", "--context", "--namespace"}, PluginBinary());
+  ExpectDocumented("list", "### `kubectl tpujob list` flags", {"--help", "--status"},
+                   PluginBinary());
+  ExpectDocumented("run", "### `kubectl tpujob run` flags",
+                   {"--help", "--tpu-type", "--image", "--env", "--dry-run", "--output"},
+                   PluginBinary());
+  ExpectDocumented("wait", "### `kubectl tpujob wait` flags", {"--help", "--for", "--timeout"},
+                   PluginBinary());
+  ExpectDocumented("logs", "### `kubectl tpujob logs` flags",
+                   {"--help", "--worker", "--follow", "--since", "--attempt"}, PluginBinary());
 }
 
 TEST(DocsFlagsTest, HelpParsingFindsFlagsAndDefaults) {

@@ -1,0 +1,135 @@
+// The streamed GET (kube/stream.h), against a raw local TCP server: the request it
+// sends (path, query, verb, Accept) and the body handed over in the chunks the server writes, up to
+// its end; a refusal comes back as the server's error.
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kube/resource.h"
+#include "kube/stream.h"
+
+namespace tpujob::kube {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Accepts one connection, keeps the request, and answers with `head` followed by each of
+// `chunks` as one HTTP chunk, 50 ms apart, then the last chunk.
+class StreamServer {
+ public:
+  StreamServer(std::string head, std::vector<std::string> chunks) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listener_, 4), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread(
+        [this, head = std::move(head), chunks = std::move(chunks)] { Serve(head, chunks); });
+  }
+  ~StreamServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+    if (conn_ >= 0) ::close(conn_);
+  }
+  Config ClientConfig() const {
+    Config config;
+    config.server = "http://127.0.0.1:" + std::to_string(port_);
+    config.max_retries = 0;
+    return config;
+  }
+  // The request as received (after the body was served).
+  const std::string& request() const { return request_; }
+
+ private:
+  void Serve(const std::string& head, const std::vector<std::string>& chunks) {
+    conn_ = ::accept(listener_, nullptr, nullptr);
+    if (conn_ < 0) return;
+    char buf[4096];
+    while (request_.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::read(conn_, buf, sizeof(buf));
+      if (n <= 0) return;
+      request_.append(buf, static_cast<size_t>(n));
+    }
+    Send(head);
+    for (const std::string& chunk : chunks) {
+      char size[32];
+      std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
+      Send(std::string(size) + chunk + "\r\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (head.find("chunked") != std::string::npos) Send("0\r\n\r\n");
+  }
+  void Send(const std::string& data) {
+    if (::write(conn_, data.data(), data.size()) < 0) return;
+  }
+
+  int listener_ = -1;
+  int conn_ = -1;
+  int port_ = 0;
+  std::string request_;
+  std::thread thread_;
+};
+
+constexpr const char* kChunkedHead =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+TEST(KubeStreamTest, StreamsTheBodyAsItComesUntilItsEnd) {
+  std::string body;
+  std::string request;
+  {
+    StreamServer server(kChunkedHead, {"step 1\nst", "ep 2\n", "done\n"});
+    auto stream = StreamGet(server.ClientConfig(), Resource::Pods(), "ml", "job-worker-0", "log",
+                            {{"container", "trainer"}, {"follow", "true"}, {"sinceSeconds", "60"}});
+    ASSERT_TRUE(stream.has_value()) << stream.error().ToString();
+    while (true) {
+      auto chunk = (*stream)->Read();
+      ASSERT_TRUE(chunk.has_value()) << chunk.error().ToString();
+      if (!chunk->has_value()) break;
+      body += **chunk;
+    }
+    // Reading after the end keeps saying so.
+    auto again = (*stream)->Read();
+    ASSERT_TRUE(again.has_value());
+    EXPECT_FALSE(again->has_value());
+    stream->reset();
+    request = server.request();
+  }
+  EXPECT_EQ(body, "step 1\nstep 2\ndone\n");
+  EXPECT_THAT(request, HasSubstr("GET /api/v1/namespaces/ml/pods/job-worker-0/log?"
+                                 "container=trainer&follow=true&sinceSeconds=60 HTTP/1.1"));
+  EXPECT_THAT(request, HasSubstr("Accept:*/*\r\n"));  // cpprestsdk writes no space
+}
+
+TEST(KubeStreamTest, ARefusalIsTheServersError) {
+  const std::string status =
+      R"({"kind":"Status","apiVersion":"v1","status":"Failure","message":"container \"trainer\")"
+      R"( in pod \"p\" is waiting to start: ContainerCreating","reason":"BadRequest","code":400})";
+  StreamServer server(
+      "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+          std::to_string(status.size()) + "\r\n\r\n" + status,
+      {});
+  auto stream = StreamGet(server.ClientConfig(), Resource::Pods(), "ml", "p", "log",
+                          {{"container", "trainer"}});
+  ASSERT_FALSE(stream.has_value());
+  EXPECT_EQ(stream.error().http_status, 400);
+  EXPECT_THAT(stream.error().message, HasSubstr("is waiting to start"));
+}
+
+}  // namespace
+}  // namespace tpujob::kube
