@@ -60,14 +60,6 @@ void SetChips(const std::string& file, const std::string& chips) {
   std::ofstream(TpuDir() + "/" + file) << chips << "\n";
 }
 
-// `kubectl tpujob ARGS` through kubectl's plugin lookup, as a user runs it.
-CommandResult KubectlTpujob(const std::string& args) {
-  const std::string binary = TPUJOB_OPERATOR_BINARY;
-  return RunCommand("KUBECONFIG=" + KubeconfigPath() +
-                    " PATH=" + binary.substr(0, binary.rfind('/')) + ":$PATH " + ToolsBin() +
-                    "/kubectl tpujob " + args);
-}
-
 // The worker program's record: every line of <checkpoint dir>/events.jsonl.
 std::vector<Json> WorkerEvents(const std::string& dir) {
   std::vector<Json> events;
@@ -328,6 +320,9 @@ TEST_F(RealWorkerE2E, PreflightPassesForRealAndTheProgramsExitZeroSucceedsTheJob
   ASSERT_TRUE(JobFieldBecomes(ns.name(), "pass", "{.status.phase}", "Running", seconds(120)))
       << DescribePods(ns.name(), "tpujob.dev/job-name=pass") << OperatorLogs();
   const std::string pod = WorkerPod(ns.name(), "pass");
+  // The program's log, followed while the pod exists: the operator deletes a finished job's pods.
+  BackgroundCommand logs(ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath() + " logs -f -n " +
+                         ns.name() + " " + pod + " -c trainer");
   EXPECT_EQ(NodeOf(ns.name(), pod), node_);
 
   // The report, as the kubelet delivered it in the init container's termination message.
@@ -373,10 +368,10 @@ TEST_F(RealWorkerE2E, PreflightPassesForRealAndTheProgramsExitZeroSucceedsTheJob
   EXPECT_EQ(exit->value("step", 0), 100);
 
   // kubectl logs shows the program's own lines; the plugin shows the job as it ran.
-  const auto logs = Kubectl("logs -n " + ns.name() + " " + pod + " -c trainer");
-  EXPECT_NE(logs.output.find("event=first-step"), std::string::npos) << logs.output;
-  EXPECT_NE(logs.output.find("event=exit attempt=1 step=100 code=0"), std::string::npos)
-      << logs.output;
+  EXPECT_EQ(logs.ExitCode(seconds(30)), 0) << logs.Output();
+  EXPECT_NE(logs.Output().find("event=first-step"), std::string::npos) << logs.Output();
+  EXPECT_NE(logs.Output().find("event=exit attempt=1 step=100 code=0"), std::string::npos)
+      << logs.Output();
   const auto describe = KubectlTpujob("describe pass -n " + ns.name());
   EXPECT_EQ(describe.exit_code, 0) << describe.output;
   EXPECT_NE(describe.output.find("Succeeded"), std::string::npos) << describe.output;
@@ -696,6 +691,80 @@ TEST_F(RealWorkerE2E, AChipMarkedUnhealthyIsSeenByTheNodeAgentPodAndTheJobMovesO
       << DescribeWorkerEvents(job.checkpoint_dir);
   std::cout << "== chip 3 unhealthy -> TPUUnhealthy=True after " << condition_ms - failed
             << " ms: " << message << "\n";
+}
+
+// The first job of the quick start, on the real node: `kubectl tpujob run` from the type name
+// alone, `logs -f` following the program's own lines with their worker prefix through a
+// maintenance re-issue (saying when attempt 1 ended and why), `wait --for=completion`.
+TEST_F(RealWorkerE2E, KubectlTpujobRunLogsAndWaitFollowTheProgramAcrossAReissue) {
+  TestNamespace ns("real-cli");
+  const std::string n = ns.name();
+  const auto run = KubectlTpujob("run cli -n " + n + " --tpu-type " + PortsEnv("REAL_TPU_TYPE") +
+                                 " --image " + WorkerImage() +
+                                 " --env WORKER_STEPS=100 --env WORKER_STEP_MS=100 -- "
+                                 "/bin/tpu-worker");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string binary = TPUJOB_OPERATOR_BINARY;
+  const std::string plugin = "KUBECONFIG=" + KubeconfigPath() +
+                             " PATH=" + binary.substr(0, binary.rfind('/')) + ":$PATH " +
+                             ToolsBin() + "/kubectl tpujob ";
+  BackgroundCommand follow(plugin + "logs cli -f -n " + n);
+  const auto shown = [&](const std::string& text) {
+    return Eventually([&] { return follow.Output().find(text) != std::string::npos; }, seconds(120),
+                      std::chrono::milliseconds(100));
+  };
+  ASSERT_TRUE(shown("event=first-step attempt=1"))
+      << follow.Output() << DescribePods(n, "tpujob.dev/job-name=cli") << OperatorLogs();
+
+  // Maintenance: SIGTERM, the job re-issued; attempt 2 runs once the maintenance is over.
+  ASSERT_EQ(Kubectl("taint node " + node_ + " " + kMaintenanceTaint + "=:NoSchedule").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "cli", "{.status.attempt}", "2", seconds(60))) << OperatorLogs();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Trim(Kubectl("get pods -n " + n + " -l tpujob.dev/attempt=1 -o name", false).output)
+            .empty();
+      },
+      seconds(60), std::chrono::milliseconds(250)));
+  ASSERT_EQ(Kubectl("taint node " + node_ + " " + kMaintenanceTaint + "-").exit_code, 0);
+  ASSERT_TRUE(shown("event=first-step attempt=2")) << follow.Output() << OperatorLogs();
+
+  // Without -f, while attempt 2 runs: its lines only, then the command ends.
+  const auto logs = KubectlTpujob("logs cli -n " + n, false);
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_NE(logs.output.find("[worker-0] "), std::string::npos) << logs.output;
+  EXPECT_NE(logs.output.find("event=first-step attempt=2"), std::string::npos) << logs.output;
+  EXPECT_EQ(logs.output.find("attempt=1"), std::string::npos) << logs.output;
+
+  const auto done = KubectlTpujob("wait cli -n " + n + " --for=completion --timeout 3m");
+  EXPECT_EQ(done.exit_code, 0) << done.output << OperatorLogs();
+  EXPECT_NE(done.output.find("condition met"), std::string::npos) << done.output;
+
+  // `logs -f` ends by itself with the job, having shown both attempts and why the first ended.
+  EXPECT_EQ(follow.ExitCode(seconds(30)), 0) << follow.Output();
+  const std::string out = follow.Output();
+  std::cout << "== kubectl tpujob logs cli -f:\n" << out;
+  const size_t sigterm = out.find("event=sigterm attempt=1");
+  const size_t banner = out.find("--- attempt 1 ended (Maintenance on node " + node_);
+  const size_t second = out.find("event=first-step attempt=2");
+  const size_t exit = out.find("event=exit attempt=2 step=100 code=0");
+  EXPECT_NE(sigterm, std::string::npos) << out;
+  EXPECT_NE(banner, std::string::npos) << out;
+  EXPECT_NE(exit, std::string::npos) << out;
+  EXPECT_LT(sigterm, banner) << out;
+  EXPECT_LT(banner, second) << out;
+  EXPECT_NE(out.find("--- tpujob.tpujob.dev/cli Succeeded ---"), std::string::npos) << out;
+  // Every line the program wrote carries the prefix.
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("event=") != std::string::npos) {
+      EXPECT_EQ(line.rfind("[worker-0] ", 0), 0u) << line;
+    }
+  }
+  // Once the job has ended its pods are gone, and `logs` says so.
+  EXPECT_TRUE(Eventually([&] { return JobPods(n, "cli").empty(); }, seconds(60)));
+  const auto gone = KubectlTpujob("logs cli -n " + n);
+  EXPECT_EQ(gone.exit_code, 1) << gone.output;
+  EXPECT_NE(gone.output.find("Succeeded and its pods are gone"), std::string::npos) << gone.output;
 }
 
 }  // namespace

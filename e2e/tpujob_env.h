@@ -388,6 +388,56 @@ inline CommandResult SetNodeCondition(const std::string& node, const std::string
                  path);
 }
 
+// `kubectl tpujob ARGS` through kubectl's plugin lookup (kubectl-tpujob beside the operator
+// binary on the PATH), as a user runs it.
+inline CommandResult KubectlTpujob(const std::string& args, bool with_stderr = true) {
+  const std::string binary = TPUJOB_OPERATOR_BINARY;
+  return RunCommand("KUBECONFIG=" + KubeconfigPath() +
+                        " PATH=" + binary.substr(0, binary.rfind('/')) + ":$PATH " + ToolsBin() +
+                        "/kubectl tpujob " + args,
+                    with_stderr);
+}
+
+// A command run in the background (its own process group), its output and exit status kept
+// in files: for the commands that block until something happens (`kubectl tpujob wait`,
+// `logs -f`).
+class BackgroundCommand {
+ public:
+  explicit BackgroundCommand(const std::string& command) {
+    static int counter = 0;
+    base_ = ClusterDir() + "/background-" + std::to_string(::getpid()) + "-" +
+            std::to_string(++counter);
+    std::ofstream(base_ + ".sh") << "(" << command << ") > " << base_ << ".out 2>&1\necho $? > "
+                                 << base_ << ".rc\n";
+    pid_ = std::atoi(
+        Trim(RunCommand("setsid bash " + base_ + ".sh >/dev/null 2>&1 & echo $!", false).output)
+            .c_str());
+  }
+  ~BackgroundCommand() {
+    if (pid_ > 0) ::kill(-pid_, SIGTERM);
+    RunCommand("rm -f " + base_ + ".sh " + base_ + ".out " + base_ + ".rc");
+  }
+  BackgroundCommand(const BackgroundCommand&) = delete;
+  BackgroundCommand& operator=(const BackgroundCommand&) = delete;
+
+  std::string Output() const { return ReadFile(base_ + ".out"); }
+  // The exit status once the command has ended within `timeout`; nullopt while it runs.
+  std::optional<int> ExitCode(std::chrono::seconds timeout = std::chrono::seconds(0)) const {
+    std::optional<int> code;
+    const auto read = [&] {
+      const std::string rc = Trim(ReadFile(base_ + ".rc"));
+      if (!rc.empty()) code = std::atoi(rc.c_str());
+      return code.has_value();
+    };
+    if (!read() && timeout.count() > 0) Eventually(read, timeout, std::chrono::milliseconds(100));
+    return code;
+  }
+
+ private:
+  std::string base_;
+  int pid_ = -1;
+};
+
 // Records every pod event of a namespace and checks the invariants of the lifecycle over the
 // whole record: never two live pods for one replica (type, index) of a job, and never a pod of
 // attempt n+1 created while a pod of attempt n exists.
@@ -677,8 +727,11 @@ inline std::string JobPodProblems(const std::string& ns) {
     std::set<std::string> desired;
     // Workers are numbered job-wide across slices (tpujob.dev/replica-index).
     const int slices = job["spec"].value("tpu", nlohmann::json::object()).value("slices", 1);
+    // Workers per slice: the spec's, else what the operator derived from spec.tpu.type.
+    const int hosts = status.value("tpu", nlohmann::json::object()).value("hostsPerSlice", 1);
     for (const auto& [type, replica] : job["spec"]["replicaSpecs"].items()) {
-      const int count = replica.value("replicas", 1) * (type == "Worker" ? slices : 1);
+      const int count = type == "Worker" ? replica.value("replicas", hosts) * slices
+                                         : replica.value("replicas", 1);
       for (int i = 0; i < count; ++i) {
         desired.insert(type + "-" + std::to_string(i));
       }

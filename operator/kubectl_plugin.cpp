@@ -941,9 +941,18 @@ int Run(int argc, char** argv) {
     }
     const std::vector<LogSource> sources = SelectLogSources(pods->items, attempt, log_selection);
     if (sources.empty()) {
-      std::fprintf(stderr,
-                   "error: no pods of attempt %d of tpujob.tpujob.dev/%s match (phase %s)\n",
-                   attempt, name.c_str(), PhaseOf(*job).c_str());
+      const std::string phase = PhaseOf(*job);
+      if (phase == "Succeeded" || phase == "Failed") {
+        // The operator deletes a finished job's pods, and their logs go with them.
+        std::fprintf(stderr,
+                     "error: tpujob.tpujob.dev/%s %s and its pods are gone, with their logs; "
+                     "follow a job with -f while it runs to keep them\n",
+                     name.c_str(), phase.c_str());
+      } else {
+        std::fprintf(stderr,
+                     "error: no pods of attempt %d of tpujob.tpujob.dev/%s match (phase %s)\n",
+                     attempt, name.c_str(), phase.c_str());
+      }
       return 1;
     }
     LinePrinter printer;

@@ -41,6 +41,8 @@ NODE_COMPONENTS=(mount-namespace containerd kubelet kube-proxy coredns tpu-devic
 REAL_TPU_ACCELERATOR=tpu-v5-lite-podslice
 REAL_TPU_TOPOLOGY=2x2
 REAL_TPU_CHIPS=4
+# The same host by its TPU type name (one v5e host of 2x2: v5litepod-4).
+REAL_TPU_TYPE=v5litepod-4
 REAL_NODE_POOL=tpujob-real
 REAL_TPU_DIR=$REAL_DIR/tpu
 CONTAINERD_SOCKET=$REAL_DIR/containerd/containerd.sock
@@ -304,6 +306,7 @@ REAL_NODE_POOL=$REAL_NODE_POOL
 REAL_TPU_ACCELERATOR=$REAL_TPU_ACCELERATOR
 REAL_TPU_TOPOLOGY=$REAL_TPU_TOPOLOGY
 REAL_TPU_CHIPS=$REAL_TPU_CHIPS
+REAL_TPU_TYPE=$REAL_TPU_TYPE
 REAL_TPU_DIR=$REAL_TPU_DIR
 EOF
   real_node_cert kubelet "system:node:$REAL_NODE_NAME" system:nodes
