@@ -673,6 +673,7 @@ TEST_F(CrdE2E, KubectlExplainDocumentsTheFields) {
       {"tpujob.status.preemptedBy", "the job (namespace/name) that last preempted this one"},
       {"tpujob.spec.tpu.slices", "<name>-worker-<slice>-<host>"},
       {"tpujob.status.nodePools", "one per slice in slice order"},
+      {"tpujob.spec.tpu.type", "v6e-1, v6e-4, v6e-8, v6e-16"},
   };
   for (const auto& [field, expected] : fields) {
     SCOPED_TRACE(field);
