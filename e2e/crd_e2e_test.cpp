@@ -346,6 +346,14 @@ std::vector<InvalidCase> InvalidCases() {
       "tpu.type: v5p-128 means accelerator tpu-v5p-slice, topology 4x4x4, chipsPerWorker 4 and "
       "replicaSpecs.Worker.replicas 16");
   add(
+      "TpuTypeTooManyWorkerPods",
+      [](JobYaml& j) {
+        j.tpu = "type: v5p-4x4x68, slices: 61";  // 272 hosts per slice: 16592 pods
+        j.workers = "";
+      },
+      "tpu.type: v5p-4x4x68 has 272 hosts per slice: tpu.slices * hosts per slice, the worker "
+      "pods of the job, must be at most 16384");
+  add(
       "TpuTypeDisagreesWithWorkers",
       [](JobYaml& j) {
         j.tpu = "type: v6e-8";

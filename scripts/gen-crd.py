@@ -512,7 +512,8 @@ def tpu_rules(indent, generations):
             "(!has(self.tpu.chipsPerWorker) || string(self.tpu.chipsPerWorker) == "
             "v.split(',')[1]) && "
             "(!has(self.replicaSpecs.Worker.replicas) || "
-            "string(self.replicaSpecs.Worker.replicas) == v.split(',')[2])" %
+            "string(self.replicaSpecs.Worker.replicas) == v.split(',')[2]) && "
+            "(!has(self.tpu.slices) || self.tpu.slices * int(v.split(',')[2]) <= 16384)" %
             cel_string(accelerator))
         unknown = "'tpu.type: ' + self.tpu.type + %s" % cel_string(
             " is not a %s TPU type; %s types are: %s" % (
@@ -521,8 +522,13 @@ def tpu_rules(indent, generations):
                    "v.split(',')[0] + ', chipsPerWorker ' + v.split(',')[1] + ' and "
                    "replicaSpecs.Worker.replicas ' + v.split(',')[2] + ' (hosts per slice); "
                    "leave those fields out or give these values'" % accelerator)
+        too_many = ("'tpu.type: ' + self.tpu.type + ' has ' + v.split(',')[2] + ' hosts per "
+                    "slice: tpu.slices * hosts per slice, the worker pods of the job, must be at most "
+                    "16384'")
+        many = "has(self.tpu.slices) && self.tpu.slices * int(v.split(',')[2]) > 16384"
         rule("%s || %s.all(v, %s)" % (applies, lookup, agrees),
-             message_expression="%s.map(v, v == '' ? %s : %s)[0]" % (lookup, unknown, implies))
+             message_expression="%s.map(v, v == '' ? %s : (%s ? %s : %s))[0]" % (
+                 lookup, unknown, many, too_many, implies))
     return "".join(out)
 
 
