@@ -10,6 +10,9 @@
 #include <ctime>
 #include <functional>
 #include <iomanip>
+#include <limits>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -420,7 +423,10 @@ FollowEnd FollowJob(kube::Client& client, const std::string& ns, const std::stri
     options.resource_version = Str(*job, "/metadata/resourceVersion");
     const auto remaining =
         std::chrono::duration_cast<std::chrono::seconds>(until - Steady::now()).count();
-    options.timeout_seconds = static_cast<int>(std::clamp<long long>(remaining + 1, 1, 40));
+    // Short watches, each after a fresh GET: a watch that silently delivers nothing (a dead
+    // connection, a custom resource's storage replaced under it when its CRD changes) costs at
+    // most 10 s, and a GET and a watch every 10 s for one object is nothing to the server.
+    options.timeout_seconds = static_cast<int>(std::clamp<long long>(remaining + 1, 1, 10));
     auto stream = client.Watch(kube::Resource::TPUJobs(), ns, options);
     if (!stream) {
       pause();
@@ -458,25 +464,42 @@ class LinePrinter {
   std::mutex mu_;
 };
 
+// One pod's followed log: its stream is published here while open, so the main loop can cancel
+// it (a pod gone from the API server whose node no longer answers, a job that has ended).
+struct FollowedLog {
+  LogSource source;
+  int attempt = 0;
+  kube::ByteStream* stream = nullptr;  // while open; guarded by the follower's mutex
+  bool cancelled = false;
+  bool ended = false;
+  int missing_polls = 0;  // consecutive looks that did not list the pod
+};
+
 // Reads one pod's log to its end (with `follow`, until the container stops), printing each line
-// with the pod's prefix.
+// with the pod's prefix. With `follow`, `publish` is called (under the caller's lock) with the
+// open stream and again with nullptr when it is done.
 kube::Status CopyLog(const kube::Config& config, const std::string& ns, const LogSource& source,
-                     bool follow, std::optional<int64_t> since_seconds, LinePrinter& printer) {
+                     bool follow, std::optional<int64_t> since_seconds, LinePrinter& printer,
+                     const std::function<bool(kube::ByteStream*)>& publish = {}) {
   kube::QueryParams query = {{"container", source.container}};
   if (follow) query.emplace_back("follow", "true");
   if (since_seconds) query.emplace_back("sinceSeconds", std::to_string(*since_seconds));
   auto stream = kube::StreamGet(config, kube::Resource::Pods(), ns, source.pod, "log", query);
   if (!stream) return std::unexpected(stream.error());
+  if (publish && !publish(stream->get())) return {};  // cancelled before it opened
   LineSplitter splitter;
+  kube::Status result;
   while (true) {
     auto chunk = (*stream)->Read();
     if (!chunk || !*chunk) {
       if (auto last = splitter.Flush()) printer.Print(source.prefix, *last);
-      if (!chunk) return std::unexpected(chunk.error());
-      return {};
+      if (!chunk) result = std::unexpected(chunk.error());
+      break;
     }
     for (const std::string& line : splitter.Feed(**chunk)) printer.Print(source.prefix, line);
   }
+  if (publish) publish(nullptr);
+  return result;
 }
 
 bool Finished(const json& job) {
@@ -484,42 +507,100 @@ bool Finished(const json& job) {
   return phase == "Succeeded" || phase == "Failed";
 }
 
-// `kubectl tpujob logs -f`: streams every selected pod at once, one thread each, and follows the
-// job to its next attempts until it finishes and every stream has ended.
+// `kubectl tpujob logs -f`: streams every selected pod of the attempt at once, one thread each,
+// and follows the job to its next attempts until it finishes and every stream has ended.
 //
 // Polls the job and its pods every 2 s rather than watching them: it has to find pods as their
 // containers start (the log endpoint refuses a container not started yet) and to notice a new
 // attempt, and two small reads every 2 s for one job is nothing next to the logs themselves.
+//
+// The banner of a new attempt is printed once every stream of the old one has ended (the old
+// pods get SIGTERM and their grace period after the job moved on, and their last lines, the
+// checkpoint among them, belong before it); the operator never creates the new attempt's pods
+// while an old one exists, so nothing of the new attempt is held back by the wait. A pod that
+// the API server has not listed for two looks has its stream cancelled (its node may never
+// close it), and so does every stream still open 10 s after the job finished or was deleted.
+// Exit status: 0, or 1 when a stream failed or no pod was ever followed.
 int FollowLogs(kube::Client& client, const kube::Config& config, const std::string& ns,
                const std::string& name, json job, const LogSelection& selection,
                std::optional<int64_t> since_seconds) {
+  using Clock = std::chrono::steady_clock;
   LinePrinter printer;
   int attempt = selection.attempt.value_or(CurrentAttempt(job));
+  int banner_for = 0;  // the attempt whose banner waits for the old streams to end (0: none)
   std::mutex mu;
-  std::set<std::string> streamed;  // pod uids with a stream open or done
-  int active = 0;
+  std::map<std::string, std::shared_ptr<FollowedLog>> follows;  // by pod uid
   std::vector<std::thread> threads;
+  bool failed = false;
   kube::ListOptions pod_options;
   pod_options.label_selector = "tpujob.dev/job-name=" + name;
   bool deleted = false;
+  std::optional<Clock::time_point> over_since;  // when the job was first seen finished or gone
+  const auto cancel = [](FollowedLog& f) {
+    f.cancelled = true;
+    if (f.stream != nullptr) f.stream->Cancel();
+  };
+  const auto open_streams = [&](int of_attempt) {  // under mu
+    int open = 0;
+    for (const auto& [uid, f] : follows) open += !f->ended && f->attempt <= of_attempt ? 1 : 0;
+    return open;
+  };
   while (true) {
     auto pods = kube::ListAll(client, kube::Resource::Pods(), ns, pod_options);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (banner_for != 0 && open_streams(banner_for - 1) == 0) {
+        printer.Print("", AttemptBanner(job, attempt, banner_for));
+        attempt = banner_for;
+        banner_for = 0;
+      }
+    }
     if (pods) {
-      for (const LogSource& source : SelectLogSources(pods->items, attempt, selection)) {
-        if (!source.started) continue;
-        std::lock_guard<std::mutex> lock(mu);
-        if (!streamed.insert(source.uid).second) continue;
-        ++active;
-        threads.emplace_back([&, source] {
-          auto copied = CopyLog(config, ns, source, /*follow=*/true, since_seconds, printer);
+      std::lock_guard<std::mutex> lock(mu);
+      std::set<std::string> listed;
+      for (const json& pod : pods->items) listed.insert(Str(pod, "/metadata/uid"));
+      for (auto& [uid, f] : follows) {
+        f->missing_polls = listed.contains(uid) ? 0 : f->missing_polls + 1;
+        if (!f->ended && f->missing_polls >= 2) cancel(*f);
+      }
+      const std::vector<LogSource> sources = SelectLogSources(pods->items, attempt, selection);
+      if (sources.empty() && banner_for == 0 && (selection.worker || selection.slice)) {
+        bool attempt_has_pods = false;
+        for (const json& pod : pods->items) {
+          attempt_has_pods |=
+              Str(pod, "/metadata/labels/tpujob.dev~1attempt", "1") == std::to_string(attempt);
+        }
+        if (attempt_has_pods) {
+          printer.Error("error: no pods of attempt " + std::to_string(attempt) +
+                        " of tpujob.tpujob.dev/" + name + " match the selection");
+          failed = true;
+          break;
+        }
+      }
+      for (const LogSource& source : banner_for != 0 ? std::vector<LogSource>{} : sources) {
+        if (!source.started || follows.contains(source.uid)) continue;
+        auto f = std::make_shared<FollowedLog>();
+        f->source = source;
+        f->attempt = attempt;
+        follows[source.uid] = f;
+        threads.emplace_back([&, f] {
+          auto copied = CopyLog(config, ns, f->source, /*follow=*/true, since_seconds, printer,
+                                [&](kube::ByteStream* stream) {
+                                  std::lock_guard<std::mutex> lock(mu);
+                                  f->stream = stream;
+                                  if (stream != nullptr && f->cancelled) stream->Cancel();
+                                  return true;
+                                });
           std::lock_guard<std::mutex> lock(mu);
-          --active;
-          if (copied) return;
-          // Refused (400): the container is between starts; try again at the next look.
-          if (copied.error().http_status == 400) {
-            streamed.erase(source.uid);
-          } else {
-            printer.Error("error: " + source.prefix + copied.error().ToString());
+          if (!copied && copied.error().http_status == 400 && !f->cancelled) {
+            // Refused: the container is between starts; try again at the next look.
+            follows.erase(f->source.uid);
+            return;
+          }
+          f->ended = true;
+          if (!copied && !f->cancelled && copied.error().http_status != 404) {
+            printer.Error("error: " + f->source.prefix + copied.error().ToString());
+            failed = true;
           }
         });
       }
@@ -527,7 +608,14 @@ int FollowLogs(kube::Client& client, const kube::Config& config, const std::stri
     {
       std::lock_guard<std::mutex> lock(mu);
       const bool past_attempt = selection.attempt && CurrentAttempt(job) > attempt;
-      if ((deleted || Finished(job) || past_attempt) && active == 0) break;
+      const bool over = deleted || Finished(job) || past_attempt;
+      if (over && !over_since) over_since = Clock::now();
+      if (over && open_streams(std::numeric_limits<int>::max()) == 0 && banner_for == 0) break;
+      if (over && Clock::now() - *over_since > std::chrono::seconds(10)) {
+        for (auto& [uid, f] : follows) {
+          if (!f->ended) cancel(*f);
+        }
+      }
     }
     std::this_thread::sleep_for(std::chrono::seconds(2));
     if (!deleted) {
@@ -539,13 +627,26 @@ int FollowLogs(kube::Client& client, const kube::Config& config, const std::stri
         deleted = true;
       }
     }
-    if (!selection.attempt && CurrentAttempt(job) > attempt) {
-      const int next = CurrentAttempt(job);
-      printer.Print("", AttemptBanner(job, attempt, next));
-      attempt = next;
+    if (!selection.attempt && banner_for == 0 && CurrentAttempt(job) > attempt) {
+      banner_for = CurrentAttempt(job);
+    }
+  }
+  {
+    // Leaving early (a selection that matches nothing): stop what runs.
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [uid, f] : follows) {
+      if (!f->ended) cancel(*f);
     }
   }
   for (std::thread& t : threads) t.join();
+  if (failed) return 1;
+  if (follows.empty()) {
+    printer.Error("error: no pods of attempt " + std::to_string(attempt) +
+                  " of tpujob.tpujob.dev/" + name + " were there to follow (phase " +
+                  (deleted ? std::string("deleted") : PhaseOf(job)) +
+                  "); the operator deletes a finished job's pods, and their logs go with them");
+    return 1;
+  }
   if (!deleted) printer.Print("", "--- tpujob.tpujob.dev/" + name + " " + PhaseOf(job) + " ---");
   return 0;
 }
@@ -659,8 +760,13 @@ int Run(int argc, char** argv) {
                       "(spec.faultTolerance.maxWorkerRestarts).");
   run->add_option("--queue", run_request.queue,
                   "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name).");
+  // One value per --env (repeatable): a vector option would otherwise also take the words
+  // after it, such as the job's name in `run --env A=1 NAME ...`.
   run->add_option("--env", run_request.env,
-                  "KEY=VALUE for the container's environment (repeatable).");
+                  "KEY=VALUE for the container's environment (repeatable).")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("--dry-run", dry_run,
                   "client: print the object without sending it; none: create it.")
       ->check(CLI::IsMember({"none", "client"}))

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "kube/resource.h"
+#include "policy/job_spec.h"
 
 namespace tpujob::plugin {
 namespace {
@@ -20,10 +21,17 @@ using nlohmann::json;
 // YAML 1.1's yes/no/on/off, so they count too.
 bool NeedsQuotes(const std::string& text) {
   if (text.empty()) return true;
+  // Anything that starts like a number (a digit, a sign, a dot: 0b101, -0x1F, 1_000, .5, 12:30)
+  // is quoted whether or not some parser would take it for one: cheaper than knowing every
+  // parser's integer forms, and a quoted string always reads back as itself.
+  const char first = text.front();
+  if (std::isdigit(static_cast<unsigned char>(first)) || first == '-' || first == '+' ||
+      first == '.') {
+    return true;
+  }
   static const std::regex kNonString(
       R"(~|null|Null|NULL|true|True|TRUE|false|False|FALSE|y|Y|yes|Yes|YES|n|N|no|No|NO|)"
-      R"(on|On|ON|off|Off|OFF|[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?|)"
-      R"([-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)|0[xX][0-9a-fA-F_]+|0o?[0-7_]+|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)");
+      R"(on|On|ON|off|Off|OFF)");
   return std::regex_match(text, kNonString);
 }
 
@@ -87,8 +95,8 @@ std::expected<json, std::string> BuildJob(const RunRequest& request) {
   if (request.priority && !request.priority_class.empty()) {
     return std::unexpected("--priority and --priority-class cannot both be given");
   }
-  if (request.slices && (*request.slices < 1 || *request.slices > 16384)) {
-    return std::unexpected("--slices must be between 1 and 16384");
+  if (request.slices && (*request.slices < 1 || *request.slices > policy::kMaxSlices)) {
+    return std::unexpected("--slices must be between 1 and " + std::to_string(policy::kMaxSlices));
   }
   if (request.max_restarts && (*request.max_restarts < 0 || *request.max_restarts > 100)) {
     return std::unexpected("--max-restarts must be between 0 and 100");

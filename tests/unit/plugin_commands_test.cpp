@@ -147,8 +147,26 @@ TEST(PluginRunTest, YamlReadsBackAsTheSameObject) {
   request.slices = 2;
   request.priority = 5;
   // Values YAML would take for numbers, booleans or null unless quoted.
-  request.env = {"A=1",    "B=true",       "C=yes",  "D=",    "E=null",           "F=1.5e3",
-                 "G=0x1F", "H=plain text", "I=a: b", "J=- x", "K=#not a comment", "L=on"};
+  request.env = {"A=1",
+                 "B=true",
+                 "C=yes",
+                 "D=",
+                 "E=null",
+                 "F=1.5e3",
+                 "G=0x1F",
+                 "H=plain text",
+                 "I=a: b",
+                 "J=- x",
+                 "K=#not a comment",
+                 "L=on",
+                 "M=0b101",
+                 "N=-0x1F",
+                 "O=-0o17",
+                 "P=~",
+                 "Q=.5",
+                 "R=+1",
+                 "S=12:30",
+                 "T=1_000"};
   request.command = {"python", "-c", "print('hi')", "--steps", "10"};
   auto job = BuildJob(request);
   ASSERT_TRUE(job) << job.error();
@@ -159,8 +177,36 @@ TEST(PluginRunTest, YamlReadsBackAsTheSameObject) {
   EXPECT_THAT(yaml, HasSubstr("value: \"1\"\n"));
   EXPECT_THAT(yaml, HasSubstr("value: \"yes\"\n"));
   EXPECT_THAT(yaml, HasSubstr("value: \"\"\n"));
+  // Everything a YAML parser (go-yaml's integer forms included) could read as other than a
+  // string is quoted; the read-back above would not notice, as it keeps scalars as strings.
+  for (const char* value : {"1", "true", "yes", "null", "1.5e3", "0x1F", "on", "0b101", "-0x1F",
+                            "-0o17", "~", ".5", "+1", "12:30", "1_000"}) {
+    EXPECT_THAT(yaml, HasSubstr("value: \"" + std::string(value) + "\"\n")) << value;
+  }
+  EXPECT_THAT(yaml, HasSubstr("value: plain text\n"));
   EXPECT_THAT(yaml, HasSubstr("- \"10\"\n"));
   EXPECT_THAT(yaml, Not(HasSubstr("{")));  // block style throughout
+}
+
+TEST(PluginRunTest, EnvTakesOneValueSoTheNameMayFollowIt) {
+  const Answer yaml = Shell(Plugin() +
+                            " run --env A=1 --env B=2 hello --tpu-type v5p-8 --image busybox "
+                            "--dry-run=client -o json -- sh");
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.output;
+  const json job = json::parse(yaml.output);
+  EXPECT_EQ(job["metadata"]["name"], "hello");
+  EXPECT_EQ(
+      job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"].size(), 2u);
+}
+
+TEST(PluginRunTest, SlicesAreLimitedAsTheApiLimitsThem) {
+  RunRequest request = Minimal();
+  request.slices = 64;
+  EXPECT_TRUE(BuildJob(request));
+  request.slices = 65;
+  auto refused = BuildJob(request);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error(), "--slices must be between 1 and 64");
 }
 
 TEST(PluginRunTest, DryRunPrintsTheObjectWithoutACluster) {
