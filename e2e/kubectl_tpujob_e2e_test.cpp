@@ -93,11 +93,8 @@ TEST_F(KubectlTpujobE2E, RunMakesATwoSliceJobFromTheTypeAndWaitReturnsZeroOnSucc
   ASSERT_EQ(applied.exit_code, 0) << applied.output << dry.output;
   EXPECT_EQ(JobJson(n, "second")["spec"], JobJson(n, "demo")["spec"]) << dry.output;
 
-  BackgroundCommand wait_done("KUBECONFIG=" + KubeconfigPath() + " PATH=" +
-                              std::string(TPUJOB_OPERATOR_BINARY)
-                                  .substr(0, std::string(TPUJOB_OPERATOR_BINARY).rfind('/')) +
-                              ":$PATH " + ToolsBin() + "/kubectl tpujob wait demo -n " + n +
-                              " --for=completion --timeout 2m");
+  BackgroundCommand wait_done(
+      KubectlTpujobCommand("wait demo -n " + n + " --for=completion --timeout 2m"));
   EXPECT_FALSE(wait_done.ExitCode(seconds(2)))
       << "returned before the job ended: " << wait_done.Output();
   ASSERT_EQ(TerminatePod(n, "demo-worker-0-0", 0).exit_code, 0);

@@ -704,11 +704,7 @@ TEST_F(RealWorkerE2E, KubectlTpujobRunLogsAndWaitFollowTheProgramAcrossAReissue)
                                  " --env WORKER_STEPS=100 --env WORKER_STEP_MS=100 -- "
                                  "/bin/tpu-worker");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const std::string binary = TPUJOB_OPERATOR_BINARY;
-  const std::string plugin = "KUBECONFIG=" + KubeconfigPath() +
-                             " PATH=" + binary.substr(0, binary.rfind('/')) + ":$PATH " +
-                             ToolsBin() + "/kubectl tpujob ";
-  BackgroundCommand follow(plugin + "logs cli -f -n " + n);
+  BackgroundCommand follow(KubectlTpujobCommand("logs cli -f -n " + n));
   const auto shown = [&](const std::string& text) {
     return Eventually([&] { return follow.Output().find(text) != std::string::npos; }, seconds(120),
                       std::chrono::milliseconds(100));

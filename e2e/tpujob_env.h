@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -390,12 +391,13 @@ inline CommandResult SetNodeCondition(const std::string& node, const std::string
 
 // `kubectl tpujob ARGS` through kubectl's plugin lookup (kubectl-tpujob beside the operator
 // binary on the PATH), as a user runs it.
-inline CommandResult KubectlTpujob(const std::string& args, bool with_stderr = true) {
+inline std::string KubectlTpujobCommand(const std::string& args) {
   const std::string binary = TPUJOB_OPERATOR_BINARY;
-  return RunCommand("KUBECONFIG=" + KubeconfigPath() +
-                        " PATH=" + binary.substr(0, binary.rfind('/')) + ":$PATH " + ToolsBin() +
-                        "/kubectl tpujob " + args,
-                    with_stderr);
+  return "KUBECONFIG=" + KubeconfigPath() + " PATH=" + binary.substr(0, binary.rfind('/')) +
+         ":$PATH " + ToolsBin() + "/kubectl tpujob " + args;
+}
+inline CommandResult KubectlTpujob(const std::string& args, bool with_stderr = true) {
+  return RunCommand(KubectlTpujobCommand(args), with_stderr);
 }
 
 // A command run in the background (its own process group), its output and exit status kept
@@ -458,15 +460,8 @@ class PodWatch {
         "/pods?watch=1&allowWatchBookmarks=true${rv:+&resourceVersion=$rv}\" >> \"$f\" "
         "2>> \"$f.err\"; rv=$(tail -n 1 \"$f\" | grep -o '\"resourceVersion\":\"[0-9]*\"' | "
         "head -n 1 | tr -dc 0-9); sleep 0.2; done";
-    const std::string script = ClusterDir() + "/podwatch-" + ns + ".sh";
-    std::ofstream(script) << loop << "\n";
-    pid_ = std::atoi(
-        Trim(RunCommand("setsid bash " + script + " >/dev/null 2>&1 & echo $!", false).output)
-            .c_str());
+    loop_ = std::make_unique<BackgroundCommand>(loop);  // ends (killed) with the watch
     Eventually([&] { return RunCommand("test -e " + path_).exit_code == 0; });
-  }
-  ~PodWatch() {
-    if (pid_ > 0) ::kill(-pid_, SIGTERM);  // the loop and its kubectl: a process group
   }
 
   struct Report {
@@ -553,7 +548,7 @@ class PodWatch {
  private:
   std::string ns_;
   std::string path_;
-  int pid_ = -1;
+  std::unique_ptr<BackgroundCommand> loop_;
 };
 
 // --- The end state: nothing lost, nothing left behind --------------------------------------------

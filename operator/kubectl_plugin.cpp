@@ -390,8 +390,8 @@ enum class FollowEnd { kDone, kDeleted, kTimedOut, kNotFound };
 // GET: the answer comes the moment the operator writes the phase, and a long wait costs the API
 // server one idle watch instead of a request every few seconds. Every (re)connection starts with
 // that GET, so nothing written while the watch was down is missed; the server is asked to end
-// each watch within 40 s and the client gives up a watch silent for 60 s, so a dead connection
-// costs at most a minute. Transport errors are retried every second until the deadline.
+// each watch within 10 s (see below). Transport errors are retried every second until the
+// deadline.
 FollowEnd FollowJob(kube::Client& client, const std::string& ns, const std::string& name,
                     std::optional<std::chrono::steady_clock::time_point> deadline,
                     const std::function<bool(const json&)>& done, std::string& error) {
@@ -565,12 +565,8 @@ int FollowLogs(kube::Client& client, const kube::Config& config, const std::stri
       }
       const std::vector<LogSource> sources = SelectLogSources(pods->items, attempt, selection);
       if (sources.empty() && banner_for == 0 && (selection.worker || selection.slice)) {
-        bool attempt_has_pods = false;
-        for (const json& pod : pods->items) {
-          attempt_has_pods |=
-              Str(pod, "/metadata/labels/tpujob.dev~1attempt", "1") == std::to_string(attempt);
-        }
-        if (attempt_has_pods) {
+        // The attempt's pods exist, and none is the one asked for.
+        if (!SelectLogSources(pods->items, attempt, LogSelection{}).empty()) {
           printer.Error("error: no pods of attempt " + std::to_string(attempt) +
                         " of tpujob.tpujob.dev/" + name + " match the selection");
           failed = true;

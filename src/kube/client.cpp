@@ -124,6 +124,17 @@ struct Request {
   std::function<Status()> before_send = nullptr;  // see WriteOptions::before_send
 };
 
+// Ends a streamed response (a watch, a followed log) from any thread: the pending read fails at
+// once instead of waiting for bytes that may never come.
+void CancelBody(pplx::cancellation_token_source& cancel, concurrency::streams::istream& body) {
+  cancel.cancel();
+  try {
+    body.close().wait();
+  } catch (const std::exception&) {
+    // Closing an already-broken stream throws; there is nothing left to release.
+  }
+}
+
 class CppRestWatchStream;
 
 class CppRestClient final : public Client {
@@ -445,13 +456,7 @@ class CppRestWatchStream final : public WatchStream {
   }
 
   void Cancel() override {
-    if (cancelled_.exchange(true)) return;
-    cancel_.cancel();
-    try {
-      body_.close().wait();
-    } catch (const std::exception&) {
-      // Closing an already-broken stream throws; there is nothing left to release.
-    }
+    if (!cancelled_.exchange(true)) CancelBody(cancel_, body_);
   }
 
  private:
@@ -563,13 +568,7 @@ class CppRestByteStream final : public ByteStream {
   }
 
   void Cancel() override {
-    if (cancelled_.exchange(true)) return;
-    cancel_.cancel();
-    try {
-      body_.close().wait();
-    } catch (const std::exception&) {
-      // Closing an already-broken stream throws; there is nothing left to release.
-    }
+    if (!cancelled_.exchange(true)) CancelBody(cancel_, body_);
   }
 
  private:

@@ -16,6 +16,7 @@
 
 #include "kube/resource.h"
 #include "kube/stream.h"
+#include "loopback_listener.h"
 
 namespace tpujob::kube {
 namespace {
@@ -27,16 +28,7 @@ using ::testing::HasSubstr;
 class StreamServer {
  public:
   StreamServer(std::string head, std::vector<std::string> chunks) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(listener_, 4), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listener_ = tpujob::test_support::ListenOnLoopback(port_);
     thread_ = std::thread(
         [this, head = std::move(head), chunks = std::move(chunks)] { Serve(head, chunks); });
   }

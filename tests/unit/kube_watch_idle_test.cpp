@@ -15,6 +15,7 @@
 
 #include "kube/client.h"
 #include "kube/resource.h"
+#include "loopback_listener.h"
 
 namespace tpujob::kube {
 namespace {
@@ -28,16 +29,7 @@ using std::chrono::steady_clock;
 class WatchServer {
  public:
   WatchServer(milliseconds every, milliseconds for_how_long) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(listener_, 4), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listener_ = tpujob::test_support::ListenOnLoopback(port_);
     thread_ = std::thread([this, every, for_how_long] { Serve(every, for_how_long); });
   }
   ~WatchServer() {
