@@ -1,9 +1,10 @@
 // Multislice TPUJobs (spec.tpu.slices) end to end: several slices of one job admitted together,
 // each in a node pool of its own, with the MEGASCALE_* environment JAX and libtpu read to join
-// them; the fault table applied to the job as a whole. KWOK plays the TPU nodes (four pools per
-// test, with an accelerator name of their own so no other test competes for them) and the real
-// kube-scheduler places the pods by the node selectors the operator writes. Every assertion
-// reads the cluster through kubectl.
+// them; the fault table applied to one slice (recovery Slice, the default) or to the job as a whole
+// (recovery Job), and hot swap: a replaced slice takes a lower-priority job's pool. KWOK plays the
+// TPU nodes (four pools per test, with an accelerator name of their own so no other test competes
+// for them) and the real kube-scheduler places the pods by the node selectors the operator writes.
+// Every assertion reads the cluster through kubectl.
 
 #include <gtest/gtest.h>
 
@@ -200,7 +201,7 @@ TEST_F(MultisliceE2E, QueuedWhileOnlyTwoPoolsAreFreeAndAdmittedWhenAThirdFrees) 
   ExpectNothingLeftBehind(n, node_sets_);
 }
 
-TEST_F(MultisliceE2E, HardwareFaultInSliceOneReissuesEverySliceOnPoolsWithoutTheFaultyNode) {
+TEST_F(MultisliceE2E, RecoveryJobHardwareFaultInSliceOneReissuesEverySliceOnOtherPools) {
   // Pools of 5 hosts: the faulty node's pool still holds a slice of 4 afterwards (the tightest
   // fit, even), yet the re-issue takes the three other pools.
   CreatePools(4, 5, "2x8");
@@ -209,7 +210,9 @@ TEST_F(MultisliceE2E, HardwareFaultInSliceOneReissuesEverySliceOnPoolsWithoutThe
   PodWatch watch(n);
   OperatorProcess op({"--namespace", n});
   ASSERT_EQ(
-      ApplyYaml(n, Job("ms", 3, 4, "2x8", "  faultTolerance: {maxJobRetries: 2}\n")).exit_code, 0);
+      ApplyYaml(n, Job("ms", 3, 4, "2x8", "  faultTolerance: {maxJobRetries: 2, recovery: Job}\n"))
+          .exit_code,
+      0);
   ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
       << op.Log();
   const std::vector<std::string> first_pools = NodePools(n, "ms");
@@ -250,14 +253,14 @@ TEST_F(MultisliceE2E, HardwareFaultInSliceOneReissuesEverySliceOnPoolsWithoutThe
   ExpectNothingLeftBehind(n, node_sets_);
 }
 
-TEST_F(MultisliceE2E, MaintenanceOnSliceTwoReissuesWithoutUsingARetry) {
+TEST_F(MultisliceE2E, RecoveryJobMaintenanceOnSliceTwoReissuesWithoutUsingARetry) {
   CreatePools(4, 4, "2x8");
   TestNamespace ns("ms-maint");
   const std::string n = ns.name();
   PodWatch watch(n);
   OperatorProcess op({"--namespace", n});
   ASSERT_EQ(ApplyYaml(n, Job("ms", 3, 4, "2x8",
-                             "  faultTolerance: {maxJobRetries: 1, "
+                             "  faultTolerance: {maxJobRetries: 1, recovery: Job, "
                              "maintenanceGracePeriodSeconds: 120}\n"))
                 .exit_code,
             0);
@@ -283,6 +286,283 @@ TEST_F(MultisliceE2E, MaintenanceOnSliceTwoReissuesWithoutUsingARetry) {
   // Every slice's pods were stopped with the maintenance grace period.
   EXPECT_NE(watch.Raw().find("grace=120"), std::string::npos) << watch.Raw();
   const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+// --- Slice recovery (spec.faultTolerance.recovery Slice, the default) --------------------------
+
+// Pod name -> node, for every pod of a job.
+std::map<std::string, std::string> NodesByPod(const std::string& ns, const std::string& job) {
+  std::map<std::string, std::string> out;
+  for (const std::string& pod : JobPods(ns, job)) out[pod] = NodeOf(ns, pod);
+  return out;
+}
+
+std::string PodEnv(const std::string& ns, const std::string& pod, const std::string& name) {
+  const json object = json::parse(
+      Kubectl("get pod " + pod + " -n " + ns + " -o json", false).output, nullptr, false);
+  if (!object.is_object()) return "<no pod " + pod + ">";
+  const auto env = EnvOf(object);
+  auto it = env.find(name);
+  return it == env.end() ? "<unset>" : it->second;
+}
+
+constexpr char kFault0[] =
+    "{.status.faults[0].kind}/{.status.faults[0].action}/{.status.faults[0].slice}/"
+    "{.status.faults[0].node}";
+constexpr char kAdmittedMessage[] = "{.status.conditions[?(@.type==\"Admitted\")].message}";
+
+TEST_F(MultisliceE2E, AHardwareFaultOnSliceTwoReplacesOnlyThatSliceOnTheSparePool) {
+  CreatePools(5, 4, "2x8");
+  TestNamespace ns("ms-slice");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(
+      ApplyYaml(n, Job("ms", 4, 4, "2x8", "  faultTolerance: {maxJobRetries: 2}\n")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> first_pools = NodePools(n, "ms");
+  ASSERT_EQ(first_pools.size(), 4u);
+  std::string spare;
+  for (char letter : {'a', 'b', 'c', 'd', 'e'}) {
+    if (std::count(first_pools.begin(), first_pools.end(), Pool(letter)) == 0) spare = Pool(letter);
+  }
+  const std::map<std::string, std::string> before = NodesByPod(n, "ms");
+  ASSERT_EQ(before.size(), 16u);
+  const std::string coordinator = PodEnv(n, Worker("ms", 3, 0), "MEGASCALE_COORDINATOR_ADDRESS");
+  const std::string node = before.at(Worker("ms", 2, 1));
+
+  ASSERT_EQ(
+      SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 1: ECC errors").exit_code,
+      0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.jobRetries}"), "1");  // one re-issue
+  EXPECT_EQ(JobField(n, "ms", kFault0), "NodeUnhealthy/ReplaceSlice/2/" + node);
+  EXPECT_EQ(CordonedNodes(), node);
+  EXPECT_EQ(JobField(n, "ms", "{.status.sliceRecovery}"), "");  // dropped once running
+  EXPECT_NE(JobField(n, "ms", kAdmittedMessage)
+                .find("attempt 2 admitted: slice 2 in node pool " + spare +
+                      "; slices 0, 1 and 3 restart on the nodes they hold"),
+            std::string::npos)
+      << JobField(n, "ms", kAdmittedMessage);
+
+  // Slices 0, 1 and 3 keep their pools and their nodes; slice 2 runs on the spare pool.
+  const std::vector<std::string> pools = NodePools(n, "ms");
+  ASSERT_EQ(pools.size(), 4u);
+  EXPECT_EQ(pools[0], first_pools[0]);
+  EXPECT_EQ(pools[1], first_pools[1]);
+  EXPECT_EQ(pools[2], spare);
+  EXPECT_EQ(pools[3], first_pools[3]);
+  const std::map<std::string, std::string> after = NodesByPod(n, "ms");
+  ASSERT_EQ(after.size(), 16u);
+  for (const auto& [pod, where] : after) {
+    SCOPED_TRACE(pod);
+    EXPECT_EQ(Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/attempt}"), "2");
+    const std::string slice = Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/slice-index}");
+    if (slice == "2") {
+      EXPECT_EQ(NodeField(where, "{.metadata.labels.cloud\\.google\\.com/gke-nodepool}"), spare);
+      EXPECT_EQ(PodEnv(n, pod, "MEGASCALE_SLICE_ID"), "2");
+    } else {
+      EXPECT_EQ(where, before.at(pod));
+    }
+    EXPECT_EQ(PodEnv(n, pod, "MEGASCALE_COORDINATOR_ADDRESS"), coordinator);
+  }
+  const auto events = JobEvents(n, "ms");
+  EXPECT_EQ(EventsWith(events, "Reissued", "replacing slice 2 alone as attempt 2").size(), 1u)
+      << DescribeEvents(events);
+  // Every pod of attempt 1 was gone before any pod of attempt 2 existed; no worker id twice.
+  const auto report = watch.CheckAfterCreations(32);
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  EXPECT_EQ(report.creations, 32);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, WithoutASparePoolTheSliceWaitsKeepingTheOtherPoolsAndGoesFirstWhenOneFrees) {
+  CreatePools(4, 4, "2x8");
+  TestNamespace ns("ms-wait");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("ms", 4, 4, "2x8",
+                             "  queueTimeoutSeconds: 600\n"
+                             "  faultTolerance: {maxJobRetries: 2}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> first_pools = NodePools(n, "ms");
+  ASSERT_EQ(first_pools.size(), 4u);
+  const std::map<std::string, std::string> before = NodesByPod(n, "ms");
+  // A job of higher priority waits for a pool of the same shape.
+  ASSERT_EQ(ApplyYaml(n, Job("other", 1, 4, "2x8", "  priority: 1000\n")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "other", "{.status.conditions[?(@.type==\"Admitted\")].reason}",
+                              "WaitingForCapacity"))
+      << op.Log();
+
+  const std::string node = before.at(Worker("ms", 2, 0));
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 0").exit_code, 0);
+  // Slice 2 waits for a pool (first in line: the other job now waits behind it); the other
+  // slices keep theirs, and no pod of attempt 2 exists meanwhile.
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.conditions[?(@.type==\"Admitted\")].reason}",
+                              "WaitingForCapacity"))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.phase}"), "Queued");
+  EXPECT_EQ(JobField(n, "ms", "{.status.attempt}"), "2");
+  EXPECT_NE(JobField(n, "ms", kAdmittedMessage).find("to replace slice 2"), std::string::npos)
+      << JobField(n, "ms", kAdmittedMessage);
+  EXPECT_EQ(NodePools(n, "ms"),
+            (std::vector<std::string>{first_pools[0], first_pools[1], "", first_pools[3]}));
+  EXPECT_EQ(JobField(n, "ms", "{.status.sliceRecovery.slices}"), "[2]");
+  ASSERT_TRUE(JobFieldBecomes(n, "other", "{.status.conditions[?(@.type==\"Admitted\")].reason}",
+                              "WaitingInLine"))
+      << op.Log();
+  EXPECT_TRUE(JobPods(n, "ms").empty());
+
+  // A pool frees up (a new one joins): slice 2 takes it before the job of higher priority.
+  const std::string set = prefix_ + "-e";
+  node_sets_.push_back(set);
+  CreateTpuNodes(set, 4, accelerator_, "2x8", "pool-" + set);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(NodePools(n, "ms"),
+            (std::vector<std::string>{first_pools[0], first_pools[1], Pool('e'), first_pools[3]}));
+  EXPECT_EQ(JobField(n, "other", "{.status.phase}"), "Queued");
+  for (const auto& [pod, where] : NodesByPod(n, "ms")) {
+    if (Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/slice-index}") != "2") {
+      EXPECT_EQ(where, before.at(pod)) << pod;
+    }
+  }
+  const auto report = watch.CheckAfterCreations(32);
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  ASSERT_EQ(Kubectl("delete tpujob other -n " + n).exit_code, 0);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, AReplacedSliceThatFindsNoPoolFailsAtItsQueueTimeout) {
+  CreatePools(2, 2, "2x4");
+  TestNamespace ns("ms-timeout");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("ms", 2, 2, "2x4",
+                             "  queueTimeoutSeconds: 5\n"
+                             "  faultTolerance: {maxJobRetries: 2}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::string node = NodeOf(n, Worker("ms", 1, 0));
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 0").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Failed", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.conditions[?(@.type==\"Failed\")].reason}"),
+            "QueueTimeout");
+  const std::string message =
+      JobField(n, "ms", "{.status.conditions[?(@.type==\"Failed\")].message}");
+  EXPECT_NE(message.find("attempt 2 (re-issued) waited in the queue longer than its queue timeout "
+                         "of 5s"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("to replace slice 1"), std::string::npos) << message;
+  EXPECT_EQ(JobField(n, "ms", kFault0), "NodeUnhealthy/ReplaceSlice/1/" + node);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, HotSwapAReplacedSliceTakesTheOnlySparePoolFromALowerPriorityJob) {
+  CreatePools(4, 2, "2x4");
+  TestNamespace ns("ms-swap");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("big", 3, 2, "2x4",
+                             "  priority: 100\n"
+                             "  faultTolerance: {maxJobRetries: 2}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "big", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  ASSERT_EQ(ApplyYaml(n, Job("low", 1, 2, "2x4",
+                             "  priority: 1\n"
+                             "  faultTolerance: {maxJobRetries: 1, "
+                             "maintenanceGracePeriodSeconds: 5}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "low", "{.status.phase}", "Running")) << op.Log();
+  const std::string low_pool = JobField(n, "low", "{.status.nodePool}");
+  ASSERT_FALSE(low_pool.empty());
+  const std::vector<std::string> first_pools = NodePools(n, "big");
+
+  const std::string node = NodeOf(n, Worker("big", 1, 1));
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 3").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "big", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "big", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(NodePools(n, "big"),
+            (std::vector<std::string>{first_pools[0], low_pool, first_pools[2]}));
+  EXPECT_NE(JobField(n, "big", kAdmittedMessage)
+                .find("after preempting " + n + "/low (priority 1) in node pool " + low_pool),
+            std::string::npos)
+      << JobField(n, "big", kAdmittedMessage);
+  // The victim was stopped with its grace period, uncounted, and waits by its priority.
+  ASSERT_TRUE(JobFieldBecomes(n, "low", "{.status.phase}", "Queued")) << op.Log();
+  EXPECT_EQ(JobField(n, "low", "{.status.conditions[?(@.type==\"Preempted\")].status}"), "True");
+  EXPECT_EQ(JobField(n, "low", "{.status.preemptedBy}"), n + "/big");
+  EXPECT_EQ(JobField(n, "low", "{.status.jobRetries}"), "");
+  EXPECT_EQ(JobField(n, "low", "{.status.faults[0].kind}/{.status.faults[0].action}"),
+            "Preempted/PreemptJob");
+  EXPECT_NE(JobField(n, "low", "{.status.faults[0].message}").find("to replace slice 1"),
+            std::string::npos);
+  EXPECT_NE(watch.Raw().find("low-worker-0 "), std::string::npos);
+  const auto report = watch.Check();
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  ASSERT_EQ(Kubectl("delete tpujob low -n " + n).exit_code, 0);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
+TEST_F(MultisliceE2E, MaintenanceOnSliceTwoReplacesOnlyThatSliceWithoutUsingARetry) {
+  CreatePools(4, 4, "2x8");
+  TestNamespace ns("ms-maint-slice");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("ms", 3, 4, "2x8",
+                             "  faultTolerance: {maxJobRetries: 1, "
+                             "maintenanceGracePeriodSeconds: 30}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> first_pools = NodePools(n, "ms");
+  const std::map<std::string, std::string> before = NodesByPod(n, "ms");
+  const std::string node = before.at(Worker("ms", 2, 0));
+  ASSERT_EQ(
+      Kubectl("taint node " + node + " cloud.google.com/impending-node-termination=true:NoSchedule")
+          .exit_code,
+      0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.attempt}", "2")) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ms", "{.status.jobRetries}"), "");  // no retry used
+  EXPECT_EQ(JobField(n, "ms", kFault0), "Maintenance/ReplaceSlice/2/" + node);
+  EXPECT_EQ(CordonedNodes(), "");
+  const std::vector<std::string> pools = NodePools(n, "ms");
+  ASSERT_EQ(pools.size(), 3u);
+  EXPECT_EQ(pools[0], first_pools[0]);
+  EXPECT_EQ(pools[1], first_pools[1]);
+  EXPECT_NE(pools[2], first_pools[2]);
+  for (const auto& [pod, where] : NodesByPod(n, "ms")) {
+    if (Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/slice-index}") == "2") {
+      EXPECT_NE(where, node) << pod;
+    } else {
+      EXPECT_EQ(where, before.at(pod)) << pod;
+    }
+  }
+  // Every slice's program was stopped with the maintenance grace period.
+  EXPECT_NE(watch.Raw().find("grace=30"), std::string::npos) << watch.Raw();
+  const auto report = watch.CheckAfterCreations(24);
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
   ExpectNothingLeftBehind(n, node_sets_);
 }

@@ -384,7 +384,7 @@ std::string PreflightChecks(const policy::JobSpec& spec, ReplicaType type) {
 
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options,
-              const std::string& node_pool, const std::string& node) {
+              const std::string& node_pool, const std::string& node, bool bind) {
   static const Json kEmptyTemplate = Json::object();
   const policy::ReplicaSpec* replica = spec.Replica(type);
   const Json& pod_template =
@@ -445,6 +445,7 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
     RequireNodeNames(pod_spec, "NotIn", options.avoid_nodes);  // keep off them
   }
   if (!node.empty()) RequireNodeNames(pod_spec, "In", {node});
+  if (!node.empty() && bind) pod_spec["nodeName"] = node;
   if (type == ReplicaType::kWorker && options.same_pool_per_slice && node_pool.empty()) {
     // The first worker scheduled matches its own selector, which the scheduler accepts for a
     // term no pod satisfies yet; the rest follow it into its pool.

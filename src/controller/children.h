@@ -121,12 +121,15 @@ std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType typ
 //   - a replica restarted on its node (`node` not empty, policy::PodToCreate::node): a required
 //     node affinity `metadata.name In [node]` in every term (the scheduler still checks that
 //     it fits, and the pod waits rather than land elsewhere);
+//   - a worker of a slice kept by slice recovery (`bind`, policy::PodToCreate::bind): also
+//     spec.nodeName = `node`, so the pod goes back to its node without the scheduler (the
+//     queue kept the node's chips reserved for it);
 //   - terminationGracePeriodSeconds = faultTolerance.maintenanceGracePeriodSeconds unless the
 //     template sets its own, so a drain, an eviction or a deletion by anyone gives the program
 //     the same time to checkpoint after SIGTERM as the operator's own deletions.
 Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy::ReplicaType type,
               int32_t index, int32_t attempt, const PodBuildOptions& options = {},
-              const std::string& node_pool = "", const std::string& node = "");
+              const std::string& node_pool = "", const std::string& node = "", bool bind = false);
 
 // The Kueue Workload through which Kueue admits a job naming a LocalQueue (policy/kueue.h):
 // named policy::kueue::WorkloadName, owned by the job (the garbage collector deletes it with

@@ -152,6 +152,23 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       r.reissued = status.reissued;
       r.priority = priority.value;
       r.queued_at = status.queued_at.value_or(job->creation_timestamp.value_or(WallTime{}));
+      if (status.slice_recovery && spec->tpu.slices > 1) {
+        // Slice recovery: a pool for each replaced slice only; the pools the other slices keep
+        // stay reserved for the job and are never offered to it twice.
+        r.slice_ids = status.slice_recovery->slices;
+        r.slices = static_cast<int32_t>(r.slice_ids.size());
+        for (int32_t slice = 0; slice < spec->tpu.slices; ++slice) {
+          const size_t at = static_cast<size_t>(slice);
+          if (at >= status.node_pools.size() || status.node_pools[at].empty() ||
+              std::find(r.slice_ids.begin(), r.slice_ids.end(), slice) != r.slice_ids.end()) {
+            continue;
+          }
+          r.held_pools.push_back(status.node_pools[at]);
+          reservations.push_back({key, spec->tpu.accelerator, spec->tpu.topology,
+                                  status.node_pools[at], spec->worker.replicas,
+                                  spec->tpu.chips_per_worker, slice});
+        }
+      }
       queued.push_back(std::move(r));
       if (!priority.may_preempt || status.preempted_at) {
         policy::PreemptorInfo& info = preemptors[key];

@@ -18,7 +18,9 @@
 //     PriorityClass their spec names (read from the API server once and kept for five minutes;
 //     a class that cannot be read counts as spec.priority, with a warning);
 //   - reserved: admitted attempts (phase Starting, Running or Restarting with Admitted=True)
-//     whose workers are not all bound to nodes yet hold their chips in their node pool;
+//     whose workers are not all bound to nodes yet hold their chips in their node pool; a
+//     waiting attempt that replaces some slices of a multislice job (status.sliceRecovery)
+//     holds the whole of the pools its other slices keep, and asks only for the replaced ones;
 //   - free: policy::BuildCapacity over every node and the operator's pods. Pods of other
 //     workloads are not cached; on nodes shared with them the scheduler has the last word, and a
 //     gang that then cannot be scheduled releases its admission (policy/lifecycle.h).

@@ -154,7 +154,7 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
     if (Contains(before.faults, fault)) continue;
     if (fault.action == "RestartWorker") {
       m.job_restarts.With({fault.kind}).Inc();
-    } else if (fault.action == "ReissueJob") {
+    } else if (fault.action == "ReissueJob" || fault.action == "ReplaceSlice") {
       m.job_reissues.With({fault.kind}).Inc();
     } else if (fault.action == "FailJob") {
       m.job_failures.With({fault.kind}).Inc();

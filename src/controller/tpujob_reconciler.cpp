@@ -231,6 +231,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     ReportWorkloadRefusal(*job, kueue_write);
     const policy::kueue::KueueVerdict& verdict = sync.verdict;
     input.release_unschedulable = false;
+    input.replace_slices = false;  // Kueue admits the Workload as a whole
     input.queue_timeout = !verdict.readmission;
     input.admit = verdict.admit;
     input.not_admitted_reason = verdict.reason;
@@ -516,9 +517,9 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     const std::vector<std::string>& pools = plan.status.node_pools;
     const std::string pool =
         want.type == policy::ReplicaType::kWorker && slice < pools.size() ? pools[slice] : "";
-    auto created = client_.Create(
-        kube::Resource::Pods(), ns,
-        BuildPod(job, spec, want.type, want.index, attempt, pod_options, pool, want.node));
+    auto created = client_.Create(kube::Resource::Pods(), ns,
+                                  BuildPod(job, spec, want.type, want.index, attempt, pod_options,
+                                           pool, want.node, want.bind));
     if (created) {
       made[i] = 1;
       versions[i] = created->value("/metadata/resourceVersion"_json_pointer, std::string());

@@ -350,6 +350,17 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
                           ft.cordon_faulty_nodes)) {
       return Error(*e);
     }
+    std::string recovery = "Slice";
+    if (auto e = ReadString(*f, "recovery", "spec.faultTolerance.recovery", recovery)) {
+      return Error(*e);
+    }
+    if (recovery == "Slice") {
+      ft.recovery = Recovery::kSlice;
+    } else if (recovery == "Job") {
+      ft.recovery = Recovery::kJob;
+    } else {
+      return Error("spec.faultTolerance.recovery: \"" + recovery + "\" is not Slice or Job");
+    }
     if (auto e = ReadInt(*f, "maintenanceGracePeriodSeconds",
                          "spec.faultTolerance.maintenanceGracePeriodSeconds", 0, 3600,
                          ft.maintenance_grace_period_seconds)) {

@@ -58,8 +58,16 @@ struct ExitCodeRules {
 // hours a job that fails for good loses anyway.
 inline constexpr int64_t kDefaultFaultAttributionSeconds = 30;
 
+// spec.faultTolerance.recovery: what a re-issue of a multislice job replaces when its fault is
+// confined to one slice (policy/lifecycle.h, docs/api.md#slice-recovery).
+enum class Recovery {
+  kSlice,  // only that slice gets a new node pool; the others restart on the nodes they hold
+  kJob,    // every slice is stopped and the job is admitted again as a whole
+};
+
 struct FaultTolerance {
   int32_t max_job_retries = 0;  // re-issues of the whole job; 0 = off
+  Recovery recovery = Recovery::kSlice;
   int32_t max_worker_restarts = 5;
   ExitCodeRules exit_codes;
   bool cordon_faulty_nodes = true;

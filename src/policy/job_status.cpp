@@ -220,6 +220,18 @@ JobStatus JobStatus::FromJson(const Json& j) {
              one != j.end() && one->is_string() && !one->get_ref<const std::string&>().empty()) {
     s.node_pools.push_back(one->get<std::string>());  // written before nodePools existed
   }
+  if (auto it = j.find("sliceRecovery"); it != j.end() && it->is_object()) {
+    SliceRecovery r;
+    if (auto list = it->find("slices"); list != it->end() && list->is_array()) {
+      for (const Json& v : *list) {
+        if (v.is_number_integer()) r.slices.push_back(v.get<int32_t>());
+      }
+    }
+    if (auto list = it->find("nodes"); list != it->end() && list->is_array()) {
+      for (const Json& v : *list) r.nodes.push_back(v.is_string() ? v.get<std::string>() : "");
+    }
+    if (!r.slices.empty()) s.slice_recovery = std::move(r);
+  }
   if (auto it = j.find("queuePosition"); it != j.end() && it->is_number_integer()) {
     s.queue_position = it->get<int32_t>();
   }
@@ -319,6 +331,11 @@ Json JobStatus::ToJson() const {
   if (!node_pools.empty()) {
     out["nodePools"] = node_pools;
     if (node_pools.size() == 1) out["nodePool"] = node_pools.front();
+  }
+  if (slice_recovery) {
+    Json r = {{"slices", slice_recovery->slices}};
+    if (!slice_recovery->nodes.empty()) r["nodes"] = slice_recovery->nodes;
+    out["sliceRecovery"] = std::move(r);
   }
   if (reissued) out["reissued"] = true;
   if (preemptions != 0) out["preemptions"] = preemptions;

@@ -91,7 +91,7 @@ struct FaultRecord {
   std::optional<int32_t> exit_code;
   std::string reason;
   std::string message;
-  std::string action;  // "RestartWorker", "ReissueJob", "FailJob", "PreemptJob"
+  std::string action;  // "RestartWorker", "ReissueJob", "ReplaceSlice", "FailJob", "PreemptJob"
   friend bool operator==(const FaultRecord&, const FaultRecord&) = default;
 };
 
@@ -131,6 +131,20 @@ struct TpuStatus {
   friend bool operator==(const TpuStatus&, const TpuStatus&) = default;
 };
 
+// status.sliceRecovery: the current attempt replaces some slices of a multislice job and
+// restarts the others where they were (policy/lifecycle.h). Set when the attempt is re-issued
+// for a fault confined to one slice, cleared once the attempt runs (or is ended otherwise).
+struct SliceRecovery {
+  std::vector<int32_t> slices;  // the slices that wait for a new node pool, ascending
+  // By worker index, the node each worker of a kept slice ran on in the previous attempt, where
+  // its new pod is bound; "" for the replaced slices' workers and for any worker not bound
+  // then (placed by the scheduler in its slice's pool). Empty for a job of more than
+  // kMaxRecoveryNodes workers: the kept slices are then pinned to their pools only.
+  std::vector<std::string> nodes;
+  friend bool operator==(const SliceRecovery&, const SliceRecovery&) = default;
+};
+inline constexpr size_t kMaxRecoveryNodes = 4096;
+
 struct JobStatus {
   Phase phase = Phase::kNone;
   std::vector<Condition> conditions;
@@ -151,6 +165,7 @@ struct JobStatus {
   // (multi-host or multislice attempts), set at admission; empty otherwise. Written as
   // status.nodePools, and for a single slice also as status.nodePool (its older form).
   std::vector<std::string> node_pools;
+  std::optional<SliceRecovery> slice_recovery;
   bool reissued = false;
   // Times the job was preempted, and by which job (namespace/name) and when, the last time.
   int32_t preemptions = 0;

@@ -158,8 +158,20 @@ class Decider {
         // one (a re-issued attempt first, a preempted one by its priority).
         s.phase = Phase::kQueued;
         s.queued_at = now_;
-        s.node_pools.clear();
         const std::string attempt = "attempt " + std::to_string(s.attempt);
+        if (s.slice_recovery) {
+          // Only the replaced slices wait for pools; the others keep theirs (reserved).
+          const std::string replaced = SliceList(s.slice_recovery->slices);
+          s.SetCondition(condition::kAdmitted, false, "Reissued",
+                         attempt + ": " + replaced +
+                             " waits for a node pool with first priority; " + KeptSlices() +
+                             " keep their node pools",
+                         now_, gen_);
+          Event(false, "Queued", attempt + ": " + replaced + " queued with first priority");
+          UpdateCounts();
+          return std::move(plan_);
+        }
+        s.node_pools.clear();
         if (s.ConditionTrue(condition::kPreempted)) {
           s.SetCondition(condition::kAdmitted, false, "Preempted",
                          attempt + " waits for capacity in priority order after a preemption", now_,
@@ -184,10 +196,33 @@ class Decider {
         UpdateCounts();
         return std::move(plan_);
       }
-      s.node_pools = in_.admit_pools;
+      std::string placed;  // slice recovery: where the replaced slices go
+      if (s.slice_recovery) {
+        const std::vector<int32_t>& slices = s.slice_recovery->slices;
+        if (in_.admit_pools.size() != slices.size()) {
+          // An answer for another request (made before this attempt asked for its slices):
+          // the next plan has the right one.
+          UpdateCounts();
+          return std::move(plan_);
+        }
+        s.node_pools.resize(static_cast<size_t>(spec.tpu.slices));
+        for (size_t i = 0; i < slices.size(); ++i) {
+          s.node_pools[static_cast<size_t>(slices[i])] = in_.admit_pools[i];
+          placed += std::string(i == 0 ? "" : ", ") + "slice " + std::to_string(slices[i]) +
+                    " in node pool " + in_.admit_pools[i];
+        }
+      } else {
+        s.node_pools = in_.admit_pools;
+      }
       if (std::all_of(s.node_pools.begin(), s.node_pools.end(),
                       [](const std::string& pool) { return pool.empty(); })) {
         s.node_pools.clear();
+      }
+      // A place won by preemption names its victims.
+      std::string after;
+      if (const Condition* waiting = s.FindCondition(condition::kAdmitted);
+          waiting != nullptr && waiting->status == "False" && waiting->reason == "Preempting") {
+        after = " after " + waiting->message.substr(0, waiting->message.find(": needs"));
       }
       s.phase = Phase::kStarting;
       s.admitted_at = now_;
@@ -195,7 +230,12 @@ class Decider {
       s.queue_position.reset();
       const int total = spec.Replicas(ReplicaType::kMaster) + spec.Replicas(ReplicaType::kWorker);
       s.SetCondition(condition::kAdmitted, true, "Admitted",
-                     "attempt " + std::to_string(s.attempt) + " admitted", now_, gen_);
+                     "attempt " + std::to_string(s.attempt) + " admitted" +
+                         (placed.empty() ? ""
+                                         : ": " + placed + "; " + KeptSlices() +
+                                               " restart on the nodes they hold") +
+                         after,
+                     now_, gen_);
       if (s.ConditionTrue(condition::kPreempted)) {
         s.SetCondition(condition::kPreempted, false, "Readmitted",
                        "attempt " + std::to_string(s.attempt) + " admitted after a preemption",
@@ -268,6 +308,7 @@ class Decider {
       s.running_at.reset();
       s.queue_position.reset();
       s.node_pools.clear();
+      s.slice_recovery.reset();
       s.SetCondition(condition::kSuspended, true, "JobSuspended", why, now_, gen_);
       if (s.ConditionTrue(condition::kPreempted)) {
         s.SetCondition(condition::kPreempted, false, "Suspended", "the job is suspended", now_,
@@ -305,6 +346,7 @@ class Decider {
     s.attempt++;
     s.reissued = reissued;
     s.worker_restarts.clear();
+    s.slice_recovery.reset();
     s.phase = Phase::kRestarting;
     s.admitted_at.reset();
     s.running_at.reset();
@@ -408,8 +450,8 @@ class Decider {
     }
     if (s.attempt < 2 || s.phase == Phase::kRunning || IsTerminal(s.phase)) return;
     for (const FaultRecord& f : s.faults) {
-      if (f.attempt != s.attempt - 1 || f.action != "ReissueJob" || f.node.empty() ||
-          (f.kind != "NodeUnhealthy" && f.kind != "NodeLost")) {
+      if (f.attempt != s.attempt - 1 || (f.action != "ReissueJob" && f.action != "ReplaceSlice") ||
+          f.node.empty() || (f.kind != "NodeUnhealthy" && f.kind != "NodeLost")) {
         continue;
       }
       if (std::find(s.cordoned_nodes.begin(), s.cordoned_nodes.end(), f.node) !=
@@ -500,6 +542,7 @@ class Decider {
     JobStatus& s = plan_.status;
     s.phase = success ? Phase::kSucceeded : Phase::kFailed;
     s.completion_time = now_;
+    s.slice_recovery.reset();
     s.SetCondition(success ? condition::kSucceeded : condition::kFailed, true, reason, message,
                    now_, gen_);
     s.SetCondition(condition::kReady, false, success ? "JobSucceeded" : "JobFailed",
@@ -719,7 +762,7 @@ class Decider {
       if (!held.empty()) continue;
       const std::string why = Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
                               "; it has used its " + std::to_string(max_restarts) + " restarts";
-      Reissue(*f.pod, f.termination, why, /*counts=*/true);
+      Reissue(*f.pod, f.termination, why, /*counts=*/true, std::nullopt, "", "", {f.pod});
       UpdateCounts();
       return;
     }
@@ -729,7 +772,13 @@ class Decider {
     // goes back to its node while that node is healthy and schedulable.
     if (!old_left && !missing.empty()) {
       plan_.ensure_service = true;
-      for (PodToCreate& want : missing) want.node = RestartNode(want.type, want.index);
+      for (PodToCreate& want : missing) {
+        want.node = RestartNode(want.type, want.index);
+        if (want.node.empty()) {
+          want.node = KeptNode(want.type, want.index);
+          want.bind = !want.node.empty();
+        }
+      }
       plan_.create = missing;
     }
 
@@ -741,6 +790,7 @@ class Decider {
       if (s.phase != Phase::kRunning) {
         s.phase = Phase::kRunning;
         s.running_at = now_;
+        s.slice_recovery.reset();  // every pod is up: the kept nodes are no longer needed
         Event(false, "Running",
               "all " + std::to_string(total) + " pods of attempt " + std::to_string(s.attempt) +
                   " are ready");
@@ -847,6 +897,7 @@ class Decider {
     if (!in_.node_health) return false;
     const ObservedPod* maintenance = nullptr;
     NodeHealth maintenance_health;
+    std::vector<const ObservedPod*> maintained;  // every pod on a node under maintenance
     std::vector<std::pair<const ObservedPod*, NodeHealth>> unhealthy;
     for (const auto& [id, p] : current) {
       if (p->pod->deleting() || p->pod->node_name.empty()) continue;
@@ -855,10 +906,12 @@ class Decider {
       if (h.changes_in && !p->pod->terminated()) Requeue(*h.changes_in);  // maintenance ahead
       // A failed pod counts too: its exit awaits the node's verdict (fault attribution).
       const bool failed = p->pod->terminated() && ObservePod(*p->pod, nullptr) == PodState::kFailed;
-      if (h.verdict == NodeVerdict::kMaintenance && (!p->pod->terminated() || failed) &&
-          maintenance == nullptr) {
-        maintenance = p;
-        maintenance_health = h;
+      if (h.verdict == NodeVerdict::kMaintenance && (!p->pod->terminated() || failed)) {
+        maintained.push_back(p);
+        if (maintenance == nullptr) {
+          maintenance = p;
+          maintenance_health = h;
+        }
       } else if (h.verdict == NodeVerdict::kUnhealthy || h.verdict == NodeVerdict::kMissing) {
         unhealthy.emplace_back(p, std::move(h));
       }
@@ -887,16 +940,20 @@ class Decider {
                job_.uid + "/" + std::to_string(plan_.status.attempt) + "/" + h.reason});
         }
       }
+      std::vector<const ObservedPod*> touched;
+      for (const auto& [p, h] : unhealthy) touched.push_back(p);
       Termination t = NodeVerdictAfterExit(*culprit, health);
       Reissue(*culprit, t,
               Describe(*culprit, spec_) + ": " + t.message + (lost_any ? " (lost)" : ""),
-              /*counts=*/true, std::nullopt, "", health.unreachable ? "NodeLost" : "NodeUnhealthy");
+              /*counts=*/true, std::nullopt, "", health.unreachable ? "NodeLost" : "NodeUnhealthy",
+              touched);
       return true;
     }
     if (maintenance != nullptr) {
       Termination t = NodeVerdictAfterExit(*maintenance, maintenance_health);
       Reissue(*maintenance, t, Describe(*maintenance, spec_) + ": " + t.message,
-              /*counts=*/false, spec_->fault_tolerance.maintenance_grace_period_seconds, {});
+              /*counts=*/false, spec_->fault_tolerance.maintenance_grace_period_seconds, {}, "",
+              maintained);
       return true;
     }
     return false;
@@ -929,6 +986,7 @@ class Decider {
     s.admitted_at.reset();
     s.running_at.reset();
     s.node_pools.clear();
+    s.slice_recovery.reset();  // the attempt queues again as a whole
     s.SetCondition(condition::kAdmitted, false, "AdmissionReleased",
                    why + "; attempt " + std::to_string(s.attempt) + " queues again first", now_,
                    gen_);
@@ -1044,12 +1102,71 @@ class Decider {
     }
     why += nodes_at_fault.empty() ? " (the job's configuration is at fault)"
                                   : " (node at fault: " + nodes_at_fault + ")";
-    Reissue(*culprit, shown, why, /*counts=*/true, std::nullopt, culprit_items);
+    std::vector<const ObservedPod*> touched;
+    for (const auto& [p, t] : failed) touched.push_back(p);
+    Reissue(*culprit, shown, why, /*counts=*/true, std::nullopt, culprit_items, "", touched);
+  }
+
+  // "slice 2", "slices 0, 1 and 3".
+  static std::string SliceList(const std::vector<int32_t>& slices) {
+    std::string out = slices.size() == 1 ? "slice " : "slices ";
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (i > 0) out += i + 1 == slices.size() ? " and " : ", ";
+      out += std::to_string(slices[i]);
+    }
+    return out;
+  }
+
+  // The slices slice recovery keeps, e.g. "slices 0, 1 and 3".
+  std::string KeptSlices() const {
+    std::vector<int32_t> kept;
+    const std::vector<int32_t> none;
+    const std::vector<int32_t>& replaced =
+        plan_.status.slice_recovery ? plan_.status.slice_recovery->slices : none;
+    for (int32_t slice = 0; slice < spec_->tpu.slices; ++slice) {
+      if (std::find(replaced.begin(), replaced.end(), slice) == replaced.end()) {
+        kept.push_back(slice);
+      }
+    }
+    return SliceList(kept);
+  }
+
+  // The slice a fault is confined to, when slice recovery replaces that slice alone: every pod
+  // it touches is a worker of that one slice of a multislice job that holds a pool per slice.
+  std::optional<int32_t> ConfinedSlice(const std::vector<const ObservedPod*>& touched) const {
+    const JobSpec& spec = *spec_;
+    if (!spec.Multislice() || spec.fault_tolerance.recovery != Recovery::kSlice ||
+        !in_.replace_slices || touched.empty() ||
+        plan_.status.node_pools.size() != static_cast<size_t>(spec.tpu.slices)) {
+      return std::nullopt;
+    }
+    std::optional<int32_t> slice;
+    for (const ObservedPod* p : touched) {
+      if (p->type != ReplicaType::kWorker) return std::nullopt;
+      const int32_t of = spec.SliceOf(p->index);
+      if (slice && *slice != of) return std::nullopt;
+      slice = of;
+    }
+    return slice;
+  }
+
+  // The node a worker of a slice kept by slice recovery is bound to again: the one it ran on,
+  // while that node is healthy and schedulable; "" = placed by the scheduler in its pool.
+  std::string KeptNode(ReplicaType type, int32_t index) {
+    std::optional<SliceRecovery>& recovery = plan_.status.slice_recovery;
+    if (!recovery || type != ReplicaType::kWorker || index < 0 ||
+        static_cast<size_t>(index) >= recovery->nodes.size()) {
+      return "";
+    }
+    std::string& node = recovery->nodes[static_cast<size_t>(index)];
+    if (!node.empty() && !NodeTakesRestart(node)) node.clear();
+    return node;
   }
 
   void Reissue(const ObservedPod& culprit, const Termination& t, const std::string& why,
                bool counts, std::optional<int64_t> grace = std::nullopt,
-               const std::string& item = "", const std::string& kind = "") {
+               const std::string& item = "", const std::string& kind = "",
+               const std::vector<const ObservedPod*>& touched = {}) {
     JobStatus& s = plan_.status;
     const int32_t max_retries = spec_->fault_tolerance.max_job_retries;
     if (counts && s.job_retries >= max_retries) {
@@ -1063,14 +1180,44 @@ class Decider {
       UpdateCounts();
       return;
     }
-    Fault(culprit, t, "ReissueJob", item, counts ? kind : "Maintenance");
+    const std::optional<int32_t> slice = ConfinedSlice(touched);
+    Fault(culprit, t, slice ? "ReplaceSlice" : "ReissueJob", item, counts ? kind : "Maintenance");
     if (counts) s.job_retries++;
+    std::optional<SliceRecovery> recovery;
+    if (slice) {
+      // Where the kept slices' workers run now: their new pods are bound there again.
+      recovery.emplace();
+      recovery->slices = {*slice};
+      const int32_t workers = spec_->Replicas(ReplicaType::kWorker);
+      if (static_cast<size_t>(workers) <= kMaxRecoveryNodes) {
+        recovery->nodes.resize(static_cast<size_t>(workers));
+        bool any = false;
+        for (const ObservedPod& p : in_.pods) {
+          if (p.attempt != s.attempt || p.type != ReplicaType::kWorker || p.index < 0 ||
+              p.index >= workers || spec_->SliceOf(p.index) == *slice || p.pod->node_name.empty()) {
+            continue;
+          }
+          recovery->nodes[static_cast<size_t>(p.index)] = std::string(p.pod->node_name.view());
+          any = true;
+        }
+        if (!any) recovery->nodes.clear();
+      }
+    }
     NextAttempt(/*reissued=*/true, "Reissued", why);
-    Event(true, "Reissued",
-          why + "; re-issuing the job as attempt " + std::to_string(s.attempt) +
-              (counts ? " (retry " + std::to_string(s.job_retries) + " of " +
-                            std::to_string(max_retries) + ")"
-                      : " (a disruption: no retry used)"));
+    const std::string retry = counts ? " (retry " + std::to_string(s.job_retries) + " of " +
+                                           std::to_string(max_retries) + ")"
+                                     : " (a disruption: no retry used)";
+    if (slice) {
+      s.slice_recovery = std::move(recovery);
+      s.node_pools[static_cast<size_t>(*slice)].clear();
+      Event(true, "Reissued",
+            why + "; replacing slice " + std::to_string(*slice) + " alone as attempt " +
+                std::to_string(s.attempt) + retry + ": it gets a new node pool, " + KeptSlices() +
+                " keep theirs and restart on the nodes they hold");
+    } else {
+      Event(true, "Reissued",
+            why + "; re-issuing the job as attempt " + std::to_string(s.attempt) + retry);
+    }
     for (const ObservedPod& p : in_.pods) {
       if (p.pod->deleting()) continue;
       // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).

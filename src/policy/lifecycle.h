@@ -23,6 +23,19 @@
 // The deadline comes from the pod's status, so an operator restarted inside the window decides
 // the same, once. A terminated container without finishedAt is decided at once.
 //
+// Slice recovery (spec.faultTolerance.recovery Slice, the default): a multislice job whose fault
+// is confined to one slice (every pod it names is a worker of that slice: a faulty, lost or
+// maintained node, a worker out of restarts, failed pre-flight checks) is re-issued as one
+// attempt like any other (one retry used, or none for maintenance; the fault record, action
+// ReplaceSlice, names the slice), but only that slice goes back to the queue: the attempt waits
+// (Queued, first in line, under the re-issue's queue timeout) for a node pool for it, none of
+// the pools the other slices hold, which stay in status.nodePools and reserved for the job. Once
+// a pool is found, every pod of the new attempt is created at once: the replaced slice's in its
+// new pool, the kept slices' bound to the nodes they ran on (status.sliceRecovery.nodes; by
+// scheduler in their pool when that node is no longer healthy and schedulable). Pod names, slice
+// ids and MEGASCALE_* are those of the previous attempt. A fault touching several slices or a
+// master, a job Kueue admits, and recovery Job re-issue the whole job.
+//
 // Phases: Queued -> Starting -> Running -> Succeeded | Failed, with Restarting while a worker
 // is restarted in place (same attempt) or while the previous attempt's pods are removed before
 // a re-issued attempt queues again. A new attempt's pods are created only once no pod of an
@@ -93,6 +106,10 @@ struct LifecycleInput {
   // Whether the queue timeout applies to a waiting attempt. false for a job Kueue evicted that
   // waits to be admitted again: a preempted job never times out waiting.
   bool queue_timeout = true;
+  // Whether a fault confined to one slice of a multislice job may replace that slice alone
+  // (spec.faultTolerance.recovery Slice). false for a job Kueue admits: its Workload is
+  // admitted as a whole.
+  bool replace_slices = true;
   // Nodes the cache shows cordoned by the operator on this job's evidence; merged into
   // status.cordonedNodes (which keeps them after they are uncordoned: it is the job's record).
   std::vector<std::string> cordoned_nodes;
@@ -128,6 +145,9 @@ struct PodToCreate {
   // Pin the pod to this node ("" = the scheduler chooses): a worker restarted after a retryable
   // exit goes back to the node it ran on while that node is healthy and schedulable.
   std::string node;
+  // Bind the pod to `node` directly (spec.nodeName), without the scheduler: a worker of a slice
+  // kept by slice recovery goes back to the node its slice holds.
+  bool bind = false;
   friend bool operator==(const PodToCreate&, const PodToCreate&) = default;
 };
 

@@ -146,6 +146,29 @@ std::string CapacityMessage(const GangRequest& job, const ClassState& state, int
 }  // namespace
 
 std::string DescribeNeeds(const GangRequest& job) {
+  if (!job.slice_ids.empty()) {
+    std::string ids;
+    for (size_t i = 0; i < job.slice_ids.size(); ++i) {
+      ids += (i == 0 ? "" : ", ") + std::to_string(job.slice_ids[i]);
+    }
+    const bool one = job.slice_ids.size() == 1;
+    std::string out = "needs " +
+                      (one ? std::string("a node pool")
+                           : std::to_string(job.slice_ids.size()) + " node pools each") +
+                      " with " + std::to_string(job.workers) +
+                      (job.workers == 1 ? " host" : " hosts") + " of " + Describe(job) + " (" +
+                      std::to_string(job.chips_per_worker) + " chips each) to replace slice" +
+                      (one ? " " : "s ") + ids;
+    if (!job.held_pools.empty()) {
+      out += " (its other slices keep ";
+      for (size_t i = 0; i < job.held_pools.size() && i < 8; ++i) {
+        out += (i == 0 ? "" : ", ") + job.held_pools[i];
+      }
+      if (job.held_pools.size() > 8) out += ", ...";
+      out += ")";
+    }
+    return out;
+  }
   if (job.slices > 1) {
     return "needs " + std::to_string(job.slices) + " node pools with " +
            std::to_string(job.workers) + (job.workers == 1 ? " host" : " hosts") + " each of " +
@@ -329,13 +352,17 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
       continue;
     }
 
-    if (job.slices > 1) {
+    if (job.slices > 1 || !job.slice_ids.empty()) {
       // Every slice in a pool of its own: the pools (with a label) that hold a whole slice, best
-      // fit first, then by name.
+      // fit first, then by name; none that another slice of the job keeps.
       // A re-issued attempt takes pools without a faulty node first.
       std::vector<std::pair<int64_t, PoolState*>> fit;
       for (PoolState& pool : state.pools) {
         if (pool.name().empty()) continue;
+        if (std::find(job.held_pools.begin(), job.held_pools.end(), pool.name()) !=
+            job.held_pools.end()) {
+          continue;
+        }
         const int64_t slots = pool.Slots(job.chips_per_worker);
         if (slots >= job.workers) fit.emplace_back(slots - job.workers, &pool);
       }

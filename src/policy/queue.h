@@ -26,6 +26,10 @@
 // name) and given to the slices in name order. Nodes without a pool label cannot be pinned
 // apart, so they hold no slice of a multislice job.
 //
+// Slice recovery. An attempt that replaces some slices of a multislice job (GangRequest::
+// slice_ids) asks for a pool for each of those slices only, by the rules above, never one its
+// other slices hold; those are reserved for it meanwhile (a Reservation per kept slice).
+//
 // Order. Re-issued attempts first (their job was already running and lost its place to a
 // fault), then priority, higher first, then the time queued, earlier first, then the job's key.
 //
@@ -68,6 +72,11 @@ struct GangRequest {
   bool reissued = false;
   int32_t priority = 0;  // resolved from spec.priority or the PriorityClass
   WallTime queued_at{};
+  // Slice recovery (policy/lifecycle.h): the attempt asks only for pools for these slices of a
+  // multislice job (`slices` of them), each in a labelled pool of its own as any multislice
+  // attempt, and none of `held_pools`, which its other slices keep (reserved for it meanwhile).
+  std::vector<int32_t> slice_ids;
+  std::vector<std::string> held_pools;
 };
 
 // "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool"; "needs 3 node

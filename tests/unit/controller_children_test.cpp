@@ -124,6 +124,15 @@ TEST(ChildrenBuildPodTest, WorkerMetadataLabelsAndOwner) {
                                                            {"blockOwnerDeletion", true}}}));
 }
 
+TEST(ChildrenBuildPodTest, AWorkerOfAKeptSliceIsBoundToItsNode) {
+  const Json pinned = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2, {}, "", "node-7");
+  EXPECT_FALSE(pinned["spec"].contains("nodeName"));  // a restarted worker: the scheduler places it
+  const Json bound =
+      BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2, {}, "pool-a", "node-7", /*bind=*/true);
+  EXPECT_EQ(bound["spec"]["nodeName"], "node-7");
+  EXPECT_EQ(bound["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"], "pool-a");
+}
+
 TEST(ChildrenBuildPodTest, WorkerSchedulingAndTpuResources) {
   const Json spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2)["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Never");

@@ -192,6 +192,56 @@ TEST_F(JobQueueTest, ReissueWaitingForItsOldPodsKeepsItsPlaceAtTheHead) {
   EXPECT_EQ(plan.at("team/reissued").position, 1);
 }
 
+TEST_F(JobQueueTest, ASliceRecoveryAsksForItsSliceAloneAndHoldsThePoolsItKeeps) {
+  // Three pools of two nodes; a 2-slice job lost slice 1 (its pool pool-b) and keeps pool-a.
+  for (const std::string pool : {"pool-a", "pool-b", "pool-c"}) {
+    for (int i = 0; i < 2; ++i) {
+      Json node = {{"metadata",
+                    {{"name", pool + "-" + std::to_string(i)},
+                     {"labels",
+                      {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5e"},
+                       {"cloud.google.com/gke-tpu-topology", "2x4"},
+                       {"cloud.google.com/gke-nodepool", pool}}}}},
+                   {"status",
+                    {{"allocatable", {{"google.com/tpu", "4"}}},
+                     {"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+      nodes_.Update(std::make_shared<const cache::NodeInfo>(*cache::NodeInfo::FromJson(node)));
+    }
+  }
+  Json json = JobJson("ms", 0, "Queued", /*admitted=*/false, /*attempt=*/2);
+  json["spec"]["tpu"]["slices"] = 2;
+  json["status"]["reissued"] = true;
+  json["status"]["nodePools"] = Json::array({"pool-a", ""});
+  json["status"]["sliceRecovery"] = {{"slices", Json::array({1})}};
+  AddJob(json);
+  AddJob(JobJson("other", 100, "Queued"));  // a 2-host job of higher priority
+  auto plan = queue_.ComputePlan();
+  // One pool for slice 1, never pool-a (its slice 0 keeps it): best fit, then name: pool-b.
+  ASSERT_TRUE(plan.at("team/ms").admit) << plan.at("team/ms").message;
+  EXPECT_EQ(plan.at("team/ms").pools, std::vector<std::string>{"pool-b"});
+  // pool-a is reserved for the job although no pod of it is there: the other job gets pool-c.
+  ASSERT_TRUE(plan.at("team/other").admit) << plan.at("team/other").message;
+  EXPECT_EQ(plan.at("team/other").pools, std::vector<std::string>{"pool-c"});
+  // With only pool-a free, the slice waits and says why; the other job waits behind it.
+  for (const std::string node : {"pool-b-0", "pool-b-1", "pool-c-0", "pool-c-1"}) {
+    Json cordoned = Json{{"metadata",
+                          {{"name", node},
+                           {"labels",
+                            {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5e"},
+                             {"cloud.google.com/gke-tpu-topology", "2x4"},
+                             {"cloud.google.com/gke-nodepool", node.substr(0, 6)}}}}},
+                         {"spec", {{"unschedulable", true}}},
+                         {"status", {{"allocatable", {{"google.com/tpu", "4"}}}}}};
+    nodes_.Update(std::make_shared<const cache::NodeInfo>(*cache::NodeInfo::FromJson(cordoned)));
+  }
+  plan = queue_.ComputePlan();
+  EXPECT_FALSE(plan.at("team/ms").admit);
+  EXPECT_NE(plan.at("team/ms").message.find("to replace slice 1 (its other slices keep pool-a)"),
+            std::string::npos)
+      << plan.at("team/ms").message;
+  EXPECT_EQ(plan.at("team/other").reason, "WaitingInLine");
+}
+
 TEST_F(JobQueueTest, PriorityClassValueOrdersTheJob) {
   AddNodes(2);
   fake_.Upsert(kube::Resource::PriorityClasses(), {{"apiVersion", "scheduling.k8s.io/v1"},

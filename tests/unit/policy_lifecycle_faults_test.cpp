@@ -364,13 +364,15 @@ TEST(PolicyNodeFaultsTest, CordonedNodesAreRecordedInTheStatusAndKept) {
   EXPECT_EQ(plan.status.cordoned_nodes.size(), 3u);
 }
 
-// --- Multislice: the fault table applied to the job as a whole ---------------------------------
+// --- Multislice: the fault table applied to the job as a whole (recovery Job) -------------------
+// (policy_slice_recovery_test.cpp has the default, recovery Slice.)
 
 // 3 slices of 2 workers (job-wide indices 0..5; worker i on node-i), admitted into three pools.
 PodSim MultisliceJob(int32_t retries = 2) {
   Json spec = SpecJson(2);
   spec["tpu"]["slices"] = 3;
-  spec["faultTolerance"] = {{"maxJobRetries", retries}, {"maintenanceGracePeriodSeconds", 60}};
+  spec["faultTolerance"] = {
+      {"maxJobRetries", retries}, {"maintenanceGracePeriodSeconds", 60}, {"recovery", "Job"}};
   return PodSim(spec);
 }
 

@@ -310,6 +310,30 @@ TEST(MultislicePreemptionTest, MultisliceHeadTakesVictimsAcrossPools) {
   EXPECT_THAT(plan[0].message, HasSubstr("in node pools pool-b, pool-c: needs 2 node pools"));
 }
 
+TEST(MultislicePreemptionTest, AReplacedSliceTakesALowerPriorityJobsPoolNotOneItHolds) {
+  // Hot swap: a job of priority 100 lost slice 1; its slices 0 and 2 hold pool-a and pool-c
+  // (reserved: no free chips). The only other pool runs a 1-slice job of priority 10.
+  const Capacity capacity = CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}},
+                                        {"pool-c", {{"c1", 0}, {"c2", 0}}},
+                                        {"pool-e", {{"e1", 0}, {"e2", 0}}}});
+  GangRequest head = Head("ns/big", 2, 100);
+  head.reissued = true;
+  head.slices = 1;
+  head.slice_ids = {1};
+  head.held_pools = {"pool-a", "pool-c"};
+  const std::vector<RunningGang> running = {Running("ns/low", 10, 1, {"e1", "e2"})};
+  const auto plan = PlanPreemptions(capacity, {head}, {}, running);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_THAT(plan[0].victims, ElementsAre("ns/low"));
+  EXPECT_EQ(plan[0].pool, "pool-e");
+  EXPECT_THAT(plan[0].message, HasSubstr("preempting ns/low (priority 10) in node pool pool-e: "
+                                         "needs a node pool with 2 hosts"));
+  EXPECT_THAT(plan[0].victim_message, HasSubstr("to replace slice 1"));
+  // A pool it holds is never a victim's: a job in its own reserved pool is not worth stopping.
+  head.held_pools = {"pool-a", "pool-c", "pool-e"};
+  EXPECT_TRUE(PlanPreemptions(capacity, {head}, {}, running).empty());
+}
+
 TEST(MultislicePreemptionTest, MultisliceVictimIsACandidateInEachOfItsPools) {
   // A 2-slice victim in pool-a and pool-b; a single-slice head of 2 hosts fits in either pool
   // once it is gone. The other candidate, in pool-b only, has a higher priority.

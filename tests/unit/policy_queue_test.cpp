@@ -1071,6 +1071,56 @@ TEST(MultisliceAdmissionTest, ReservationsHoldEachSliceInItsOwnPool) {
   EXPECT_THAT(plan.at("ns/next").message, HasSubstr("1 pool has room (pool-b)"));
 }
 
+// Slice recovery: a request for the replaced slice only, never in a pool the job's other slices
+// keep, first in line as any re-issued attempt.
+GangRequest Replacing(GangRequest g, std::vector<int32_t> slices, std::vector<std::string> held) {
+  g.slices = static_cast<int32_t>(slices.size());
+  g.slice_ids = std::move(slices);
+  g.held_pools = std::move(held);
+  g.reissued = true;
+  return g;
+}
+
+TEST(MultisliceAdmissionTest, AReplacedSliceGetsAPoolItsOtherSlicesDoNotHold) {
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 2, 4);  // held by slice 0, whose pods are gone: free again
+  AddPool(nodes, "pool-b", 2, 4);  // held by slice 2
+  AddPool(nodes, "pool-c", 4, 4);
+  AddPool(nodes, "pool-d", 2, 4);
+  const GangRequest r = Replacing(Gang("ns/ms", 2), {1}, {"pool-a", "pool-b"});
+  // The queue reserves the held pools for the job (JobQueue: a Reservation per kept slice).
+  std::vector<Reservation> held;
+  for (const auto& [pool, slice] : {std::pair{"pool-a", 0}, std::pair{"pool-b", 2}}) {
+    held.push_back({.job = "ns/ms",
+                    .accelerator = kV5e,
+                    .topology = "2x4",
+                    .pool = pool,
+                    .workers = 2,
+                    .chips_per_worker = 4,
+                    .slice = slice});
+  }
+  // Best fit among the pools not held: pool-d (no host left over), pinned by name; the job of
+  // higher priority behind it gets what is left.
+  auto plan = PlanAdmissions(Build(nodes, {}, held), {With(Gang("ns/high", 2), 100, 0), r});
+  EXPECT_EQ(Outcome(plan.at("ns/ms")), "admit pool-d");
+  EXPECT_EQ(Outcome(plan.at("ns/high")), "admit pool-c");  // behind it, although higher
+  // With no pool but held ones, it waits and says for which slice and what it keeps.
+  std::vector<NodeInfo> held_only;
+  AddPool(held_only, "pool-a", 2, 4);
+  AddPool(held_only, "pool-b", 2, 4);
+  plan = PlanAdmissions(Build(held_only), {r});
+  EXPECT_EQ(Outcome(plan.at("ns/ms")),
+            "wait WaitingForCapacity: needs a node pool with 2 hosts of tpu-v5-lite-podslice 2x4 "
+            "(4 chips each) to replace slice 1 (its other slices keep pool-a, pool-b); 0 pools "
+            "have room");
+  // A single-host slice is pinned to a pool as well (never "": any pool).
+  std::vector<NodeInfo> small;
+  AddPool(small, "pool-a", 1, 4);
+  AddPool(small, "pool-e", 1, 4);
+  plan = PlanAdmissions(Build(small), {Replacing(Gang("ns/ms", 1), {3}, {"pool-a"})});
+  EXPECT_EQ(Outcome(plan.at("ns/ms")), "admit pool-e");
+}
+
 TEST(MultisliceAdmissionTest, DescribeNeedsNamesSlicesAndHosts) {
   EXPECT_EQ(DescribeNeeds(Slices(Gang("ns/ms", 1), 4)),
             "needs 4 node pools with 1 host each of tpu-v5-lite-podslice 2x4 (4 chips each), one "
