@@ -388,7 +388,7 @@ TEST_F(MultisliceE2E, WithoutASparePoolTheSliceWaitsKeepingTheOtherPoolsAndGoesF
   PodWatch watch(n);
   OperatorProcess op({"--namespace", n});
   ASSERT_EQ(ApplyYaml(n, Job("ms", 4, 4, "2x8",
-                             "  queueTimeoutSeconds: 600\n"
+                             "  queueTimeoutSeconds: 600\n  preemptible: false\n"
                              "  faultTolerance: {maxJobRetries: 2}\n"))
                 .exit_code,
             0);
@@ -397,7 +397,7 @@ TEST_F(MultisliceE2E, WithoutASparePoolTheSliceWaitsKeepingTheOtherPoolsAndGoesF
   const std::vector<std::string> first_pools = NodePools(n, "ms");
   ASSERT_EQ(first_pools.size(), 4u);
   const std::map<std::string, std::string> before = NodesByPod(n, "ms");
-  // A job of higher priority waits for a pool of the same shape.
+  // A job of higher priority waits for a pool of the same shape (it may not preempt this one).
   ASSERT_EQ(ApplyYaml(n, Job("other", 1, 4, "2x8", "  priority: 1000\n")).exit_code, 0);
   ASSERT_TRUE(JobFieldBecomes(n, "other", "{.status.conditions[?(@.type==\"Admitted\")].reason}",
                               "WaitingForCapacity"))

@@ -200,11 +200,14 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
   }
 
   std::map<std::string, policy::PreemptOrder> orders;
+  std::erase_if(won_, [&](const auto& entry) { return !waiting_jobs.contains(entry.first); });
   for (auto& [victim, order] : issued) {
     auto a = admitted_jobs.find(victim);
-    if (a == admitted_jobs.end() || a->second.attempt != order.attempt ||
-        !waiting_jobs.contains(order.by)) {
-      continue;  // carried out, or no longer wanted
+    if (!waiting_jobs.contains(order.by)) continue;  // no longer wanted
+    if (a == admitted_jobs.end() || a->second.attempt != order.attempt) {
+      // Carried out: the head is admitted on the victim's capacity by a later plan.
+      won_[order.by] = order.head_message.substr(0, order.head_message.find(": needs"));
+      continue;
     }
     a->second.ordered = true;
     orders.emplace(victim, std::move(order));
@@ -281,6 +284,13 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     it->second.placed_pools.clear();
   }
 
+  // A head admitted on capacity it preempted for says so.
+  for (const auto& [job, preempted] : won_) {
+    auto it = plan.find(job);
+    if (it != plan.end() && it->second.admit && !preempted.empty()) {
+      it->second.message = "after " + preempted;
+    }
+  }
   // A head whose victims are still to stop says so.
   for (const auto& [victim, order] : orders) {
     auto head = plan.find(order.by);

@@ -30,7 +30,9 @@
 // Running phase with every worker bound and none going; the victims it picks are handed to
 // `enqueue` and told by Preemption() (the reconciler then stops them), and the head's answer has
 // reason "Preempting". A victim stops being one once its status shows it preempted, and its pods
-// going count as free for the head from then on, so one head takes one set of victims.
+// going count as free for the head from then on, so one head takes one set of victims. The plan
+// that then admits the head says what it preempted in the answer's message ("after preempting
+// team/low (priority 1) in node pool p"), which goes into its Admitted condition.
 #pragma once
 
 #include <atomic>
@@ -133,6 +135,10 @@ class JobQueue {
   std::function<bool(const cache::TPUJobInfo&)> external_;  // set before Start()
   std::atomic<bool> preemption_{true};
   std::atomic<uint64_t> recomputations_{0};
+  // Waiting jobs whose preemption has been carried out, with what they preempted ("preempting
+  // team/low (priority 1) in node pool p"): the plan that admits one says so in its message.
+  // Only ComputePlan() touches it (one caller at a time).
+  std::map<std::string, std::string> won_;
 };
 
 }  // namespace tpujob::controller

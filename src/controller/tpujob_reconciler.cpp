@@ -255,7 +255,11 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
         AdmissionDecision admission = options_.admission(*job, *spec, current);
         input.admit = admission.admit;
         input.not_admitted_reason = admission.reason;
-        if (!admission.message.empty()) input.not_admitted_message = admission.message;
+        if (admission.admit) {
+          input.admitted_message = admission.message;
+        } else if (!admission.message.empty()) {
+          input.not_admitted_message = admission.message;
+        }
         input.admit_pools = admission.pools;
         input.queue_position = admission.position;
       }

@@ -219,11 +219,7 @@ class Decider {
         s.node_pools.clear();
       }
       // A place won by preemption names its victims.
-      std::string after;
-      if (const Condition* waiting = s.FindCondition(condition::kAdmitted);
-          waiting != nullptr && waiting->status == "False" && waiting->reason == "Preempting") {
-        after = " after " + waiting->message.substr(0, waiting->message.find(": needs"));
-      }
+      const std::string after = in_.admitted_message.empty() ? "" : " " + in_.admitted_message;
       s.phase = Phase::kStarting;
       s.admitted_at = now_;
       if (!s.start_time) s.start_time = now_;

@@ -94,6 +94,9 @@ struct LifecycleInput {
   // Admitted: per slice, the node pool to pin the slice's workers to ("" = no pinning).
   // Waiting: the job's place in the queue (status.queuePosition).
   std::vector<std::string> admit_pools;
+  // Admitted: what the queue adds to the Admitted condition's message, e.g. "after preempting
+  // team/low (priority 1) in node pool p" ("" = nothing).
+  std::string admitted_message;
   std::optional<int32_t> queue_position;
   // The queue preempts this admitted job for a waiting job of higher priority
   // (policy/preemption.h): it is stopped like a maintenance event and queues again.

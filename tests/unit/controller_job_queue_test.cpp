@@ -387,6 +387,16 @@ TEST_F(JobQueuePreemptionTest, OneHeadTakesOneSetOfVictims) {
   plan = Plan(&orders);
   EXPECT_TRUE(plan.at("team/high").admit) << plan.at("team/high").message;
   EXPECT_TRUE(orders.empty());
+  // ... and its answer says what it preempted (for its Admitted condition).
+  EXPECT_EQ(plan.at("team/high").message,
+            "after preempting team/low (priority 1) in node pool pool-a");
+  // Once it is admitted that is forgotten: a later admission of the job says nothing of it.
+  AddJob(JobJson("high", 100, "Starting", /*admitted=*/true));
+  Plan(&orders);
+  AddJob(JobJson("high", 100, "Queued", /*admitted=*/false, /*attempt=*/2));
+  plan = Plan(&orders);
+  ASSERT_TRUE(plan.at("team/high").admit);
+  EXPECT_EQ(plan.at("team/high").message, "");
 }
 
 TEST_F(JobQueuePreemptionTest, AnOrderLapsesWhenItsPreemptorNoLongerWaits) {

@@ -61,6 +61,7 @@ TEST(PolicyJobSpecTest, MinimalSpecTakesEveryDefault) {
   EXPECT_EQ(ft.exit_codes.permanent_reasons.size(), 1u);
   EXPECT_TRUE(ft.exit_codes.permanent_reasons.contains("OOMKilled"));
   EXPECT_TRUE(ft.cordon_faulty_nodes);
+  EXPECT_EQ(ft.recovery, Recovery::kSlice);
   EXPECT_EQ(ft.maintenance_grace_period_seconds, 300);
   EXPECT_FALSE(ft.preflight_enabled);
   EXPECT_THAT(ft.preflight_checks, IsEmpty());
@@ -117,6 +118,7 @@ TEST(PolicyJobSpecTest, EveryFieldIsRead) {
       {"maxJobRetries", 2},
       {"maxWorkerRestarts", 9},
       {"cordonFaultyNodes", false},
+      {"recovery", "Job"},
       {"maintenanceGracePeriodSeconds", 60},
       {"exitCodes", {{"permanent", {3, 4}}, {"retryable", {5}}}},
       {"preflight",
@@ -137,6 +139,7 @@ TEST(PolicyJobSpecTest, EveryFieldIsRead) {
   EXPECT_EQ(ft.max_job_retries, 2);
   EXPECT_EQ(ft.max_worker_restarts, 9);
   EXPECT_FALSE(ft.cordon_faulty_nodes);
+  EXPECT_EQ(ft.recovery, Recovery::kJob);
   EXPECT_EQ(ft.maintenance_grace_period_seconds, 60);
   EXPECT_EQ(ft.exit_codes.permanent, (std::set<int32_t>{3, 4}));
   EXPECT_EQ(ft.exit_codes.retryable, (std::set<int32_t>{5}));
@@ -285,6 +288,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpecCase{"CordonNotBool",
                     With(SpecJson(2), P("/faultTolerance/cordonFaultyNodes"), "yes"),
                     "spec.faultTolerance.cordonFaultyNodes: must be true or false"},
+        BadSpecCase{"RecoveryUnknown",
+                    With(SpecJson(2), P("/faultTolerance/recovery"), "Pod"),
+                    "spec.faultTolerance.recovery: \"Pod\" is not Slice or Job"},
         BadSpecCase{"GraceTooLong",
                     With(SpecJson(2), P("/faultTolerance/maintenanceGracePeriodSeconds"), 3601),
                     "spec.faultTolerance.maintenanceGracePeriodSeconds: 3601 is outside [0, 3600]"},

@@ -32,6 +32,7 @@ struct Queue {
   bool replace_slices = true;
   std::string reason = "WaitingForCapacity";
   std::string message = "needs a node pool";
+  std::string admitted_message;
 };
 
 Plan StepWith(PodSim& sim, const Queue& q) {
@@ -44,6 +45,7 @@ Plan StepWith(PodSim& sim, const Queue& q) {
   in.replace_slices = q.replace_slices;
   in.not_admitted_reason = q.reason;
   in.not_admitted_message = q.message;
+  in.admitted_message = q.admitted_message;
   Plan plan = Decide(in);
   sim.Apply(plan);
   return plan;
@@ -312,6 +314,7 @@ TEST(PolicySliceRecoveryTest, APlaceWonByPreemptionNamesTheVictim) {
   EXPECT_EQ(preempting.status.FindCondition(condition::kAdmitted)->reason, "Preempting");
   q.admit = true;
   q.pools = {"pool-d"};
+  q.admitted_message = "after preempting team-b/low (priority 10) in node pool pool-d";
   const Plan started = StepWith(sim, q);
   const Condition* admitted = started.status.FindCondition(condition::kAdmitted);
   ASSERT_NE(admitted, nullptr);
