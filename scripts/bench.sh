@@ -35,6 +35,11 @@
 #     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once;
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
 #     1-worker TPUJobs Running and nothing happening, everything above still cached.
+# BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
+# cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution, caches,
+# scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
+# scale-faults or idle runs, since the last two are measured with them cached; e.g.
+#   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
 # bench/peers/build.sh from the Go module proxy and cached like the control plane.
 # Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
@@ -49,26 +54,34 @@ burst_faults=${BURST_FAULTS:-100}
 faults=${FAULT_COUNT:-50}
 admission_nodes=${ADMISSION_NODES:-5000}
 admission_jobs=${ADMISSION_JOBS:-1000}
+sections=${BENCH_SECTIONS:-}
 operator="$root/$build/tpujob-operator"
+section() { [[ -z $sections || " $sections " == *" $1 "* ]]; }  # section NAME: whether it runs
 bench="$root/$build/tpujob-bench"
 
+if section admission; then
 echo "== admission planning: $admission_nodes nodes, $admission_jobs queued jobs (in memory, no cluster)"
 "$bench" admission --nodes "$admission_nodes" --jobs "$admission_jobs" --runs 21
 echo
+fi
 
+if section cache-memory; then
 echo "== the caches' own cost: heap per cached pod and node (in memory, no cluster)"
 "$bench" cache-memory --pods 20000 --nodes 5000
 echo
+fi
 
+if section preemption; then
 echo "== victim selection (gang preemption): $admission_nodes nodes, 500 running, $admission_jobs queued jobs (in memory)"
 "$bench" preemption --nodes "$admission_nodes" --running 500 --jobs "$admission_jobs" --runs 101
 echo
+fi
 
 # A Go new enough to build the control plane and the peers when they are not cached yet
 # (scripts/install-go.sh).
 PATH="$(bash "$root/scripts/install-go.sh"):$PATH"
 bin=$("$root/e2e/tools/build.sh")
-peers=$("$root/bench/peers/build.sh")
+if section caches || section ceiling; then peers=$("$root/bench/peers/build.sh"); fi
 
 cleanup() {
   [[ -n ${op_pid:-} ]] && kill -9 "$op_pid" 2>/dev/null || true
@@ -129,6 +142,7 @@ run_operator() {
 
 "$bench" create-nodes --kubeconfig "$kubeconfig" --count 20 >/dev/null
 
+if section gang; then
 echo "== gang creation: a 64-worker TPUJob (16x16 slice, 4 chips per worker), 5 runs"
 for i in $(seq 0 15); do
   cat <<EOF
@@ -167,7 +181,9 @@ done
 median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 3p)
 echo "gang creation, 64 workers: median ${median} ms over 5 runs (${times[*]} ms)"
 echo
+fi
 
+if section multislice; then
 echo "== multislice gang creation: 4 slices x 16 hosts and 4 x 64 beside one slice of 64 and of 256, 3 runs each, interleaved"
 # KWOK nodes of 16 chips (four 4-chip workers each): four pools of 4 (8x8 slices of 16 hosts),
 # four pools of 16 (16x16 slices of 64 hosts), and 64 nodes for one 32x32 slice of 256 hosts.
@@ -216,7 +232,9 @@ for pair in "4 x 16|1 x 64|64" "4 x 64|1 x 256|256"; do
     "ratio $(awk -v m="$m" -v s="$s" 'BEGIN { printf "%.2f", m / s }')"
 done
 echo
+fi
 
+if section ceiling; then
 echo "== gang creation beside the raw ceiling: 64 and 256 workers, 5 runs each, interleaved"
 # B0 is a plain client creating the very pods the operator builds for the same TPUJob (owned by a
 # TPUJob in a namespace no operator watches), 16 threads, no client-side limit, connections
@@ -288,7 +306,9 @@ echo "  the operator with its former client-side limit, --kube-api-qps 50 --kube
 echo "  JobSet: the JobSet controller (bench/peers/build.sh), pods by kube-controller-manager's Job"
 echo "  controller with its client limit lifted to 1000 requests/s)"
 echo
+fi
 
+if section faults; then
 echo "== fault-to-action latency: $faults faults, one 2-worker TPUJob each"
 # Every fault cordons a node of its own: lift the operator's cordon cap, rate limit and breaker.
 kubectl create namespace faults >/dev/null
@@ -299,7 +319,9 @@ op_pid=$!
 "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults --faults "$faults" --workers 2
 stop_operator
 echo
+fi
 
+if section reissue; then
 echo "== fault to replacement: a 64-worker TPUJob (termination grace 0), 5 faults, one at a time"
 kubectl create namespace reissue >/dev/null
 "$operator" run --kubeconfig "$kubeconfig" --namespace reissue --health-address 127.0.0.1:0 \
@@ -310,11 +332,14 @@ op_pid=$!
   echo "  (failed: see the error above)"
 stop_operator
 echo
+fi
 
+if section attribution; then
 echo "== fault attribution: a worker's exit to the job's decision, with the node agent's immediate round"
 bash "$root/scripts/bench-attribution.sh" "$operator" "$bin/kubectl" "$kubeconfig" "$dir" \
   "${ATTRIBUTION_RUNS:-3}" || echo "  (failed: see the error above)"
 echo
+fi
 
 start_peer() {  # start_peer LOG: the client-go informer peer, waits until its caches synced
   "$peers/informer-peer" --kubeconfig "$kubeconfig" >"$1" 2>&1 &
@@ -328,6 +353,8 @@ start_peer() {  # start_peer LOG: the client-go informer peer, waits until its c
 stop_peer() { kill -TERM "$peer_pid"; wait "$peer_pid" || true; peer_pid=; }
 field() { sed -nE "s/.*[ ]$2=([0-9]+).*/\1/p" <<<"$1" | head -1; }
 
+if section caches || section scale-faults || section idle; then
+if section caches; then
 start_operator "$dir/operator-empty.log"
 rss_empty=$(rss_kib "$op_pid")
 stop_operator
@@ -336,6 +363,9 @@ peer_empty=$(rss_kib "$peer_pid")
 stop_peer
 
 echo "== caches beside client-go: RSS and sync time with nodes:pods at $scale_sizes"
+else
+echo "== the nodes and pods of $scale_sizes (nodes:pods), cached by the sections below"
+fi
 rows=()
 have_nodes=0 have_pods=0
 for size in $scale_sizes; do
@@ -352,6 +382,7 @@ for size in $scale_sizes; do
     sleep 3
   done
   echo "pods not Running yet (KWOK): $waiting"
+  section caches || continue
   start_operator "$dir/operator-$want_nodes.log"
   rss_op=$(rss_kib "$op_pid")
   synced=$(grep -o 'caches synced.*' "$dir/operator-$want_nodes.log" | head -1)
@@ -363,6 +394,7 @@ for size in $scale_sizes; do
   objects=$(($(field "$synced" pods) + $(field "$synced" nodes)))
   rows+=("$(field "$synced" nodes) $(field "$synced" pods) $rss_op $(field "$synced" duration_ms) $rss_peer $(field "$peer_synced" ms) $(field "$peer_synced" heap_inuse_kib) $objects $(field "$synced" heap_inuse_kib)")
 done
+if section caches; then
 echo
 echo "== caches beside client-go (RSS with nothing cached: operator $rss_empty KiB, client-go $peer_empty KiB)"
 printf '%-6s %-6s | %-11s %-9s %-9s %-8s | %-11s %-9s %-8s %-9s | %s\n' nodes pods "op RSS KiB" "op B/obj" "op heap" "op sync" \
@@ -375,7 +407,10 @@ for row in "${rows[@]}"; do
         n, p, ro, (ro - eo) * 1024 / o, ho " KiB", so " ms", rg, (rg - eg) * 1024 / o, sg " ms", hg " KiB",
         ro / rg, so / sg }'
 done
+fi
+fi
 
+if section scale-faults; then
 echo
 echo "== fault-to-action at scale: the operator cluster-wide, the nodes and pods above cached; $scale_faults faults one at a time, then $burst_faults in bursts of 50 at once"
 kubectl create namespace faults-scale >/dev/null
@@ -390,7 +425,9 @@ op_pid=$!
   --faults "$burst_faults" --workers 2 --burst 50 || echo "  (failed: see the error above)"
 grep -o 'caches synced.*' "$dir/operator-faults-scale.log" | head -1 | sed 's/^/  operator: /'
 stop_operator
+fi
 
+if section idle; then
 echo
 echo "== idle cost: $idle_jobs running 1-worker TPUJobs, nothing happening, 60 s (operator cluster-wide, the nodes and pods above cached)"
 {
@@ -461,3 +498,4 @@ delta=$(join -a 2 -e 0 -o 0,1.2,2.2 <(sort <<<"$before") <(sort <<<"$after") | a
 echo "API requests in 60 s: ${delta#| }"
 awk -v a="$cpu_after" -v b="$cpu_before" 'BEGIN { printf "CPU: %.2f s in 60 s (%.1f%% of one core)\n", a - b, (a - b) / 60 * 100 }'
 echo "RSS with $idle_jobs jobs and the objects above cached: $rss_idle KiB"
+fi
