@@ -522,6 +522,48 @@ TEST_F(MultisliceE2E, HotSwapAReplacedSliceTakesTheOnlySparePoolFromALowerPriori
   ExpectNothingLeftBehind(n, node_sets_);
 }
 
+TEST_F(MultisliceE2E, AnOperatorKilledWhileASliceWaitsResumesTheSameRecoveryOnce) {
+  CreatePools(2, 2, "2x4");
+  TestNamespace ns("ms-slice-kill");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  ASSERT_EQ(
+      ApplyYaml(n, Job("ms", 2, 2, "2x4", "  faultTolerance: {maxJobRetries: 2}\n")).exit_code, 0);
+  std::map<std::string, std::string> before;
+  {
+    OperatorProcess op({"--namespace", n});
+    ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+        << op.Log();
+    before = NodesByPod(n, "ms");
+    ASSERT_EQ(SetNodeCondition(before.at(Worker("ms", 1, 0)), "TPUUnhealthy", "True", "ChipError",
+                               "chip 0")
+                  .exit_code,
+              0);
+    // No spare pool: slice 1 waits, and the operator is killed while it does.
+    ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.conditions[?(@.type==\"Admitted\")].reason}",
+                                "WaitingForCapacity"))
+        << op.Log();
+    op.Kill();
+  }
+  OperatorProcess op({"--namespace", n});
+  const std::string set = prefix_ + "-c";
+  node_sets_.push_back(set);
+  CreateTpuNodes(set, 2, accelerator_, "2x4", "pool-" + set);
+  ASSERT_TRUE(JobFieldBecomes(n, "ms", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  // The same recovery, once: one retry, one fault record, slice 0 back on its nodes.
+  EXPECT_EQ(JobField(n, "ms", "{.status.attempt}/{.status.jobRetries}"), "2/1");
+  EXPECT_EQ(JobField(n, "ms", "{.status.faults[*].action}"), "ReplaceSlice");
+  EXPECT_EQ(NodePools(n, "ms")[1], Pool('c'));
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(NodeOf(n, Worker("ms", 0, h)), before.at(Worker("ms", 0, h)));
+  }
+  const auto report = watch.CheckAfterCreations(8);
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+  EXPECT_EQ(report.creations, 8);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
 TEST_F(MultisliceE2E, MaintenanceOnSliceTwoReplacesOnlyThatSliceWithoutUsingARetry) {
   CreatePools(4, 4, "2x8");
   TestNamespace ns("ms-maint-slice");
