@@ -17,6 +17,11 @@
 #     worker's exit 1 with a chip missing to the node condition and to the re-issue, with the node
 #     agent's immediate round and without it (--watch-pods=false, its 60 s interval), and exit 1
 #     on a healthy node to Failed with the default 30 s window beside a window of 0;
+#   - slice recovery (scripts/bench-slice.sh, alone: `make bench-slice`): multislice TPUJobs of
+#     4 x 16 and 8 x 32 hosts, a hardware fault on slice 1 until the next attempt is all Running,
+#     and the operator's API writes, recovery Slice beside recovery Job (SLICE_RUNS, 3, each,
+#     interleaved; medians and ratios); hot swap (HOT_SWAP_RUNS, 3): the replaced slice preempts
+#     a lower-priority job's pool;
 #   - caches beside client-go, at three sizes (SCALE_SIZES, nodes:pods, default 500:2000
 #     2000:8000 5000:20000): the RSS of `tpujob-operator run` and of a client-go program with
 #     shared informers for the same Pods and Nodes (bench/peers/informer, built from the Go module
@@ -340,6 +345,11 @@ bash "$root/scripts/bench-attribution.sh" "$operator" "$bin/kubectl" "$kubeconfi
   "${ATTRIBUTION_RUNS:-3}" || echo "  (failed: see the error above)"
 echo
 fi
+
+echo "== slice recovery beside whole-job re-issue, and hot swap"
+TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-slice.sh" "$build" "$kubeconfig" ||
+  echo "  (failed: see the error above)"
+echo
 
 start_peer() {  # start_peer LOG: the client-go informer peer, waits until its caches synced
   "$peers/informer-peer" --kubeconfig "$kubeconfig" >"$1" 2>&1 &

@@ -53,6 +53,10 @@ Cordoner::Cordoner(kube::Client& client, const cache::Store<cache::NodeInfo>& no
 
 bool Cordoner::Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now) {
   if (node == nullptr || now - entry.at >= kUnconfirmedCordonTtl) return true;
+  // The patch was conditioned on `based_on`: the node's next version is the cordon, so a cache
+  // that has moved on has seen it, even when a later change (an uncordon that drops our
+  // annotations) hides it again.
+  if (!entry.based_on.empty() && node->resource_version != entry.based_on) return true;
   return policy::IsCordonedByUs(*node) ||
          node->annotations.Value(policy::kCordonEvidenceAnnotation) == entry.evidence;
 }
@@ -161,7 +165,7 @@ Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, T
           request.node,
           Unconfirmed{patch["metadata"]["annotations"][policy::kCordonEvidenceAnnotation]
                           .get<std::string>(),
-                      now});
+                      now, node->resource_version});
       recorder_.Record(ObjectRef{"v1", "Node", "", request.node, node->uid}, EventType::kWarning,
                        std::string(kNodeCordonedReason),
                        fmt::format("cordoned by tpujob-operator for job {}: {}: {}", request.job,

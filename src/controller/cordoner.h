@@ -9,9 +9,11 @@
 // The cap counts nodes the cache shows cordoned by us, plus nodes this process cordoned that
 // the cache does not show yet: without them, reconcile workers running right after a cordon
 // would see the old node and cordon past the cap. Such a node stops being counted separately
-// once the cache shows our annotations on it, once it leaves the cache (deleted), or after
-// kUnconfirmedCordonTtl, after which the cache is trusted whatever it says. Until then a second
-// request for the same node is answered kAlreadyCordoned.
+// once the cache shows our annotations on it or any later version of the node (the patch is
+// conditioned on the version it was decided on, so the next one is the cordon: an uncordon that
+// drops our annotations does not make it look unconfirmed again), once it leaves the cache
+// (deleted), or after kUnconfirmedCordonTtl, after which the cache is trusted whatever it says.
+// Until then a second request for the same node is answered kAlreadyCordoned.
 //
 // Dry run changes nothing in the cluster: no patch and no Event, only the decision's log line;
 // the verdict kDryRun lets the caller report "would cordon node X".
@@ -114,6 +116,7 @@ class Cordoner {
   struct Unconfirmed {
     std::string evidence;
     TimePoint at;
+    std::string based_on;  // the node's resourceVersion the patch was conditioned on, if any
   };
 
   // Whether `entry` no longer needs counting on its own: the cache shows it (or the node is

@@ -300,6 +300,29 @@ TEST_F(CordonerTest, HumanUncordonIsNotUndoneWithoutNewEvidence) {
   EXPECT_THAT(StoredNode("n1")["spec"]["taints"], SizeIs(1));
 }
 
+TEST_F(CordonerTest, NodeUncordonedWithOurAnnotationsDroppedIsCordonedAgainForANewFault) {
+  AddNode("n1");
+  Start(Permissive());
+  ASSERT_EQ(cordoner_->Cordon(Request("n1", "pod-uid-1/dns")).verdict, CordonVerdict::kCordon);
+  SyncCache();  // the cache shows the cordon; no cordon decision runs meanwhile
+
+  // Repaired and uncordoned within kUnconfirmedCordonTtl, our annotations and taint dropped (as
+  // the operator's own automatic uncordon does).
+  Json node = StoredNode("n1");
+  node["spec"]["unschedulable"] = false;
+  node["spec"]["taints"] = Json::array();
+  node["metadata"]["annotations"] = {{"zone", "us-central2-b"}};
+  fake_.Upsert(Resource::Nodes(), node);
+  SyncCache();
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+
+  clock_.Advance(seconds(10));
+  const Cordoner::Outcome again = cordoner_->Cordon(Request("n1", "pod-uid-2/dns"));
+  EXPECT_EQ(again.verdict, CordonVerdict::kCordon) << again.message;
+  EXPECT_EQ(StoredNode("n1")["spec"]["unschedulable"], true);
+  EXPECT_THAT(NodeWrites(), SizeIs(2));
+}
+
 TEST_F(CordonerTest, FailedWriteIsReportedAndGivesTheTokenBack) {
   AddNodes(2);
   CordonPolicy policy = Permissive();
