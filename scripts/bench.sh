@@ -41,8 +41,8 @@
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
 #     1-worker TPUJobs Running and nothing happening, everything above still cached.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
-# cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution, caches,
-# scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
+# cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
+# slice-recovery, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
 # scale-faults or idle runs, since the last two are measured with them cached; e.g.
 #   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
@@ -346,10 +346,12 @@ bash "$root/scripts/bench-attribution.sh" "$operator" "$bin/kubectl" "$kubeconfi
 echo
 fi
 
+if section slice-recovery; then
 echo "== slice recovery beside whole-job re-issue, and hot swap"
 TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-slice.sh" "$build" "$kubeconfig" ||
   echo "  (failed: see the error above)"
 echo
+fi
 
 start_peer() {  # start_peer LOG: the client-go informer peer, waits until its caches synced
   "$peers/informer-peer" --kubeconfig "$kubeconfig" >"$1" 2>&1 &
