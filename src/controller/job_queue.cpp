@@ -200,13 +200,15 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
   }
 
   std::map<std::string, policy::PreemptOrder> orders;
-  std::erase_if(won_, [&](const auto& entry) { return !waiting_jobs.contains(entry.first); });
+  const auto gone = [&](const auto& entry) { return !waiting_jobs.contains(entry.first); };
+  std::erase_if(won_, gone);
+  std::erase_if(taking_, gone);
   for (auto& [victim, order] : issued) {
     auto a = admitted_jobs.find(victim);
     if (!waiting_jobs.contains(order.by)) continue;  // no longer wanted
     if (a == admitted_jobs.end() || a->second.attempt != order.attempt) {
       // Carried out: the head is admitted on the victim's capacity by a later plan.
-      won_[order.by] = order.head_message.substr(0, order.head_message.find(": needs"));
+      if (auto it = taking_.find(order.by); it != taking_.end()) won_[order.by] = it->second;
       continue;
     }
     a->second.ordered = true;
@@ -308,6 +310,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       policy::Admission& head = plan.at(p.preemptor);
       head.reason = "Preempting";
       head.message = p.message;
+      taking_[p.preemptor] = p.taken;
       for (const std::string& victim : p.victims) {
         orders[victim] = {p.preemptor, p.victim_message, admitted_jobs[victim].attempt, p.message};
       }

@@ -135,9 +135,10 @@ class JobQueue {
   std::function<bool(const cache::TPUJobInfo&)> external_;  // set before Start()
   std::atomic<bool> preemption_{true};
   std::atomic<uint64_t> recomputations_{0};
-  // Waiting jobs whose preemption has been carried out, with what they preempted ("preempting
-  // team/low (priority 1) in node pool p"): the plan that admits one says so in its message.
-  // Only ComputePlan() touches it (one caller at a time).
+  // Waiting jobs with a preemption ordered (taking_) or carried out (won_), and what it takes
+  // (policy::Preemption::taken): the plan that admits one of won_ says so in its message.
+  // Only ComputePlan() touches them (one caller at a time).
+  std::map<std::string, std::string> taking_;
   std::map<std::string, std::string> won_;
 };
 

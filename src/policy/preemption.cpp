@@ -204,8 +204,8 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
         best->pool.empty() ? std::string("the nodes without a node pool label")
         : best->pool.find(", ") != std::string::npos ? "node pools " + best->pool
                                                      : "node pool " + best->pool;
-    p.message = "preempting " + DescribeVictims(best->victims) + " in " + pool_label + ": " +
-                DescribeNeeds(head);
+    p.taken = "preempting " + DescribeVictims(best->victims) + " in " + pool_label;
+    p.message = p.taken + ": " + DescribeNeeds(head);
     p.victim_message = "preempted by " + head.job + " (priority " + std::to_string(head.priority) +
                        "), which " + DescribeNeeds(head);
     out.push_back(std::move(p));

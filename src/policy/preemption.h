@@ -64,8 +64,11 @@ struct Preemption {
   std::string preemptor;
   std::string pool;                  // where its victims' chips are ("a, b" for several pools)
   std::vector<std::string> victims;  // in the order they were chosen
-  // For the preemptor's condition and Event, e.g. "preempting team/low (priority 10) in node
-  // pool pool-a: needs 2 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool".
+  // What it takes, e.g. "preempting team/low (priority 10) in node pool pool-a".
+  std::string taken;
+  // For the preemptor's condition and Event: `taken`, then what it needs, e.g. "preempting
+  // team/low (priority 10) in node pool pool-a: needs 2 hosts of tpu-v5-lite-podslice 2x4 (4
+  // chips each) in one node pool".
   std::string message;
   // For each victim's condition, Event and faults[] entry, e.g. "preempted by team/high
   // (priority 100), which needs 2 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node

@@ -326,6 +326,7 @@ TEST(MultislicePreemptionTest, AReplacedSliceTakesALowerPriorityJobsPoolNotOneIt
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_THAT(plan[0].victims, ElementsAre("ns/low"));
   EXPECT_EQ(plan[0].pool, "pool-e");
+  EXPECT_EQ(plan[0].taken, "preempting ns/low (priority 10) in node pool pool-e");
   EXPECT_THAT(plan[0].message, HasSubstr("preempting ns/low (priority 10) in node pool pool-e: "
                                          "needs a node pool with 2 hosts"));
   EXPECT_THAT(plan[0].victim_message, HasSubstr("to replace slice 1"));

@@ -62,6 +62,17 @@ void RunAllSlices(PodSim& sim) {
   ASSERT_EQ(StepWith(sim, q).status.phase, Phase::kRunning);
 }
 
+// Runs the job, then fails node-3 (slice 1): slice 1 is to be replaced; with `gone`, the old
+// attempt's pods are then gone.
+Queue FailSliceOne(PodSim& sim, bool gone) {
+  RunAllSlices(sim);
+  Queue q;
+  q.nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  StepWith(sim, q);
+  if (gone) sim.FinishDeletions();
+  return q;
+}
+
 const PodToCreate* Creation(const Plan& plan, int32_t index) {
   for (const PodToCreate& c : plan.create) {
     if (c.type == kWorker && c.index == index) return &c;
@@ -244,11 +255,7 @@ TEST(PolicySliceRecoveryTest, AMastersFaultReissuesTheWholeJob) {
 
 TEST(PolicySliceRecoveryTest, AKeptNodeNoLongerHealthyOrSchedulableIsLeftToTheScheduler) {
   PodSim sim = SliceJob();
-  RunAllSlices(sim);
-  Queue q;
-  q.nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");
-  StepWith(sim, q);
-  sim.FinishDeletions();
+  Queue q = FailSliceOne(sim, /*gone=*/true);
   q.admit = false;
   StepWith(sim, q);
   // Meanwhile node-0 (slice 0) turned unhealthy and node-5 (slice 2) was cordoned by a person.
@@ -272,11 +279,7 @@ TEST(PolicySliceRecoveryTest, AKeptNodeNoLongerHealthyOrSchedulableIsLeftToTheSc
 
 TEST(PolicySliceRecoveryTest, AnAnswerForTheWholeJobDoesNotAdmitASliceRecovery) {
   PodSim sim = SliceJob();
-  RunAllSlices(sim);
-  Queue q;
-  q.nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");
-  StepWith(sim, q);
-  sim.FinishDeletions();
+  Queue q = FailSliceOne(sim, /*gone=*/true);
   q.pools = {"pool-a", "pool-d", "pool-c"};  // made before the attempt asked for one slice
   const Plan plan = StepWith(sim, q);
   EXPECT_EQ(plan.status.phase, Phase::kQueued);
@@ -284,12 +287,9 @@ TEST(PolicySliceRecoveryTest, AnAnswerForTheWholeJobDoesNotAdmitASliceRecovery) 
   EXPECT_EQ(plan.status.node_pools, (std::vector<std::string>{"pool-a", "", "pool-c"}));
 }
 
-TEST(PolicySliceRecoveryTest, SuspendAndAReleasedAdmissionDropTheRecovery) {
+TEST(PolicySliceRecoveryTest, SuspendDropsTheRecovery) {
   PodSim sim = SliceJob();
-  RunAllSlices(sim);
-  Queue q;
-  q.nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");
-  StepWith(sim, q);
+  Queue q = FailSliceOne(sim, /*gone=*/false);
   sim.job().spec["suspend"] = true;
   sim.Reparse();
   const Plan suspended = StepWith(sim, q);
@@ -300,11 +300,7 @@ TEST(PolicySliceRecoveryTest, SuspendAndAReleasedAdmissionDropTheRecovery) {
 
 TEST(PolicySliceRecoveryTest, APlaceWonByPreemptionNamesTheVictim) {
   PodSim sim = SliceJob();
-  RunAllSlices(sim);
-  Queue q;
-  q.nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");
-  StepWith(sim, q);
-  sim.FinishDeletions();
+  Queue q = FailSliceOne(sim, /*gone=*/true);
   q.admit = false;
   q.reason = "Preempting";
   q.message =
