@@ -1,0 +1,559 @@
+#include "supervisor/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "supervisor/protocol.h"
+
+extern char** environ;
+
+namespace tpujob::supervisor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::optional<int64_t> ParseInt(std::string_view text) {
+  int64_t value = 0;
+  if (text.empty()) return std::nullopt;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+void AppendUtf8(std::string& out, uint32_t cp) {
+  if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::string_view Trim(std::string_view text) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// One line to stderr, in one write so that lines of concurrent writers do not interleave.
+void Log(const std::string& text) {
+  const std::string line = "tpujob-supervise: " + text + "\n";
+  const ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+// Signals arrive through a self-pipe: the handler records which and writes a byte, the loop
+// polls the pipe (with the poll interval as timeout).
+int g_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_terminate = 0;
+volatile sig_atomic_t g_terminate_signal = 0;
+
+void OnSignal(int signal) {
+  const int saved_errno = errno;
+  if (signal == SIGTERM || signal == SIGINT) {
+    g_terminate = 1;
+    g_terminate_signal = signal;
+  }
+  const char byte = 0;
+  const ssize_t ignored = ::write(g_pipe[1], &byte, 1);
+  (void)ignored;
+  errno = saved_errno;
+}
+
+bool InstallSignalHandlers(std::string* error) {
+  if (::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    *error = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (const int signal : {SIGTERM, SIGINT, SIGCHLD}) {
+    if (::sigaction(signal, &action, nullptr) != 0) {
+      *error = std::string("sigaction: ") + std::strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Waits for a signal or `timeout`, then drains the pipe.
+void WaitForEvent(std::chrono::milliseconds timeout) {
+  pollfd fd{.fd = g_pipe[0], .events = POLLIN, .revents = 0};
+  const int ms = static_cast<int>(std::max<int64_t>(0, timeout.count()));
+  ::poll(&fd, 1, ms);
+  char buffer[64];
+  while (::read(g_pipe[0], buffer, sizeof(buffer)) > 0) {
+  }
+}
+
+// Reaps every exited child (the supervisor is often PID 1: orphans are its children). Returns the
+// exit code of `program` if it was among them.
+std::optional<int> ReapChildren(pid_t program) {
+  std::optional<int> program_exit;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    if (pid == program && (WIFEXITED(status) || WIFSIGNALED(status))) {
+      program_exit = ExitCodeFromWaitStatus(status);
+    }
+  }
+  return program_exit;
+}
+
+std::string Describe(int exit_code) {
+  if (exit_code > 128 && exit_code < 128 + 65) {
+    const char* name = ::sigabbrev_np(exit_code - 128);
+    return std::to_string(exit_code) + " (signal " + (name ? std::string("SIG") + name : "?") + ")";
+  }
+  return std::to_string(exit_code);
+}
+
+// Starts argv in a process group of its own with TPUJOB_GENERATION set. Returns its pid, or -1.
+pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation) {
+  // Everything the child needs is built before fork: it only calls async-signal-safe functions.
+  std::vector<std::string> env_strings;
+  const std::string prefix = std::string(kGenerationEnv) + "=";
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::string_view(*e).starts_with(prefix)) continue;
+    env_strings.emplace_back(*e);
+  }
+  env_strings.push_back(prefix + std::to_string(generation));
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& s : args) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  const std::string exec_failed = "tpujob-supervise: cannot execute " + argv[0] + ": ";
+
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    for (int signal = 1; signal < NSIG; ++signal) ::sigaction(signal, &action, nullptr);
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    ::execvpe(cargv[0], cargv.data(), envp.data());
+    const int error = errno;
+    const char* reason = ::strerror(error);
+    ssize_t ignored = ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
+    ignored = ::write(STDERR_FILENO, reason, std::strlen(reason));
+    ignored = ::write(STDERR_FILENO, "\n", 1);
+    (void)ignored;
+    ::_exit(kExecFailedExitCode);
+  }
+  // Also from the parent, so that the group exists before any kill(-pid) (EACCES once the child
+  // has exec'd: then it already did it itself).
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+// The program's process group; the program alone if it left the group (it is not reaped yet, so
+// its pid is still its own).
+void SignalProgram(pid_t program, int signal) {
+  if (::kill(-program, signal) != 0 && errno == ESRCH) ::kill(program, signal);
+}
+
+void Report(const Options& options, const Message& message) {
+  if (!WriteMessage(options.message_path, message)) {
+    Log("cannot write the termination message " + options.message_path + ": " +
+        std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+std::optional<Options> OptionsFromEnvironment(const std::function<const char*(const char*)>& getenv,
+                                              std::string* error) {
+  Options options;
+  const auto get = [&](const char* name, const char* fallback) {
+    const char* value = getenv(name);
+    return std::string(value != nullptr && *value != '\0' ? value : fallback);
+  };
+  options.podinfo_path = get(kPodinfoEnv, kDefaultPodinfoPath);
+  options.state_dir = get(kStateEnv, kDefaultStateDir);
+  options.message_path = get(kMessageEnv, kDefaultMessagePath);
+  const auto number = [&](const char* name, int fallback, int64_t min) -> std::optional<int64_t> {
+    const std::string text = get(name, std::to_string(fallback).c_str());
+    const auto value = ParseInt(Trim(text));
+    if (!value || *value < min || *value > 86400000) {
+      *error = std::string(name) + " must be an integer >= " + std::to_string(min) + ", not \"" +
+               text + "\"";
+      return std::nullopt;
+    }
+    return value;
+  };
+  const auto grace = number(kGraceSecondsEnv, kDefaultGraceSeconds, 0);
+  if (!grace) return std::nullopt;
+  const auto poll = number(kPollMsEnv, kDefaultPollMs, 1);
+  if (!poll) return std::nullopt;
+  options.grace = std::chrono::seconds(*grace);
+  options.poll = std::chrono::milliseconds(*poll);
+  return options;
+}
+
+std::optional<std::string> UnquoteGo(std::string_view quoted) {
+  if (quoted.size() < 2 || quoted.front() != '"' || quoted.back() != '"') return std::nullopt;
+  const std::string_view body = quoted.substr(1, quoted.size() - 2);
+  std::string out;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (c != '\\') {
+      if (c == '"') return std::nullopt;  // an unescaped quote inside
+      out += c;
+      continue;
+    }
+    if (i + 1 >= body.size()) return std::nullopt;  // a trailing backslash escapes the quote
+    const char e = body[++i];
+    const auto hex = [&](size_t digits) -> std::optional<uint32_t> {
+      if (i + digits >= body.size()) return std::nullopt;
+      uint32_t value = 0;
+      for (size_t k = 1; k <= digits; ++k) {
+        const int d = HexDigit(body[i + k]);
+        if (d < 0) return std::nullopt;
+        value = value * 16 + static_cast<uint32_t>(d);
+      }
+      return value;
+    };
+    switch (e) {
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case 'x':
+      case 'u':
+      case 'U': {
+        const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+        const auto value = hex(digits);
+        if (!value) {  // not a valid escape: keep it literally
+          out += '\\';
+          out += e;
+          break;
+        }
+        if (e == 'x') {
+          out += static_cast<char>(*value);
+        } else {
+          AppendUtf8(out, *value);
+        }
+        i += digits;
+        break;
+      }
+      default:
+        if (e >= '0' && e <= '7' && i + 2 < body.size() && body[i + 1] >= '0' &&
+            body[i + 1] <= '7' && body[i + 2] >= '0' && body[i + 2] <= '7') {
+          out += static_cast<char>(((e - '0') << 6) | ((body[i + 1] - '0') << 3) |
+                                   (body[i + 2] - '0'));
+          i += 2;
+        } else {
+          out += '\\';
+          out += e;
+        }
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> ParseAnnotations(std::string_view text) {
+  std::map<std::string, std::string> annotations;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    const std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
+    const size_t equals = line.find('=');
+    if (equals == std::string_view::npos) continue;
+    const std::string_view key = Trim(line.substr(0, equals));
+    if (key.empty()) continue;
+    auto value = UnquoteGo(Trim(line.substr(equals + 1)));
+    if (!value) continue;
+    annotations[std::string(key)] = std::move(*value);
+  }
+  return annotations;
+}
+
+std::map<std::string, std::string> ReadAnnotations(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return {};
+  std::ostringstream text;
+  text << file.rdbuf();
+  return ParseAnnotations(text.str());
+}
+
+std::optional<int64_t> ParseGeneration(std::string_view text) {
+  if (text.empty() || text.front() < '0' || text.front() > '9') return std::nullopt;
+  return ParseInt(text);
+}
+
+int64_t AnnotationGeneration(const std::map<std::string, std::string>& annotations,
+                             const std::string& key) {
+  const auto it = annotations.find(key);
+  if (it == annotations.end()) return 0;
+  return ParseGeneration(Trim(it->second)).value_or(0);
+}
+
+std::string JsonQuote(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buffer[8];
+          std::snprintf(buffer, sizeof(buffer), "\\u%04x", static_cast<unsigned char>(c));
+          out += buffer;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string FormatMessage(const Message& message) {
+  std::string out = "{\"state\":" + JsonQuote(message.state) +
+                    ",\"generation\":" + std::to_string(message.generation);
+  if (message.exit_code) out += ",\"exit\":" + std::to_string(*message.exit_code);
+  if (message.next) out += ",\"next\":" + std::to_string(*message.next);
+  if (message.error) out += ",\"error\":" + JsonQuote(*message.error);
+  return out + "}";
+}
+
+int64_t ReadStateGeneration(const std::string& state_dir) {
+  std::ifstream file(state_dir + "/" + kStateFileName);
+  if (!file) return 0;
+  std::string text;
+  std::getline(file, text);
+  return ParseGeneration(Trim(text)).value_or(0);
+}
+
+bool WriteStateGeneration(const std::string& state_dir, int64_t generation, std::string* error) {
+  const std::string path = state_dir + "/" + kStateFileName;
+  const std::string tmp = path + ".tmp";
+  const std::string text = std::to_string(generation) + "\n";
+  ::mkdir(state_dir.c_str(), 0755);  // usually exists (an emptyDir)
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = "cannot create " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int write_errno = errno;
+  ::close(fd);
+  if (!written) {
+    *error = "cannot write " + tmp + ": " + std::strerror(write_errno);
+    return false;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool WriteMessage(const std::string& path, const Message& message) {
+  const std::string text = FormatMessage(message);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int write_errno = errno;
+  ::close(fd);
+  errno = write_errno;
+  return written;
+}
+
+int ExitCodeFromWaitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int Supervise(const Options& options, const std::vector<std::string>& argv) {
+  std::string error;
+  if (argv.empty()) {
+    Log("no program to run");
+    return 2;
+  }
+  if (!InstallSignalHandlers(&error)) {
+    Log(error);
+    return 1;
+  }
+  int64_t last = ReadStateGeneration(options.state_dir);
+  for (;;) {
+    const int64_t next = last + 1;
+    Report(options, {.state = "barrier", .generation = last});
+    Log("waiting at the barrier for generation " + std::to_string(next) + " (annotation " +
+        kBarrierAnnotation + " >= " + std::to_string(next) + ")");
+    int64_t generation = 0;
+    for (;;) {
+      ReapChildren(-1);
+      if (g_terminate) {
+        Log("terminated by signal " + std::to_string(g_terminate_signal) +
+            " at the barrier; no program running");
+        Report(options, {.state = "terminated", .generation = last});
+        return kStoppedExitCode;
+      }
+      const int64_t barrier =
+          AnnotationGeneration(ReadAnnotations(options.podinfo_path), kBarrierAnnotation);
+      if (barrier >= next) {
+        generation = barrier;
+        break;
+      }
+      WaitForEvent(options.poll);
+    }
+
+    if (!WriteStateGeneration(options.state_dir, generation, &error)) {
+      // Without the record a restarted container would run this generation again.
+      Log("not starting generation " + std::to_string(generation) + ": " + error);
+      Report(options, {.state = "error", .generation = last, .error = error});
+      return 1;
+    }
+    last = generation;
+    Report(options, {.state = "running", .generation = generation});
+    const pid_t program = StartProgram(argv, generation);
+    if (program < 0) {
+      error = std::string("fork: ") + std::strerror(errno);
+      Log("not starting generation " + std::to_string(generation) + ": " + error);
+      Report(options, {.state = "error", .generation = generation, .error = error});
+      return 1;
+    }
+    Log("barrier " + std::to_string(generation) + " open: started generation " +
+        std::to_string(generation) + " (pid " + std::to_string(program) + ")");
+
+    for (;;) {
+      if (const auto code = ReapChildren(program)) {
+        Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code));
+        Report(options, {.state = "exited", .generation = generation, .exit_code = *code});
+        return *code;
+      }
+      if (g_terminate) {
+        Log("terminated by signal " + std::to_string(g_terminate_signal) +
+            ": sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
+            std::to_string(program) + ") and waiting for it");
+        SignalProgram(program, SIGTERM);
+        std::optional<int> code;
+        while (!(code = ReapChildren(program))) WaitForEvent(options.poll);
+        Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code) +
+            " after SIGTERM");
+        Report(options, {.state = "terminated", .generation = generation, .exit_code = *code});
+        return *code;
+      }
+      const int64_t ordered =
+          AnnotationGeneration(ReadAnnotations(options.podinfo_path), kGenerationAnnotation);
+      if (ordered > generation) {
+        Log("stop order: annotation " + std::string(kGenerationAnnotation) + " is " +
+            std::to_string(ordered) + " > " + std::to_string(generation) +
+            "; sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
+            std::to_string(program) + "), SIGKILL in " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::seconds>(options.grace).count()) +
+            "s");
+        SignalProgram(program, SIGTERM);
+        const auto deadline = Clock::now() + options.grace;
+        std::optional<int> code;
+        while (!(code = ReapChildren(program))) {
+          const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+          if (left.count() <= 0) break;
+          WaitForEvent(std::min(left, options.poll));
+        }
+        if (!code) {
+          Log("generation " + std::to_string(generation) + " still running after the grace " +
+              "period: sending SIGKILL");
+        }
+        if (!code) SignalProgram(program, SIGKILL);
+        // What the program left behind in its group goes too.
+        ::kill(-program, SIGKILL);
+        while (!code) {
+          code = ReapChildren(program);
+          if (!code) WaitForEvent(options.poll);
+        }
+        Log("generation " + std::to_string(generation) + " stopped with code " + Describe(*code) +
+            "; exiting " + std::to_string(kStoppedExitCode) + " to restart for generation " +
+            std::to_string(ordered));
+        Report(options,
+               {.state = "stopped", .generation = generation, .exit_code = *code, .next = ordered});
+        return kStoppedExitCode;
+      }
+      WaitForEvent(options.poll);
+    }
+  }
+}
+
+}  // namespace tpujob::supervisor
