@@ -25,12 +25,13 @@ RUN TPUJOB_DEPS=build bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/
 COPY CMakeLists.txt ./
 COPY operator operator
 COPY src src
+COPY supervisor supervisor
 # The build type the tests are built with (RelWithDebInfo: -O2 -g); strip drops the debug info.
 # TPUJOB_BUILD_TESTS=OFF: the operator alone, without the tests and the benchmark tool.
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPUJOB_BUILD_TESTS=OFF \
- && cmake --build /build --target tpujob-operator -j "${JOBS:-$(nproc)}" \
- && strip /build/tpujob-operator \
- && /build/tpujob-operator --version
+ && cmake --build /build --target tpujob-operator tpujob-supervise -j "${JOBS:-$(nproc)}" \
+ && strip /build/tpujob-operator /build/tpujob-supervise \
+ && /build/tpujob-operator --version && /build/tpujob-supervise --version
 
 FROM ${DEBIAN_IMAGE}
 # Runtime libraries only, one package per library the binary links (ldd): cpprestsdk, yaml-cpp,
@@ -45,6 +46,9 @@ RUN apt-get update \
 COPY --from=build /build/tpujob-operator /usr/local/bin/tpujob-operator
 # The same binary is the `kubectl tpujob` plugin under this name.
 RUN ln -s tpujob-operator /usr/local/bin/kubectl-tpujob
+# The in-place restart supervisor (static: an init container copies it into the workers'
+# containers, whatever their image).
+COPY --from=build /build/tpujob-supervise /usr/local/bin/tpujob-supervise
 # Numeric, so that the kubelet can enforce runAsNonRoot without an /etc/passwd entry; the
 # pre-flight init container sets the same user explicitly.
 USER 65532:65532

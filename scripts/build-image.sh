@@ -126,7 +126,7 @@ archive=$out/tpujob-operator.oci.tar
 inputs_hash() {
   {
     find Dockerfile .dockerignore CMakeLists.txt scripts/install-deps.sh scripts/build-image.sh \
-      operator src -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+      operator src supervisor -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
     echo "$base_ref $image $local_image"
   } | sha256sum | cut -c1-32
 }

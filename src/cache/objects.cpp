@@ -301,6 +301,9 @@ void ReadContainerStatus(Reader& reader, const Json& status, const Path& at,
       container.last_exit_code = reader.Int32(*terminated, "exitCode", terminated_at);
       container.last_reason =
           InternedString::Intern(reader.String(*terminated, "reason", terminated_at));
+      container.last_message =
+          InternedString::Intern(reader.String(*terminated, "message", terminated_at));
+      container.last_finished_at = reader.Time(*terminated, "finishedAt", terminated_at);
     }
   }
 }
@@ -556,6 +559,18 @@ kube::Result<PodInfo> PodInfo::FromJson(const Json& object) {
     CopyIdentity(reader, meta, meta_at, pod);
     pod.deletion_timestamp = reader.Time(*meta.object, "deletionTimestamp", meta_at);
     pod.owner = ReadControllerOwner(reader, *meta.object, meta_at);
+    if (const Json* annotations = reader.Object(*meta.object, "annotations", meta_at)) {
+      auto generation = [annotations](std::string_view key) {
+        const Json* value = Reader::Find(*annotations, key);
+        int32_t parsed = 0;
+        if (value == nullptr || !value->is_string()) return 0;
+        const std::string& text = value->get_ref<const std::string&>();
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+        return ec == std::errc() && ptr == text.data() + text.size() && parsed > 0 ? parsed : 0;
+      };
+      pod.ordered_generation = generation(kGenerationAnnotation);
+      pod.barrier_generation = generation(kBarrierAnnotation);
+    }
 
     const Json* spec = reader.Object(object, "spec", root);
     const Json* status = reader.Object(object, "status", root);

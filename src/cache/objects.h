@@ -38,6 +38,11 @@ inline constexpr std::string_view kTpuResource = "google.com/tpu";
 inline constexpr std::string_view kOperatorAnnotationPrefix = "tpujob.dev/";
 // The label every pod of a TPUJob carries, valued with the job's name.
 inline constexpr std::string_view kJobNameLabel = "tpujob.dev/job-name";
+// In-place restart (policy/inplace.h): the program generation a pod is to run (a higher one than
+// it runs stops its program) and the generation whose barrier is open (its program may start).
+// The supervisor reads both through a downward API file; supervisor/protocol.h names the same.
+inline constexpr std::string_view kGenerationAnnotation = "tpujob.dev/generation";
+inline constexpr std::string_view kBarrierAnnotation = "tpujob.dev/barrier";
 
 // A small map of interned strings sorted by key, for labels and annotations. Lookups are
 // binary searches; objects carry tens of entries at most.
@@ -105,6 +110,8 @@ struct ContainerInfo {
   // lastState.terminated, present after the kubelet restarted the container in place.
   std::optional<int32_t> last_exit_code;
   InternedString last_reason;
+  InternedString last_message;
+  std::optional<WallTime> last_finished_at;
   // resources.requests[google.com/tpu] (limits when no request is given); 0 when absent.
   int64_t tpu_request = 0;
 };
@@ -135,6 +142,9 @@ struct PodInfo {
   std::optional<WallTime> deletion_timestamp;
   std::vector<ContainerInfo> init_containers;  // spec order, merged with their statuses
   std::vector<ContainerInfo> containers;
+  // Annotations kGenerationAnnotation and kBarrierAnnotation; 0 when absent or not a number.
+  int32_t ordered_generation = 0;
+  int32_t barrier_generation = 0;
 
   // "namespace/name".
   std::string Key() const;

@@ -307,6 +307,56 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, ReplicaType type,
   pod_spec["initContainers"] = std::move(init);
 }
 
+// In-place restart: the program runs under tpujob-supervise (see children.h).
+void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& options) {
+  pod_spec["restartPolicy"] = "OnFailure";
+  Json& volumes = ArrayField(pod_spec, "volumes");
+  volumes.push_back({{"name", std::string(kSupervisorVolume)}, {"emptyDir", Json::object()}});
+  volumes.push_back(
+      {{"name", std::string(kPodInfoVolume)},
+       {"downwardAPI",
+        {{"items", Json::array({{{"path", "annotations"},
+                                 {"fieldRef", {{"fieldPath", "metadata.annotations"}}}}})}}}});
+  const Json dir_mount = {{"name", std::string(kSupervisorVolume)},
+                          {"mountPath", std::string(kSupervisorDir)}};
+  ArrayField(pod_spec, "initContainers")
+      .push_back({{"name", std::string(kSupervisorContainer)},
+                  {"image", options.preflight_image},
+                  {"command",
+                   Json::array({"tpujob-supervise", "--install", std::string(kSupervisorBinary)})},
+                  {"securityContext", PreflightSecurityContext()},
+                  {"volumeMounts", Json::array({dir_mount})}});
+  auto containers = pod_spec.find("containers");
+  if (containers != pod_spec.end() && containers->is_array() && !containers->empty() &&
+      (*containers)[0].is_object()) {
+    Json& program = (*containers)[0];
+    Json command = Json::array({std::string(kSupervisorBinary), "--"});
+    if (auto it = program.find("command"); it != program.end() && it->is_array()) {
+      for (const Json& word : *it) command.push_back(word);
+    }
+    program["command"] = std::move(command);
+    Json& mounts = ArrayField(program, "volumeMounts");
+    mounts.push_back(dir_mount);
+    mounts.push_back({{"name", std::string(kPodInfoVolume)},
+                      {"mountPath", std::string(kPodInfoDir)},
+                      {"readOnly", true}});
+    Json& env = ArrayField(program, "env");
+    env.push_back(
+        {{"name", "TPUJOB_SUPERVISOR_GRACE_SECONDS"},
+         {"value", std::to_string(pod_spec.value("terminationGracePeriodSeconds", int64_t{30}))}});
+    if (auto it = program.find("terminationMessagePath"); it != program.end() && it->is_string()) {
+      env.push_back({{"name", "TPUJOB_SUPERVISOR_MESSAGE"}, {"value", *it}});
+    }
+  }
+  if (options.generation > 0) {
+    Json& annotations = ObjectField(metadata, "annotations");
+    annotations[std::string(cache::kGenerationAnnotation)] = std::to_string(options.generation);
+    if (options.barrier_open) {
+      annotations[std::string(cache::kBarrierAnnotation)] = std::to_string(options.generation);
+    }
+  }
+}
+
 // Requires a node without announced maintenance, or whose maintenance starts after
 // `not_before` (Unix seconds): every required node-affinity term of the template is split in
 // two, one with `label DoesNotExist` and one with `label Gt not_before` (terms are ORed, the
@@ -438,6 +488,9 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   }
 
   if (spec.fault_tolerance.preflight_enabled) AddPreflight(pod_spec, spec, type, options);
+  if (spec.fault_tolerance.restart == policy::RestartMode::kInPlace) {
+    AddSupervisor(pod_spec, metadata, options);
+  }
   if (type == ReplicaType::kWorker && options.avoid_maintenance_before_unix) {
     AvoidScheduledMaintenance(pod_spec, *options.avoid_maintenance_before_unix);
   }

@@ -87,7 +87,21 @@ struct PodBuildOptions {
   // affinity to the slice's other workers of the attempt: for an admission that names no pool
   // (Kueue's), which the ICI links of a slice still need. Unused when the pod is pinned to a pool.
   bool same_pool_per_slice = false;
+  // In-place restart (spec.faultTolerance.restart InPlace): the program generation the pod is
+  // created for, and whether its barrier is open (the program starts at once) or closed (it
+  // waits for the pods being restarted). 0: none, when BuildPod is not making a pod to create.
+  int32_t generation = 0;
+  bool barrier_open = true;
 };
+
+// In-place restart: the supervisor, put into a shared emptyDir by an init container running the
+// operator's image, and the downward API file through which it reads the pod's annotations.
+inline constexpr std::string_view kSupervisorContainer = "tpujob-supervisor";
+inline constexpr std::string_view kSupervisorVolume = "tpujob-supervisor";
+inline constexpr std::string_view kSupervisorDir = "/tpujob";
+inline constexpr std::string_view kSupervisorBinary = "/tpujob/bin/tpujob-supervise";
+inline constexpr std::string_view kPodInfoVolume = "tpujob-podinfo";
+inline constexpr std::string_view kPodInfoDir = "/tpujob/podinfo";
 
 // The cache path the pre-flight `disk-size cache` item measures (its default).
 inline constexpr std::string_view kPreflightCachePath = "/cache";
@@ -124,6 +138,13 @@ std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType typ
 //   - a worker of a slice kept by slice recovery (`bind`, policy::PodToCreate::bind): also
 //     spec.nodeName = `node`, so the pod goes back to its node without the scheduler (the
 //     queue kept the node's chips reserved for it);
+//   - in-place restart (faultTolerance.restart InPlace): restartPolicy OnFailure; an init
+//     container kSupervisorContainer (the pre-flight image, the same securityContext) that
+//     installs tpujob-supervise into the emptyDir kSupervisorVolume; the first container's
+//     command becomes `kSupervisorBinary -- <command>` with both volumes mounted (the downward
+//     API file of the pod's annotations at kPodInfoDir) and TPUJOB_SUPERVISOR_GRACE_SECONDS, the
+//     pod's grace period; annotations cache::kGenerationAnnotation (options.generation) and,
+//     when options.barrier_open, cache::kBarrierAnnotation;
 //   - terminationGracePeriodSeconds = faultTolerance.maintenanceGracePeriodSeconds unless the
 //     template sets its own, so a drain, an eviction or a deletion by anyone gives the program
 //     the same time to checkpoint after SIGTERM as the operator's own deletions.

@@ -103,6 +103,11 @@ std::optional<Duration> TPUJobReconciler::Pending(const std::string& key,
     met = pods_.Get(cache::ObjectKey(job.ns, name)) != nullptr ||
           (!version.empty() && AtLeast(cache_version, version));
   }
+  for (auto it = e.patched.begin(); met && it != e.patched.end(); ++it) {
+    const auto& [name, version] = *it;
+    auto pod = pods_.Get(cache::ObjectKey(job.ns, name));
+    met = pod == nullptr || version.empty() || AtLeast(pod->resource_version, version);
+  }
   if (met && !e.deleted.empty()) {
     std::set<std::string> still;
     for (const auto& pod : pods_.ByIndex(cache::kPodsByJobIndex, key)) {
@@ -353,13 +358,18 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
   if (cordons.joinable()) cordons.join();
 
+  if (!plan.annotate.empty()) {
+    if (auto annotated = AnnotatePods(*job, plan, expect); !annotated && result) result = annotated;
+  }
+
   if (spec && (plan.ensure_service || !plan.create.empty())) {
     if (auto created = CreatePods(*job, *spec, plan, expect); !created && result) {
       result = created;
     }
   }
 
-  if (!expect.job_resource_version.empty() || !expect.created.empty() || !expect.deleted.empty()) {
+  if (!expect.job_resource_version.empty() || !expect.created.empty() || !expect.deleted.empty() ||
+      !expect.patched.empty()) {
     expect.deadline = clock_.Now() + options_.expectation_timeout;
     std::lock_guard<std::mutex> guard(mu_);
     expectations_[key] = std::move(expect);
@@ -457,6 +467,49 @@ kube::Result<nlohmann::json> TPUJobReconciler::PatchJobStatus(const cache::TPUJo
   return answer;
 }
 
+kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const policy::Plan& plan,
+                                            Expectations& expect) {
+  const std::string key = job.Key();
+  const std::string ns(job.ns.view());
+  std::vector<std::optional<kube::Error>> errors(plan.annotate.size());
+  std::vector<std::string> versions(plan.annotate.size());
+  ParallelFor(plan.annotate.size(), options_.create_parallelism, [&](size_t i) {
+    const policy::PodToAnnotate& a = plan.annotate[i];
+    nlohmann::json annotations = {
+        {std::string(cache::kGenerationAnnotation), std::to_string(a.generation)}};
+    if (a.barrier) {
+      annotations[std::string(cache::kBarrierAnnotation)] = std::to_string(*a.barrier);
+    }
+    // The uid is a precondition: a pod of the same name created since is not this one.
+    const nlohmann::json patch = {
+        {"metadata", {{"uid", a.uid}, {"annotations", std::move(annotations)}}}};
+    auto answer = client_.Patch(kube::Resource::Pods(), ns, a.name, kube::PatchType::kMerge, patch);
+    if (answer) {
+      versions[i] = answer->value("/metadata/resourceVersion"_json_pointer, std::string());
+    } else if (!answer.error().IsNotFound() && !answer.error().IsConflict() &&
+               !answer.error().IsInvalid()) {
+      // Not found, or another uid (refused as a conflict or as a change of the uid): the pod of
+      // that name is gone or newer, and the next decision sees it.
+      errors[i] = answer.error();
+    }
+  });
+  std::optional<kube::Error> first_error;
+  for (size_t i = 0; i < plan.annotate.size(); ++i) {
+    if (!versions[i].empty()) expect.patched.insert_or_assign(plan.annotate[i].name, versions[i]);
+    if (errors[i] && !first_error) first_error = errors[i];
+  }
+  const policy::PodToAnnotate& first = plan.annotate.front();
+  log::Info("annotated pods", {{"tpujob", key},
+                               {"pods", plan.annotate.size()},
+                               {"generation", first.generation},
+                               {"barrier", first.barrier ? "open" : "closed"}});
+  if (first_error) {
+    log::Warn("cannot annotate pods", {{"tpujob", key}, {"error", first_error->ToString()}});
+    return std::unexpected(*first_error);
+  }
+  return {};
+}
+
 kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
                                           const policy::Plan& plan, Expectations& expect) {
   const std::string key = job.Key();
@@ -508,6 +561,10 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     if (!placements) return std::unexpected(placements.error());
     pod_options.kueue_placement = std::move(*placements);
     pod_options.same_pool_per_slice = true;
+  }
+  if (plan.status.in_place) {
+    pod_options.generation = plan.status.in_place->generation;
+    pod_options.barrier_open = !plan.status.in_place->barrier_since;
   }
   std::vector<std::optional<kube::Error>> errors(plan.create.size());
   // One byte per pod, not std::vector<bool>: the creating threads write neighbouring elements at

@@ -86,6 +86,8 @@ class TPUJobReconciler {
     // Pod names, each with the resourceVersion the API server gave its creation.
     std::map<std::string, std::string> created;
     std::set<std::string> deleted;  // pod uids
+    // Pod names, each with the resourceVersion of the operator's annotation patch.
+    std::map<std::string, std::string> patched;
     TimePoint deadline{};
   };
   // True when the caches reflect what this reconciler last wrote for `key` (or it waited long
@@ -104,6 +106,9 @@ class TPUJobReconciler {
   // resourceVersion (409 when the cache is stale) and logs a phase change; the API's answer.
   kube::Result<nlohmann::json> PatchJobStatus(const cache::TPUJobInfo& job,
                                               const policy::JobStatus& desired);
+  // In-place restart: sets the generation and barrier annotations the plan asks for.
+  kube::Status AnnotatePods(const cache::TPUJobInfo& job, const policy::Plan& plan,
+                            Expectations& expect);
   // Counts each terminated pre-flight init container's report once per pod (metrics).
   void CountPreflightReports(const std::string& key,
                              const std::vector<cache::Store<cache::PodInfo>::Ptr>& pods);

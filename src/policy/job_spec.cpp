@@ -177,6 +177,32 @@ std::optional<std::string> PreflightFailsEverywhere(const JobSpec& spec) {
   return std::nullopt;
 }
 
+// In-place restart runs the program under the supervisor, which becomes the first container's
+// command: the program must be named there, since the image's ENTRYPOINT cannot be read from
+// the cluster.
+std::optional<std::string> InPlaceNeedsCommands(const JobSpec& spec) {
+  if (spec.fault_tolerance.restart != RestartMode::kInPlace) return std::nullopt;
+  for (ReplicaType type : {ReplicaType::kMaster, ReplicaType::kWorker}) {
+    const ReplicaSpec* replica = spec.Replica(type);
+    if (replica == nullptr) continue;
+    const Json* pod = replica->template_.is_object() ? Member(replica->template_, "spec") : nullptr;
+    const Json* containers =
+        pod != nullptr && pod->is_object() ? Member(*pod, "containers") : nullptr;
+    const Json* command = containers != nullptr && containers->is_array() && !containers->empty() &&
+                                  (*containers)[0].is_object()
+                              ? Member((*containers)[0], "command")
+                              : nullptr;
+    if (command == nullptr || !command->is_array() || command->empty()) {
+      return "spec.replicaSpecs." + std::string(ToString(type)) +
+             ".template: spec.faultTolerance.restart InPlace runs the program under the "
+             "operator's supervisor, which needs the first container's command (the image's "
+             "ENTRYPOINT cannot be read from the cluster): set command (and args), or use "
+             "restart Recreate";
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
@@ -361,6 +387,21 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
     } else {
       return Error("spec.faultTolerance.recovery: \"" + recovery + "\" is not Slice or Job");
     }
+    std::string restart = "Recreate";
+    if (auto e = ReadString(*f, "restart", "spec.faultTolerance.restart", restart)) {
+      return Error(*e);
+    }
+    if (restart == "Recreate") {
+      ft.restart = RestartMode::kRecreate;
+    } else if (restart == "InPlace") {
+      ft.restart = RestartMode::kInPlace;
+    } else {
+      return Error("spec.faultTolerance.restart: \"" + restart + "\" is not InPlace or Recreate");
+    }
+    if (auto e = ReadInt(*f, "barrierTimeoutSeconds", "spec.faultTolerance.barrierTimeoutSeconds",
+                         1, 3600, ft.barrier_timeout_seconds)) {
+      return Error(*e);
+    }
     if (auto e = ReadInt(*f, "maintenanceGracePeriodSeconds",
                          "spec.faultTolerance.maintenanceGracePeriodSeconds", 0, 3600,
                          ft.maintenance_grace_period_seconds)) {
@@ -437,6 +478,7 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   ft.max_job_retries = spec_retries.value_or(annotation_retries.value_or(0));
   ft.preflight_enabled = spec_preflight.value_or(annotation_retries.value_or(0) > 0);
   if (auto e = PreflightFailsEverywhere(out)) return Error(*e);
+  if (auto e = InPlaceNeedsCommands(out)) return Error(*e);
 
   if (const Json* cp = Member(spec, "checkpoint"); cp != nullptr) {
     if (!cp->is_object()) return Error("spec.checkpoint: must be an object");

@@ -65,9 +65,22 @@ enum class Recovery {
   kJob,    // every slice is stopped and the job is admitted again as a whole
 };
 
+// spec.faultTolerance.restart: how a retryable exit of a worker restarts the program
+// (policy/lifecycle.h, docs/api.md#in-place-restart).
+enum class RestartMode {
+  kRecreate,  // the failed worker's pod is deleted and created again
+  kInPlace,   // every pod stays; the program restarts in all of them behind a barrier
+};
+
+// The default of spec.faultTolerance.barrierTimeoutSeconds: how long an in-place restart waits
+// for every pod to reach the barrier before it falls back to recreating the pods.
+inline constexpr int64_t kDefaultBarrierTimeoutSeconds = 300;
+
 struct FaultTolerance {
   int32_t max_job_retries = 0;  // re-issues of the whole job; 0 = off
   Recovery recovery = Recovery::kSlice;
+  RestartMode restart = RestartMode::kRecreate;
+  int64_t barrier_timeout_seconds = kDefaultBarrierTimeoutSeconds;
   int32_t max_worker_restarts = 5;
   ExitCodeRules exit_codes;
   bool cordon_faulty_nodes = true;

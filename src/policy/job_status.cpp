@@ -205,7 +205,7 @@ JobStatus JobStatus::FromJson(const Json& j) {
       if (!record.is_object()) continue;
       s.worker_restarts[replica] =
           RestartRecord{ReadInt<int32_t>(record, "count"), ReadString(record, "podUID"),
-                        ReadString(record, "node")};
+                        ReadString(record, "node"), ReadInt<int32_t>(record, "generation")};
     }
   }
   s.queued_at = ReadTime(j, "queuedAt");
@@ -231,6 +231,11 @@ JobStatus JobStatus::FromJson(const Json& j) {
       for (const Json& v : *list) r.nodes.push_back(v.is_string() ? v.get<std::string>() : "");
     }
     if (!r.slices.empty()) s.slice_recovery = std::move(r);
+  }
+  if (auto it = j.find("inPlace"); it != j.end() && it->is_object()) {
+    InPlaceStatus p{.generation = ReadInt<int32_t>(*it, "generation"),
+                    .barrier_since = ReadTime(*it, "barrierClosedSince")};
+    if (p.generation > 0) s.in_place = p;
   }
   if (auto it = j.find("queuePosition"); it != j.end() && it->is_number_integer()) {
     s.queue_position = it->get<int32_t>();
@@ -318,6 +323,7 @@ Json JobStatus::ToJson() const {
       Json item = {{"count", r.count}};
       PutString(item, "podUID", r.pod_uid);
       PutString(item, "node", r.node);
+      if (r.generation != 0) item["generation"] = r.generation;
       map[replica] = std::move(item);
     }
     out["workerRestarts"] = std::move(map);
@@ -336,6 +342,12 @@ Json JobStatus::ToJson() const {
     Json r = {{"slices", slice_recovery->slices}};
     if (!slice_recovery->nodes.empty()) r["nodes"] = slice_recovery->nodes;
     out["sliceRecovery"] = std::move(r);
+  }
+  if (in_place) {
+    Json p = {{"generation", in_place->generation},
+              {"barrier", in_place->barrier_since ? "Closed" : "Open"}};
+    PutTime(p, "barrierClosedSince", in_place->barrier_since);
+    out["inPlace"] = std::move(p);
   }
   if (reissued) out["reissued"] = true;
   if (preemptions != 0) out["preemptions"] = preemptions;

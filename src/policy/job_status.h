@@ -76,6 +76,9 @@ struct RestartRecord {
   // The node the counted pod ran on: the restarted pod goes back to it while it stays healthy
   // and schedulable.
   std::string node;
+  // In-place restart: the program generation whose failure in `pod_uid` was counted (the pod
+  // stays, so the pod alone does not tell one failure from the next). 0 otherwise.
+  int32_t generation = 0;
   friend bool operator==(const RestartRecord&, const RestartRecord&) = default;
 };
 
@@ -145,6 +148,17 @@ struct SliceRecovery {
 };
 inline constexpr size_t kMaxRecoveryNodes = 4096;
 
+// status.inPlace (spec.faultTolerance.restart InPlace, policy/lifecycle.h): the program
+// generation of the current attempt's pods. 1 when an attempt's pods are created; each in-place
+// restart of the gang adds one. While `barrier_since` is set the barrier of `generation` is
+// closed: the pods are told to stop the program of the previous generation and it starts again
+// once every pod is back at the barrier.
+struct InPlaceStatus {
+  int32_t generation = 0;
+  std::optional<WallTime> barrier_since;  // when the restart was ordered; unset: open
+  friend bool operator==(const InPlaceStatus&, const InPlaceStatus&) = default;
+};
+
 struct JobStatus {
   Phase phase = Phase::kNone;
   std::vector<Condition> conditions;
@@ -166,6 +180,7 @@ struct JobStatus {
   // status.nodePools, and for a single slice also as status.nodePool (its older form).
   std::vector<std::string> node_pools;
   std::optional<SliceRecovery> slice_recovery;
+  std::optional<InPlaceStatus> in_place;
   bool reissued = false;
   // Times the job was preempted, and by which job (namespace/name) and when, the last time.
   int32_t preemptions = 0;

@@ -305,6 +305,7 @@ class Decider {
       s.queue_position.reset();
       s.node_pools.clear();
       s.slice_recovery.reset();
+      NewGeneration();
       s.SetCondition(condition::kSuspended, true, "JobSuspended", why, now_, gen_);
       if (s.ConditionTrue(condition::kPreempted)) {
         s.SetCondition(condition::kPreempted, false, "Suspended", "the job is suspended", now_,
@@ -335,6 +336,102 @@ class Decider {
     return std::nullopt;
   }
 
+  // In-place restart: the pods are all created again, with the next program generation, so the
+  // program can tell this start from the last; an in-place restart under way is over.
+  void NewGeneration() {
+    std::optional<InPlaceStatus>& p = plan_.status.in_place;
+    if (!p) return;
+    p->generation++;
+    p->barrier_since.reset();
+  }
+
+  // What a pod says about its replica: in place, only a failure of the current generation counts
+  // (an earlier one was acted on) and only a program of the current generation is ready.
+  PodState Observe(const cache::PodInfo& pod, Termination* t) const {
+    const std::optional<InPlaceStatus>& p = plan_.status.in_place;
+    if (spec_ != nullptr && spec_->fault_tolerance.restart == RestartMode::kInPlace && p) {
+      return ObserveInPlacePod(pod, p->generation, t);
+    }
+    return ObservePod(pod, t);
+  }
+
+  // Whether the failure this pod shows was counted already: the same failed pod (the cache lags
+  // its deletion), or in place, the same pod in a generation already restarted.
+  bool Counted(const ObservedPod& p) const {
+    const JobStatus& s = plan_.status;
+    auto it = s.worker_restarts.find(ReplicaKey(p.type, p.index));
+    if (it == s.worker_restarts.end() || it->second.pod_uid != p.pod->uid) return false;
+    if (spec_->fault_tolerance.restart != RestartMode::kInPlace || !s.in_place) return true;
+    return it->second.generation >= s.in_place->generation;
+  }
+
+  // In-place restart: tells every pod the generation to run (a pod running an older one stops
+  // it), opens the barrier once every pod waits there, and falls back to recreating the pods when
+  // it stays closed for barrierTimeoutSeconds. True when it falls back: the plan is complete.
+  bool InPlaceBarrier(
+      const std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*>& current) {
+    JobStatus& s = plan_.status;
+    InPlaceStatus& p = *s.in_place;
+    const int32_t g = p.generation;
+    int total = 0, waiting = 0;
+    bool all_there = true;
+    for (ReplicaType type : {ReplicaType::kMaster, ReplicaType::kWorker}) {
+      for (int32_t i = 0; i < spec_->Replicas(type); ++i) {
+        ++total;
+        auto it = current.find({type, i});
+        if (it == current.end() || it->second->pod->deleting()) {
+          all_there = false;
+          continue;
+        }
+        const ProgramObservation o = ObserveProgram(*it->second->pod);
+        if (o.at_barrier && o.last_generation < g) ++waiting;
+      }
+    }
+    if (p.barrier_since) {
+      const auto waited = now_ - *p.barrier_since;
+      const auto timeout = std::chrono::seconds(spec_->fault_tolerance.barrier_timeout_seconds);
+      if (all_there && waiting == total) {
+        p.barrier_since.reset();
+        Event(false, "BarrierOpened",
+              "all " + std::to_string(total) + " pods stopped generation " + std::to_string(g - 1) +
+                  " and wait at the barrier; generation " + std::to_string(g) + " starts");
+      } else if (waited >= timeout) {
+        p.barrier_since.reset();
+        const std::string why = std::to_string(waiting) + " of " + std::to_string(total) +
+                                " pods reached the barrier of generation " + std::to_string(g) +
+                                " within " +
+                                std::to_string(spec_->fault_tolerance.barrier_timeout_seconds) +
+                                "s (spec.faultTolerance.barrierTimeoutSeconds)";
+        Event(true, "BarrierTimeout", why + "; falling back to recreating the pods");
+        for (const auto& [id, pod] : current) {
+          if (!pod->pod->deleting()) {
+            Delete(*pod->pod, std::nullopt,
+                   "the barrier of generation " + std::to_string(g) + " timed out");
+          }
+        }
+        s.SetCondition(condition::kReady, false, "BarrierTimeout", why + "; recreating the pods",
+                       now_, gen_);
+        return true;
+      } else {
+        Requeue(std::chrono::duration_cast<Duration>(timeout - waited));
+        s.SetCondition(condition::kReady, false, "BarrierClosed",
+                       std::to_string(waiting) + " of " + std::to_string(total) +
+                           " pods wait at the barrier of generation " + std::to_string(g),
+                       now_, gen_);
+      }
+    }
+    const bool open = !p.barrier_since;
+    for (const auto& [id, pod] : current) {
+      const cache::PodInfo& info = *pod->pod;
+      if (info.deleting()) continue;
+      if (info.ordered_generation < g || (open && info.barrier_generation < g)) {
+        plan_.annotate.push_back(
+            {info.name, info.uid, g, open ? std::optional<int32_t>(g) : std::nullopt});
+      }
+    }
+    return false;
+  }
+
   // The whole job moves on to a new attempt, which queues once the pods of this one are gone
   // (first when `reissued`, else by priority); `reason` and `why` go on Admitted and Ready.
   void NextAttempt(bool reissued, std::string_view reason, const std::string& why) {
@@ -343,6 +440,7 @@ class Decider {
     s.reissued = reissued;
     s.worker_restarts.clear();
     s.slice_recovery.reset();
+    NewGeneration();
     s.phase = Phase::kRestarting;
     s.admitted_at.reset();
     s.running_at.reset();
@@ -579,6 +677,8 @@ class Decider {
   void Active(bool old_left) {
     JobStatus& s = plan_.status;
     const JobSpec& spec = *spec_;
+    const bool in_place = spec.fault_tolerance.restart == RestartMode::kInPlace;
+    if (in_place && !s.in_place) s.in_place = InPlaceStatus{.generation = 1, .barrier_since = {}};
     std::map<std::pair<ReplicaType, int32_t>, const ObservedPod*> current;
     for (const ObservedPod& p : in_.pods) {
       if (p.attempt != s.attempt) continue;
@@ -612,7 +712,7 @@ class Decider {
         const ObservedPod& p = *it->second;
         if (p.pod->deleting()) continue;
         Termination t;
-        switch (ObservePod(*p.pod, &t)) {
+        switch (Observe(*p.pod, &t)) {
           case PodState::kSucceeded:
             ++done;
             if (type == ReplicaType::kWorker) ++workers_succeeded;
@@ -647,10 +747,7 @@ class Decider {
       if (!f.termination.init_container || f.termination.container != kPreflightContainer) {
         continue;
       }
-      if (auto it = s.worker_restarts.find(ReplicaKey(f.pod->type, f.pod->index));
-          it != s.worker_restarts.end() && it->second.pod_uid == f.pod->pod->uid) {
-        continue;
-      }
+      if (Counted(*f.pod)) continue;
       preflight.emplace_back(f.pod, &f.termination);
     }
     if (!preflight.empty()) {
@@ -669,10 +766,7 @@ class Decider {
     std::vector<const Failure*> held;
     for (const Failure& f : failures) {
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
-      if (auto it = s.worker_restarts.find(key);
-          it != s.worker_restarts.end() && it->second.pod_uid == f.pod->pod->uid) {
-        continue;  // already counted
-      }
+      if (Counted(*f.pod)) continue;  // already counted
       if (!f.termination.exit_code ||
           ClassifyExit(spec.fault_tolerance.exit_codes, *f.termination.exit_code,
                        f.termination.reason) != ExitClass::kPermanent) {
@@ -728,13 +822,31 @@ class Decider {
       return;
     }
 
-    // 3. Retryable failures: restart in place within the worker's budget, then re-issue.
+    // 3. Retryable failures: restart within the worker's budget, then re-issue. In place (the
+    // program restarts in every pod behind a barrier) or by recreating the failed worker's pod.
     bool restarted = false;
+    bool gang_restart = false;
     for (const Failure& f : failures) {
       if (is_held(f)) continue;
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
       RestartRecord& record = s.worker_restarts[key];
-      if (record.pod_uid == f.pod->pod->uid) {
+      if (in_place && Counted(*f.pod)) continue;
+      if (in_place && record.count < spec.fault_tolerance.max_worker_restarts) {
+        const int32_t max_restarts = spec.fault_tolerance.max_worker_restarts;
+        record.count++;
+        record.pod_uid = f.pod->pod->uid;
+        record.node = std::string(f.pod->pod->node_name.view());
+        record.generation = s.in_place->generation;
+        Fault(*f.pod, f.termination, "RestartInPlace");
+        Event(true, "WorkerRestarted",
+              Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
+                  "; restarting the program in place in every pod, generation " +
+                  std::to_string(s.in_place->generation + 1) + " (" + std::to_string(record.count) +
+                  " of " + std::to_string(max_restarts) + " restarts)");
+        gang_restart = true;
+        continue;
+      }
+      if (!in_place && record.pod_uid == f.pod->pod->uid) {
         // Counted before the operator could delete it (or the cache lags the delete).
         Delete(*f.pod->pod, std::nullopt, "it failed and is restarted");
         continue;
@@ -763,6 +875,15 @@ class Decider {
       return;
     }
     if (restarted && s.phase == Phase::kRunning) s.phase = Phase::kRestarting;
+    if (gang_restart) {
+      s.in_place->generation++;
+      s.in_place->barrier_since = now_;
+      s.phase = Phase::kRestarting;
+    }
+    if (in_place && InPlaceBarrier(current)) {
+      UpdateCounts();
+      return;
+    }
 
     // 4. Create what is missing, once no pod of an earlier attempt is left; a restarted worker
     // goes back to its node while that node is healthy and schedulable.
@@ -782,6 +903,8 @@ class Decider {
     const int total = expected;
     if (!held.empty()) {
       AwaitAttribution(*held.front()->pod, held.front()->termination);
+    } else if (s.in_place && s.in_place->barrier_since) {
+      // Restarting in place: InPlaceBarrier set Ready.
     } else if (done == total && !restarted) {
       if (s.phase != Phase::kRunning) {
         s.phase = Phase::kRunning;
@@ -1233,7 +1356,7 @@ class Decider {
       if (p.attempt != s.attempt) continue;
       ReplicaCounts& c = counts[std::string(ToString(p.type))];
       Termination t;
-      const PodState state = ObservePod(*p.pod, &t);
+      const PodState state = Observe(*p.pod, &t);
       if (state == PodState::kSucceeded) {
         c.succeeded++;
       } else if (state == PodState::kFailed) {
@@ -1273,6 +1396,120 @@ bool PreflightItemBlamesNode(const preflight::ItemResult& item, const ReplicaSpe
   // none, a small shm is the template's doing, the same on every node.
   if (item.item == preflight::kItemDiskShm) return MountsVolumeAt(replica, "/dev/shm");
   return true;
+}
+
+namespace {
+
+// A failed init container: its state, or, in a pod whose restartPolicy lets the kubelet run it
+// again (in-place restart), the last run it recorded.
+bool FailedInitContainer(const cache::PodInfo& pod, Termination& t) {
+  for (const cache::ContainerInfo& c : pod.init_containers) {
+    if (c.state == cache::ContainerState::kTerminated && c.exit_code != 0) {
+      t = {std::string(c.name.view()),    true,         c.exit_code, std::string(c.reason.view()),
+           std::string(c.message.view()), c.finished_at};
+      return true;
+    }
+    if (c.state != cache::ContainerState::kTerminated && c.last_exit_code &&
+        *c.last_exit_code != 0) {
+      t = {std::string(c.name.view()),
+           true,
+           c.last_exit_code,
+           std::string(c.last_reason.view()),
+           std::string(c.last_message.view()),
+           c.last_finished_at};
+      return true;
+    }
+  }
+  return false;
+}
+
+// The supervisor's termination message: {"state":"running","generation":3,"exit":0,...}.
+struct SupervisorReport {
+  std::string state;  // barrier, running, exited, stopped, terminated
+  int32_t generation = 0;
+  std::optional<int32_t> exit;
+};
+std::optional<SupervisorReport> ParseSupervisorReport(std::string_view message) {
+  const Json j = Json::parse(message, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto state = j.find("state");
+  auto generation = j.find("generation");
+  if (state == j.end() || !state->is_string() || generation == j.end() ||
+      !generation->is_number_integer()) {
+    return std::nullopt;
+  }
+  SupervisorReport r{state->get<std::string>(), generation->get<int32_t>(), std::nullopt};
+  if (auto e = j.find("exit"); e != j.end() && e->is_number_integer()) r.exit = e->get<int32_t>();
+  return r;
+}
+
+}  // namespace
+
+ProgramObservation ObserveProgram(const cache::PodInfo& pod) {
+  ProgramObservation o;
+  if (pod.containers.empty()) return o;
+  const cache::ContainerInfo& c = pod.containers.front();
+  // The container's last end: its state when it is terminated, else what the kubelet kept of
+  // the run before the current one.
+  const bool terminated = c.state == cache::ContainerState::kTerminated;
+  std::optional<int32_t> code = terminated ? std::optional<int32_t>(c.exit_code) : c.last_exit_code;
+  if (code) {
+    const std::string_view message = terminated ? c.message.view() : c.last_message.view();
+    const std::optional<SupervisorReport> report = ParseSupervisorReport(message);
+    // A container that ended without a report never ran the supervisor (its exec failed): the
+    // generation it was to run failed.
+    o.last_generation = report ? report->generation : pod.barrier_generation;
+    const std::string_view state = report ? std::string_view(report->state) : "running";
+    const int32_t exit = report && report->exit ? *report->exit : *code;
+    // "running": the supervisor died with its program (killed, out of memory); "error": it could
+    // not start it.
+    const bool program_ended = state == "exited" || state == "running" || state == "error";
+    if (program_ended && exit == 0 && *code == 0) {
+      o.succeeded = terminated;
+    } else if (program_ended) {
+      o.failed_generation = o.last_generation;
+      o.failure = {std::string(c.name.view()),
+                   false,
+                   exit,
+                   std::string(terminated ? c.reason.view() : c.last_reason.view()),
+                   std::string(message),
+                   terminated ? c.finished_at : c.last_finished_at};
+    }
+    // "stopped" (for a new generation), "barrier" (it died waiting there), "terminated" (the pod
+    // is being deleted): no failure of the program.
+  }
+  if (c.state == cache::ContainerState::kRunning) {
+    if (pod.barrier_generation > o.last_generation) {
+      o.running_generation = pod.barrier_generation;
+      o.last_generation = pod.barrier_generation;
+    } else {
+      o.at_barrier = true;
+    }
+  }
+  return o;
+}
+
+PodState ObserveInPlacePod(const cache::PodInfo& pod, int32_t generation,
+                           Termination* termination) {
+  Termination t;
+  if (pod.phase == cache::PodPhase::kSucceeded) return PodState::kSucceeded;
+  if (FailedInitContainer(pod, t)) {
+    if (termination != nullptr) *termination = std::move(t);
+    return PodState::kFailed;
+  }
+  if (pod.phase == cache::PodPhase::kFailed) {
+    t.reason = pod.reason.empty() ? "PodFailed" : std::string(pod.reason.view());
+    t.message = pod.message;
+    if (termination != nullptr) *termination = std::move(t);
+    return PodState::kFailed;
+  }
+  ProgramObservation o = ObserveProgram(pod);
+  if (o.failed_generation && *o.failed_generation >= generation) {
+    if (termination != nullptr) *termination = std::move(o.failure);
+    return PodState::kFailed;
+  }
+  if (o.succeeded) return PodState::kSucceeded;
+  return o.running_generation == generation && pod.ready ? PodState::kReady : PodState::kPending;
 }
 
 std::string ReplicaKey(ReplicaType type, int32_t index) {

@@ -177,11 +177,20 @@ struct NodeToCordon {
                          // again only for different evidence
 };
 
+// In-place restart: the annotations to set on a pod (policy/lifecycle.h ObserveProgram).
+struct PodToAnnotate {
+  std::string name;
+  std::string uid;
+  int32_t generation = 0;
+  std::optional<int32_t> barrier;  // unset: left as it is
+};
+
 struct Plan {
   JobStatus status;  // the status to write; the caller skips the write when it is unchanged
   bool ensure_service = false;
   std::vector<PodToCreate> create;  // pods of status.attempt to create
   std::vector<PodToDelete> remove;
+  std::vector<PodToAnnotate> annotate;
   std::vector<EventToRecord> events;
   std::vector<NodeToCordon> cordon;
   // Decide again after this long even if nothing changes (a pre-flight verdict still awaited,
@@ -209,6 +218,31 @@ struct Termination {
   std::optional<WallTime> finished_at;  // the container's finishedAt
 };
 PodState ObservePod(const cache::PodInfo& pod, Termination* termination);
+
+// In-place restart (spec.faultTolerance.restart InPlace; docs/architecture.md#in-place-restart).
+// The first container runs the program under tpujob-supervise in a pod with restartPolicy
+// OnFailure. The operator tells the supervisor through two annotations (delivered by a
+// downward API file): cache::kGenerationAnnotation, the generation the pod is to run (a higher
+// one than it runs stops the program, and the supervisor exits so the kubelet restarts the
+// container), and cache::kBarrierAnnotation, the generation that may start. The supervisor
+// answers through what the kubelet reports anyway: the container's state, its exit code and its
+// termination message, which it keeps up to date ({"state":"running","generation":3}, ...).
+// What the first container says about the program.
+struct ProgramObservation {
+  // The last generation the container's supervisor started (or, at the barrier, last ran).
+  int32_t last_generation = 0;
+  int32_t running_generation = 0;  // the generation the program runs now; 0: none
+  bool at_barrier = false;  // the supervisor runs and waits for a generation above last_generation
+  bool succeeded = false;   // the program exited 0
+  // The program of this generation exited non-zero (or its supervisor died while it ran).
+  std::optional<int32_t> failed_generation;
+  Termination failure;
+};
+ProgramObservation ObserveProgram(const cache::PodInfo& pod);
+// ObservePod for a pod of an in-place job whose program is at `generation`: kFailed only for a
+// failure of that generation (an earlier one was acted on already), kReady only while the
+// program of that generation runs.
+PodState ObserveInPlacePod(const cache::PodInfo& pod, int32_t generation, Termination* termination);
 
 // The pre-flight init container's name, and its exit codes (see docs/preflight.md).
 inline constexpr std::string_view kPreflightContainer = "preflight";

@@ -133,6 +133,55 @@ TEST(ChildrenBuildPodTest, AWorkerOfAKeptSliceIsBoundToItsNode) {
   EXPECT_EQ(bound["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"], "pool-a");
 }
 
+TEST(ChildrenBuildPodTest, InPlaceRunsTheProgramUnderTheSupervisor) {
+  policy::JobSpec spec = Spec();
+  spec.fault_tolerance.restart = policy::RestartMode::kInPlace;
+  spec.worker.template_["spec"]["containers"][0]["command"] = {"python3", "train.py"};
+  spec.worker.template_["spec"]["terminationGracePeriodSeconds"] = 45;
+  PodBuildOptions options;
+  options.preflight_image = "operator:1";
+  options.generation = 3;
+  const Json open = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 2, options);
+  const Json& pod = open["spec"];
+  EXPECT_EQ(pod["restartPolicy"], "OnFailure");
+  EXPECT_EQ(open["metadata"]["annotations"]["tpujob.dev/generation"], "3");
+  EXPECT_EQ(open["metadata"]["annotations"]["tpujob.dev/barrier"], "3");
+  EXPECT_EQ(open["metadata"]["annotations"]["sidecar.istio.io/inject"], "false");
+  // The template's own init container first, then the supervisor's installation.
+  ASSERT_EQ(pod["initContainers"].size(), 2u);
+  const Json& install = pod["initContainers"][1];
+  EXPECT_EQ(install["name"], "tpujob-supervisor");
+  EXPECT_EQ(install["image"], "operator:1");
+  EXPECT_EQ(install["command"],
+            Json::array({"tpujob-supervise", "--install", "/tpujob/bin/tpujob-supervise"}));
+  EXPECT_EQ(install["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(install["securityContext"]["readOnlyRootFilesystem"], true);
+  const Json& program = pod["containers"][0];
+  EXPECT_EQ(program["command"],
+            Json::array({"/tpujob/bin/tpujob-supervise", "--", "python3", "train.py"}));
+  EXPECT_EQ(program["args"], Json::array({"--steps=1000"}));
+  EXPECT_EQ(EnvValue(program, "TPUJOB_SUPERVISOR_GRACE_SECONDS"), "45");
+  std::vector<std::string> mounts;
+  for (const Json& m : program["volumeMounts"]) mounts.push_back(m["mountPath"]);
+  EXPECT_THAT(mounts, ElementsAre("/data", "/tpujob", "/tpujob/podinfo"));
+  std::vector<std::string> volumes;
+  for (const Json& v : pod["volumes"]) volumes.push_back(v["name"]);
+  EXPECT_THAT(volumes, ElementsAre("data", "tpujob-supervisor", "tpujob-podinfo"));
+  EXPECT_EQ(pod["volumes"][2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+            "metadata.annotations");
+  // The logger sidecar is left as it is.
+  EXPECT_FALSE(pod["containers"][1].contains("command"));
+
+  options.barrier_open = false;
+  const Json closed = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 2, options);
+  EXPECT_EQ(closed["metadata"]["annotations"]["tpujob.dev/generation"], "3");
+  EXPECT_FALSE(closed["metadata"]["annotations"].contains("tpujob.dev/barrier"));
+  // Recreate: none of it.
+  const Json plain = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2, options);
+  EXPECT_EQ(plain["spec"]["restartPolicy"], "Never");
+  EXPECT_FALSE(plain["metadata"]["annotations"].contains("tpujob.dev/generation"));
+}
+
 TEST(ChildrenBuildPodTest, WorkerSchedulingAndTpuResources) {
   const Json spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2)["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Never");

@@ -40,8 +40,8 @@ JobStatus FullStatus() {
   s.tpu = TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 3};
   s.replica_statuses["Master"] = ReplicaCounts{1, 1, 0, 0, 0};
   s.replica_statuses["Worker"] = ReplicaCounts{2, 1, 3, 4, 5};
-  s.worker_restarts["Worker-0"] = RestartRecord{2, "pod-uid-7", "node-3"};
-  s.worker_restarts["Worker-1"] = RestartRecord{1, "", ""};
+  s.worker_restarts["Worker-0"] = RestartRecord{2, "pod-uid-7", "node-3", 0};
+  s.worker_restarts["Worker-1"] = RestartRecord{1, "", "", 0};
   s.queued_at = At(1);
   s.admitted_at = At(2);
   s.start_time = At(3);

@@ -410,7 +410,7 @@ TEST(PolicyLifecycleTest, RetryableExitRestartsTheWorkerInPlace) {
   const JobStatus& s = plan.status;
   EXPECT_EQ(s.phase, Phase::kRestarting);
   ASSERT_EQ(s.worker_restarts.size(), 1u);
-  EXPECT_EQ(s.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1"}));
+  EXPECT_EQ(s.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1", 0}));
   ASSERT_EQ(plan.remove.size(), 1u);
   EXPECT_EQ(plan.remove[0].name, "train-worker-1");
   EXPECT_EQ(plan.remove[0].uid, failed_uid);
@@ -452,7 +452,8 @@ TEST(PolicyLifecycleTest, RestartIsCountedOnceThenTheReplicaIsRecreated) {
   Plan plan = sim.Decide();
   sim.job().status = plan.status.ToJson();
   plan = sim.Decide();
-  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1"}));
+  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"),
+            (RestartRecord{1, failed_uid, "node-1", 0}));
   EXPECT_EQ(plan.status.faults.size(), 1u);
   EXPECT_THAT(plan.events, IsEmpty());
   EXPECT_THAT(RemovedNames(plan), ElementsAre("train-worker-1"));  // asked again
@@ -484,7 +485,8 @@ TEST(PolicyLifecycleTest, RestartIsCountedOnceThenTheReplicaIsRecreated) {
   EXPECT_TRUE(plan.status.ConditionTrue(condition::kReady));
   EXPECT_THAT(Events(plan), ElementsAre(Normal("Running")));
   // The restart stays on record for the attempt.
-  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"), (RestartRecord{1, failed_uid, "node-1"}));
+  EXPECT_EQ(plan.status.worker_restarts.at("Worker-1"),
+            (RestartRecord{1, failed_uid, "node-1", 0}));
   EXPECT_EQ(plan.status.replica_statuses.at("Worker").restarts, 1);
 }
 

@@ -1,0 +1,357 @@
+// In-place restart (spec.faultTolerance.restart InPlace) end to end, on the pod-level protocol:
+// the operator's annotations on the pods (tpujob.dev/generation, tpujob.dev/barrier) and what the
+// kubelet reports of the supervisor's container (a restart, lastState.terminated with the
+// supervisor's report as termination message). KWOK runs no container, so the test plays the
+// kubelet and each pod's tpujob-supervise: it writes a program's exit into a pod's status, and a
+// supervisor told a newer generation stops its program and its container restarts to wait at the
+// barrier, as supervisor/ does on a real node (RealWorkerE2E runs it there). Every assertion reads
+// the cluster through kubectl.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cache/objects.h"
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+using nlohmann::json;
+
+// The kubelet and the supervisors of one job's pods, by pod uid.
+class SupervisorSim {
+ public:
+  SupervisorSim(std::string ns, std::string job) : ns_(std::move(ns)), job_(std::move(job)) {}
+
+  // One pass over the job's pods: every supervisor told a generation above the one its program
+  // runs stops it (the container restarts and waits at the barrier). Returns how many stopped.
+  int Step() {
+    int stopped = 0;
+    for (const json& pod : Pods()) {
+      const Seen seen = Read(pod);
+      State& state = states_[seen.uid];
+      const int running = seen.barrier > state.last ? seen.barrier : 0;
+      if (running > 0 && seen.generation > running) {
+        Restart(seen.name, state, 143,
+                json{{"state", "stopped"},
+                     {"generation", running},
+                     {"exit", 0},
+                     {"next", seen.generation}});
+        state.last = running;
+        ++stopped;
+      }
+    }
+    return stopped;
+  }
+
+  // The program of `pod` exits with `code`: its supervisor exits too and the kubelet restarts
+  // the container, whose supervisor waits at the barrier.
+  bool ProgramExits(const std::string& pod, int code) {
+    for (const json& p : Pods()) {
+      const Seen seen = Read(p);
+      if (seen.name != pod) continue;
+      State& state = states_[seen.uid];
+      const int running = seen.barrier > state.last ? seen.barrier : 0;
+      if (running == 0) return false;
+      Restart(seen.name, state, code,
+              json{{"state", "exited"}, {"generation", running}, {"exit", code}});
+      state.last = running;
+      return true;
+    }
+    return false;
+  }
+
+  // The generation each pod's program runs (0: it waits at the barrier), by pod name.
+  std::map<std::string, int> Running() {
+    std::map<std::string, int> out;
+    for (const json& pod : Pods()) {
+      const Seen seen = Read(pod);
+      const State& state = states_[seen.uid];
+      out[seen.name] = seen.barrier > state.last ? seen.barrier : 0;
+    }
+    return out;
+  }
+
+  int restarts() const { return restarts_; }
+
+ private:
+  struct Seen {
+    std::string name, uid;
+    int generation = 0, barrier = 0;
+  };
+  struct State {
+    int last = 0;  // the last generation this pod's supervisor ran
+    int count = 0;
+  };
+
+  std::vector<json> Pods() const {
+    const json list = json::parse(
+        Kubectl("get pods -n " + ns_ + " -l tpujob.dev/job-name=" + job_ + " -o json", false)
+            .output,
+        nullptr, false);
+    std::vector<json> pods;
+    if (!list.is_object() || !list.contains("items")) return pods;
+    for (const json& p : list["items"]) {
+      if (!p["metadata"].contains("deletionTimestamp")) pods.push_back(p);
+    }
+    return pods;
+  }
+
+  static Seen Read(const json& pod) {
+    const json& meta = pod["metadata"];
+    const json annotations = meta.value("annotations", json::object());
+    auto number = [&](std::string_view key) {
+      const std::string text = annotations.value(std::string(key), "0");
+      return std::atoi(text.c_str());
+    };
+    return {meta.value("name", ""), meta.value("uid", ""), number(cache::kGenerationAnnotation),
+            number(cache::kBarrierAnnotation)};
+  }
+
+  void Restart(const std::string& pod, State& state, int code, const json& report) {
+    const std::string now = cache::FormatRfc3339(std::chrono::system_clock::now());
+    ++state.count;
+    ++restarts_;
+    const json patch = {
+        {"status",
+         {{"containerStatuses", json::array({{{"name", "trainer"},
+                                              {"ready", true},
+                                              {"restartCount", state.count},
+                                              {"image", "busybox"},
+                                              {"imageID", ""},
+                                              {"state", {{"running", {{"startedAt", now}}}}},
+                                              {"lastState",
+                                               {{"terminated",
+                                                 {{"exitCode", code},
+                                                  {"reason", "Error"},
+                                                  {"message", report.dump()},
+                                                  {"startedAt", now},
+                                                  {"finishedAt", now}}}}}}})}}}};
+    const std::string path = ClusterDir() + "/inplace-" + ns_ + "-" + pod + ".json";
+    std::ofstream(path) << patch.dump();
+    const CommandResult r = Kubectl("patch pod " + pod + " -n " + ns_ +
+                                    " --subresource=status --type=strategic --patch-file " + path);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+
+  std::string ns_, job_;
+  std::map<std::string, State> states_;
+  int restarts_ = 0;
+};
+
+class InPlaceE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { InstallCrd(); }
+
+  void SetUp() override {
+    static int counter = 0;
+    prefix_ = "ip" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
+    accelerator_ = "tpu-" + prefix_;
+  }
+  void TearDown() override {
+    for (const std::string& set : node_sets_) DeleteTpuNodes(set);
+  }
+
+  void CreatePools(int pools, int hosts, const std::string& topology) {
+    for (int p = 0; p < pools; ++p) {
+      const std::string set = prefix_ + "-" + std::string(1, static_cast<char>('a' + p));
+      node_sets_.push_back(set);
+      CreateTpuNodes(set, hosts, accelerator_, topology, "pool-" + set);
+    }
+  }
+
+  std::string Job(const std::string& name, int slices, int hosts, const std::string& topology,
+                  const std::string& fault_tolerance = "restart: InPlace") const {
+    return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
+           "\nspec:\n  tpu: {accelerator: " + accelerator_ + ", topology: " + topology +
+           ", chipsPerWorker: 4, slices: " + std::to_string(slices) + "}\n  faultTolerance: {" +
+           fault_tolerance +
+           "}\n  replicaSpecs:\n    Worker:\n      replicas: " + std::to_string(hosts) +
+           "\n      template:\n        spec:\n          containers:\n"
+           "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n";
+  }
+
+  static std::string Worker(const std::string& job, int slice, int host) {
+    return job + "-worker-" + std::to_string(slice) + "-" + std::to_string(host);
+  }
+
+  // Pod name -> uid of the job's pods.
+  static std::map<std::string, std::string> Uids(const std::string& ns, const std::string& job) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(Get(ns, "pods -l tpujob.dev/job-name=" + job,
+                              "{range .items[*]}{.metadata.name}={.metadata.uid}{\"\\n\"}{end}"));
+    for (std::string line; std::getline(in, line);) {
+      const size_t eq = line.find('=');
+      if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return out;
+  }
+
+  // Lets the supervisors act until the job's barrier of `generation` is open.
+  static ::testing::AssertionResult BarrierOpens(SupervisorSim& sim, const std::string& ns,
+                                                 const std::string& job, int generation) {
+    const std::string want = std::to_string(generation) + " Open";
+    std::string last;
+    if (Eventually(
+            [&] {
+              sim.Step();
+              last = JobField(ns, job, "{.status.inPlace.generation} {.status.inPlace.barrier}");
+              return last == want;
+            },
+            std::chrono::seconds(60), std::chrono::milliseconds(200))) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "status.inPlace is \"" << last << "\", want \"" << want << "\"\n"
+           << Kubectl("get tpujob " + job + " -n " + ns + " -o yaml").output;
+  }
+
+  std::string prefix_;
+  std::string accelerator_;
+  std::vector<std::string> node_sets_;
+};
+
+TEST_F(InPlaceE2E, OneRetryableExitRestartsAllSixteenWorkersOfFourSlicesInPlace) {
+  CreatePools(4, 4, "2x8");
+  TestNamespace ns("ip-gang");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  ASSERT_EQ(ApplyYaml(n, Job("ip", 4, 4, "2x8")).exit_code, 0);
+  SupervisorSim sim(n, "ip");
+  std::map<std::string, std::string> before;
+  {
+    OperatorProcess op({"--namespace", n});
+    ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+        << op.Log();
+    EXPECT_EQ(JobField(n, "ip", "{.status.inPlace.generation} {.status.inPlace.barrier}"),
+              "1 Open");
+    before = Uids(n, "ip");
+    ASSERT_EQ(before.size(), 16u);
+
+    // The pods the operator made: the program under the supervisor, generation 1 open.
+    const json pod = json::parse(
+        Kubectl("get pod " + Worker("ip", 2, 1) + " -n " + n + " -o json", false).output);
+    EXPECT_EQ(pod["spec"]["restartPolicy"], "OnFailure");
+    EXPECT_EQ(pod["spec"]["containers"][0]["command"],
+              json::array({"/tpujob/bin/tpujob-supervise", "--", "sh", "-c", "train"}));
+    EXPECT_EQ(pod["metadata"]["annotations"].value("tpujob.dev/generation", ""), "1");
+    EXPECT_EQ(pod["metadata"]["annotations"].value("tpujob.dev/barrier", ""), "1");
+
+    // Worker 1 of slice 2 (index 9) exits with a retryable code.
+    ASSERT_TRUE(sim.ProgramExits(Worker("ip", 2, 1), 3));
+    ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.inPlace.generation} {.status.inPlace.barrier}",
+                                "2 Closed"))
+        << op.Log();
+    EXPECT_EQ(JobField(n, "ip", "{.status.phase}"), "Restarting");
+    // The operator is killed while the barrier is closed; its successor finishes the restart.
+    op.Kill();
+  }
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(BarrierOpens(sim, n, "ip", 2)) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+
+  // Every pod stayed; every program runs generation 2; the barrier opened once.
+  EXPECT_EQ(Uids(n, "ip"), before);
+  for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 2) << pod;
+  for (const auto& [pod, uid] : before) {
+    EXPECT_EQ(Get(n, "pod " + pod,
+                  "{.metadata.annotations.tpujob\\.dev/generation} "
+                  "{.metadata.annotations.tpujob\\.dev/barrier}"),
+              "2 2")
+        << pod;
+  }
+  EXPECT_EQ(sim.restarts(), 16);  // one container restart per pod: 1 exit, 15 stops
+  const auto events = JobEvents(n, "ip");
+  EXPECT_EQ(EventsWith(events, "BarrierOpened").size(), 1u) << DescribeEvents(events);
+  EXPECT_EQ(EventsWith(events, "WorkerRestarted", "worker-9 (slice 2").size(), 1u)
+      << DescribeEvents(events);
+  EXPECT_EQ(JobField(n, "ip", "{.status.workerRestarts.Worker-9.count}"), "1");
+  EXPECT_EQ(JobField(n, "ip", "{.status.faults[*].action}"), "RestartInPlace");
+  EXPECT_EQ(JobField(n, "ip", "{.status.attempt}"), "1");
+  EXPECT_EQ(JobField(n, "ip", "{.status.jobRetries}"), "");  // no retry used (0 is not written)
+  const auto report = watch.CheckAfterCreations(16);
+  EXPECT_EQ(report.creations, 16);  // no pod recreated
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+}
+
+TEST_F(InPlaceE2E, ANodeLostDuringTheBarrierReplacesItsSliceInstead) {
+  CreatePools(5, 4, "2x8");
+  TestNamespace ns("ip-lost");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  ASSERT_EQ(ApplyYaml(n, Job("ip", 4, 4, "2x8", "restart: InPlace, maxJobRetries: 2")).exit_code,
+            0);
+  SupervisorSim sim(n, "ip");
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  ASSERT_TRUE(sim.ProgramExits(Worker("ip", 0, 0), 3));
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.inPlace.generation} {.status.inPlace.barrier}",
+                              "2 Closed"))
+      << op.Log();
+  // Before any supervisor stops, a node of slice 1 turns unhealthy.
+  const std::string node = NodeOf(n, Worker("ip", 1, 2));
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 2").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.attempt}", "2", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ip", "{.status.faults[*].action}"), "RestartInPlace ReplaceSlice");
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(90)))
+      << op.Log();
+  // The new attempt's pods start at the next generation, their barrier open.
+  EXPECT_EQ(JobField(n, "ip", "{.status.inPlace.generation} {.status.inPlace.barrier}"), "3 Open");
+  EXPECT_EQ(Get(n, "pod " + Worker("ip", 1, 2), "{.metadata.annotations.tpujob\\.dev/barrier}"),
+            "3");
+  EXPECT_NE(NodeOf(n, Worker("ip", 1, 2)), node);
+  const auto report = watch.CheckAfterCreations(32);
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+}
+
+TEST_F(InPlaceE2E, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {
+  CreatePools(1, 2, "2x4");
+  TestNamespace ns("ip-timeout");
+  const std::string n = ns.name();
+  ASSERT_EQ(
+      ApplyYaml(n, Job("ip", 1, 2, "2x4", "restart: InPlace, barrierTimeoutSeconds: 3")).exit_code,
+      0);
+  SupervisorSim sim(n, "ip");
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const auto before = Uids(n, "ip");
+  // Worker 0 exits; worker 1's supervisor never stops its program (the test does not step it).
+  ASSERT_TRUE(sim.ProgramExits("ip-worker-0", 3));
+  ASSERT_TRUE(Eventually([&] { return !EventsWith(JobEvents(n, "ip"), "BarrierTimeout").empty(); },
+                         std::chrono::seconds(30)))
+      << op.Log();
+  EXPECT_NE(EventsWith(JobEvents(n, "ip"), "BarrierTimeout",
+                       "1 of 2 pods reached the barrier of generation 2 within 3s")
+                .size(),
+            0u)
+      << DescribeEvents(JobEvents(n, "ip"));
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const auto after = Uids(n, "ip");
+  ASSERT_EQ(after.size(), 2u);
+  for (const auto& [pod, uid] : after) EXPECT_NE(uid, before.at(pod)) << pod;  // recreated
+  EXPECT_EQ(JobField(n, "ip", "{.status.inPlace.generation} {.status.inPlace.barrier}"), "2 Open");
+  EXPECT_EQ(JobField(n, "ip", "{.status.attempt}"), "1");
+  EXPECT_EQ(JobField(n, "ip", "{.status.jobRetries}"), "");  // no retry used (0 is not written)
+  EXPECT_EQ(Get(n, "pod ip-worker-1",
+                "{.metadata.annotations.tpujob\\.dev/generation} "
+                "{.metadata.annotations.tpujob\\.dev/barrier}"),
+            "2 2");
+}
+
+}  // namespace
+}  // namespace tpujob::e2e

@@ -1,0 +1,399 @@
+// In-place restart (spec.faultTolerance.restart InPlace, policy/lifecycle.h): a retryable exit
+// restarts the program in every pod behind a barrier, without deleting or creating a pod. The
+// kubelet and the supervisors are simulated here by what they write into the pods' status.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cache/objects.h"
+#include "policy/lifecycle.h"
+#include "policy_fixtures.h"
+#include "supervisor/protocol.h"
+
+namespace tpujob::policy {
+namespace {
+
+using namespace fixtures;
+constexpr ReplicaType kWorker = ReplicaType::kWorker;
+
+Json InPlaceSpec(int workers = 4, Json fault_tolerance = Json::object()) {
+  Json spec = SpecJson(workers);
+  spec["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"] = {"python3",
+                                                                                    "train.py"};
+  fault_tolerance["restart"] = "InPlace";
+  spec["faultTolerance"] = std::move(fault_tolerance);
+  return spec;
+}
+
+std::string Report(std::string_view state, int32_t generation, std::optional<int32_t> exit = {}) {
+  Json j = {{"state", state}, {"generation", generation}};
+  if (exit) j["exit"] = *exit;
+  return j.dump();
+}
+
+// The kubelet restarted the first container; the run before ended with `code` and `report`.
+void Restarted(cache::PodInfo& pod, int32_t code, const std::string& report) {
+  cache::ContainerInfo& c = pod.containers.front();
+  c.restart_count++;
+  c.last_exit_code = code;
+  c.last_reason = cache::InternedString::Intern(code == 137 ? "OOMKilled" : "Error");
+  c.last_message = cache::InternedString::Intern(report);
+  c.last_finished_at = At(1);
+  c.state = cache::ContainerState::kRunning;
+}
+
+// The program of the generation the pod runs exits with `code`: the supervisor exits with it and
+// the kubelet restarts the container, whose supervisor waits at the barrier.
+void ProgramExits(cache::PodInfo& pod, int32_t code) {
+  const ProgramObservation o = ObserveProgram(pod);
+  ASSERT_GT(o.running_generation, 0) << pod.name << " runs no program";
+  Restarted(pod, code, Report("exited", o.running_generation, code));
+}
+
+// Carries out the plan's annotations, then lets every supervisor act on them: a program older
+// than the ordered generation is stopped and its container restarted to the barrier.
+void Supervise(PodSim& sim, const Plan& plan, bool stop = true) {
+  for (const PodToAnnotate& a : plan.annotate) {
+    for (auto& p : sim.pods()) {
+      if (p.pod.uid != a.uid) continue;
+      p.pod.ordered_generation = a.generation;
+      if (a.barrier) p.pod.barrier_generation = *a.barrier;
+    }
+  }
+  if (!stop) return;
+  for (auto& p : sim.pods()) {
+    if (p.pod.deleting()) continue;
+    const ProgramObservation o = ObserveProgram(p.pod);
+    if (o.running_generation > 0 && p.pod.ordered_generation > o.running_generation) {
+      Restarted(p.pod, supervisor::kStoppedExitCode, Report("stopped", o.running_generation, 0));
+    }
+  }
+}
+
+// New pods start as the operator creates them: annotated with the status' generation, the
+// barrier open when it is.
+void Annotate(PodSim& sim) {
+  const JobStatus s = sim.Status();
+  ASSERT_TRUE(s.in_place.has_value());
+  for (auto& p : sim.pods()) {
+    if (p.pod.ordered_generation != 0) continue;
+    p.pod.ordered_generation = s.in_place->generation;
+    if (!s.in_place->barrier_since) p.pod.barrier_generation = s.in_place->generation;
+  }
+}
+
+// Runs the job until every pod runs generation 1.
+void RunJob(PodSim& sim) {
+  ASSERT_EQ(sim.Step(false).status.phase, Phase::kQueued);
+  const Plan start = sim.Step();
+  ASSERT_FALSE(start.create.empty());
+  ASSERT_TRUE(start.status.in_place.has_value());
+  EXPECT_EQ(start.status.in_place->generation, 1);
+  Annotate(sim);
+  sim.AllReady();
+  ASSERT_EQ(sim.Step().status.phase, Phase::kRunning);
+}
+
+int RunningGeneration(PodSim& sim, int32_t index) {
+  return ObserveProgram(sim.Worker(index)).running_generation;
+}
+
+TEST(PolicyInPlaceTest, TheProtocolNamesTheSameAnnotationsOnBothSides) {
+  EXPECT_EQ(cache::kGenerationAnnotation, supervisor::kGenerationAnnotation);
+  EXPECT_EQ(cache::kBarrierAnnotation, supervisor::kBarrierAnnotation);
+}
+
+TEST(PolicyInPlaceTest, ARetryableExitRestartsEveryPodInPlaceBehindOneBarrier) {
+  PodSim sim(InPlaceSpec());
+  sim.check_fixed_point = true;
+  RunJob(sim);
+  const int created = sim.created;
+
+  ProgramExits(sim.Worker(1), 3);
+  const Plan order = sim.Step();
+  EXPECT_TRUE(order.remove.empty());
+  EXPECT_TRUE(order.create.empty());
+  EXPECT_EQ(order.status.phase, Phase::kRestarting);
+  ASSERT_TRUE(order.status.in_place.has_value());
+  EXPECT_EQ(order.status.in_place->generation, 2);
+  EXPECT_TRUE(order.status.in_place->barrier_since.has_value());
+  EXPECT_EQ(order.status.worker_restarts.at("Worker-1").count, 1);
+  EXPECT_EQ(order.status.worker_restarts.at("Worker-1").generation, 1);
+  EXPECT_EQ(order.status.attempt, 1);
+  EXPECT_EQ(order.status.job_retries, 0);
+  ASSERT_FALSE(order.status.faults.empty());
+  EXPECT_EQ(order.status.faults.back().action, "RestartInPlace");
+  EXPECT_EQ(order.status.faults.back().exit_code, 3);
+  const EventToRecord* restarted = FindEvent(order, "WorkerRestarted");
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_NE(restarted->message.find("restarting the program in place in every pod, generation 2 "
+                                    "(1 of 5 restarts)"),
+            std::string::npos)
+      << restarted->message;
+  // Every pod is told generation 2; the barrier stays closed.
+  ASSERT_EQ(order.annotate.size(), 4u);
+  for (const PodToAnnotate& a : order.annotate) {
+    EXPECT_EQ(a.generation, 2);
+    EXPECT_FALSE(a.barrier.has_value());
+  }
+  const Condition* ready = order.status.FindCondition(condition::kReady);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->reason, "BarrierClosed");
+
+  // Three supervisors stop their program; the barrier opens once all four wait.
+  Supervise(sim, order);
+  const Plan open = sim.Step();
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+  EXPECT_FALSE(open.status.in_place->barrier_since.has_value());
+  ASSERT_EQ(open.annotate.size(), 4u);
+  for (const PodToAnnotate& a : open.annotate) EXPECT_EQ(a.barrier, std::optional<int32_t>(2));
+  Supervise(sim, open);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(RunningGeneration(sim, i), 2) << i;
+
+  const Plan running = sim.Step();
+  EXPECT_EQ(running.status.phase, Phase::kRunning);
+  EXPECT_TRUE(running.annotate.empty());
+  EXPECT_EQ(FindEvent(running, "BarrierOpened"), nullptr);  // once
+  EXPECT_EQ(sim.created, created);                          // no pod recreated
+  for (const auto& p : sim.pods()) EXPECT_FALSE(p.pod.deleting());
+  EXPECT_TRUE(sim.violations.empty());
+}
+
+TEST(PolicyInPlaceTest, TheBarrierWaitsForTheLastPodAndAnOperatorRestartDecidesTheSame) {
+  PodSim sim(InPlaceSpec());
+  RunJob(sim);
+  ProgramExits(sim.Worker(0), 3);
+  const Plan order = sim.Step();
+  // Worker 3's supervisor has not seen the order yet (the kubelet is slow to update its file).
+  Supervise(sim, order, /*stop=*/false);
+  for (int i : {1, 2}) {
+    Restarted(sim.Worker(i), supervisor::kStoppedExitCode, Report("stopped", 1, 0));
+  }
+  const Plan waiting = sim.Step();
+  EXPECT_EQ(FindEvent(waiting, "BarrierOpened"), nullptr);
+  EXPECT_TRUE(waiting.status.in_place->barrier_since.has_value());
+  EXPECT_TRUE(waiting.annotate.empty());  // already ordered
+  EXPECT_EQ(waiting.status.FindCondition(condition::kReady)->message,
+            "3 of 4 pods wait at the barrier of generation 2");
+  ASSERT_TRUE(waiting.requeue_after.has_value());
+  // The same snapshot decided by a restarted operator: the same status, nothing to redo.
+  const Plan again = sim.Decide();
+  EXPECT_EQ(again.status.ToJson(), waiting.status.ToJson());
+  EXPECT_TRUE(again.events.empty());
+  EXPECT_TRUE(again.annotate.empty());
+
+  Restarted(sim.Worker(3), supervisor::kStoppedExitCode, Report("stopped", 1, 0));
+  const Plan open = sim.Step();
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+  // Killed after writing the status, before annotating: the next decision annotates again.
+  const Plan redo = sim.Decide();
+  EXPECT_EQ(redo.annotate.size(), 4u);
+  EXPECT_EQ(FindEvent(redo, "BarrierOpened"), nullptr);
+}
+
+TEST(PolicyInPlaceTest, AFailureIsCountedOnceAndTwoInOneGenerationMakeOneRestart) {
+  PodSim sim(InPlaceSpec());
+  RunJob(sim);
+  ProgramExits(sim.Worker(1), 3);
+  ProgramExits(sim.Worker(2), 4);
+  const Plan order = sim.Step();
+  EXPECT_EQ(order.status.in_place->generation, 2);
+  EXPECT_EQ(order.status.worker_restarts.at("Worker-1").count, 1);
+  EXPECT_EQ(order.status.worker_restarts.at("Worker-2").count, 1);
+  // Seen again, those failures of generation 1 count for nothing.
+  const Plan again = sim.Step();
+  EXPECT_EQ(again.status.in_place->generation, 2);
+  EXPECT_EQ(again.status.worker_restarts.at("Worker-1").count, 1);
+  EXPECT_EQ(again.status.worker_restarts.at("Worker-2").count, 1);
+  EXPECT_EQ(FindEvent(again, "WorkerRestarted"), nullptr);
+}
+
+TEST(PolicyInPlaceTest, AWorkerOutOfRestartsReissuesTheJobWithTheNextGeneration) {
+  PodSim sim(InPlaceSpec(2, {{"maxWorkerRestarts", 1}, {"maxJobRetries", 1}}));
+  RunJob(sim);
+  ProgramExits(sim.Worker(0), 3);
+  const Plan first = sim.Step();
+  EXPECT_EQ(first.status.in_place->generation, 2);
+  Supervise(sim, first);
+  Supervise(sim, sim.Step());
+  ASSERT_EQ(sim.Step().status.phase, Phase::kRunning);
+
+  ProgramExits(sim.Worker(0), 3);
+  const Plan reissue = sim.Step();
+  EXPECT_EQ(reissue.status.attempt, 2);
+  EXPECT_EQ(reissue.status.job_retries, 1);
+  EXPECT_EQ(reissue.status.faults.back().action, "ReissueJob");
+  EXPECT_EQ(reissue.remove.size(), 2u);
+  EXPECT_EQ(reissue.status.in_place->generation, 3);
+  EXPECT_FALSE(reissue.status.in_place->barrier_since.has_value());
+}
+
+TEST(PolicyInPlaceTest, APermanentExitFailsTheJobAsWithRecreate) {
+  PodSim sim(InPlaceSpec(2, {{"faultAttributionSeconds", 0}}));
+  RunJob(sim);
+  ProgramExits(sim.Worker(1), 1);
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kFailed);
+  EXPECT_EQ(plan.status.faults.back().action, "FailJob");
+  EXPECT_EQ(plan.status.faults.back().exit_code, 1);
+}
+
+TEST(PolicyInPlaceTest, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {
+  PodSim sim(InPlaceSpec(2, {{"barrierTimeoutSeconds", 60}}));
+  RunJob(sim);
+  const int created = sim.created;
+  ProgramExits(sim.Worker(0), 3);
+  const Plan order = sim.Step();
+  Supervise(sim, order, /*stop=*/false);  // worker 1's supervisor never stops its program
+  const Plan waiting = sim.Step();
+  EXPECT_TRUE(waiting.remove.empty());
+  sim.Advance(std::chrono::seconds(60));
+  const Plan fallback = sim.Step();
+  EXPECT_EQ(fallback.remove.size(), 2u);
+  const EventToRecord* timeout = FindEvent(fallback, "BarrierTimeout");
+  ASSERT_NE(timeout, nullptr);
+  EXPECT_NE(timeout->message.find("1 of 2 pods reached the barrier of generation 2 within 60s"),
+            std::string::npos)
+      << timeout->message;
+  EXPECT_EQ(fallback.status.FindCondition(condition::kReady)->reason, "BarrierTimeout");
+  EXPECT_FALSE(fallback.status.in_place->barrier_since.has_value());
+  EXPECT_EQ(fallback.status.attempt, 1);  // the same attempt, no retry used
+  EXPECT_EQ(fallback.status.job_retries, 0);
+
+  // The pods are recreated with generation 2, their barrier open.
+  sim.FinishDeletions();
+  const Plan recreate = sim.Step();
+  EXPECT_EQ(recreate.create.size(), 2u);
+  EXPECT_EQ(recreate.status.in_place->generation, 2);
+  EXPECT_EQ(sim.created, created + 2);
+  Annotate(sim);
+  sim.AllReady();
+  EXPECT_EQ(sim.Step().status.phase, Phase::kRunning);
+  EXPECT_EQ(RunningGeneration(sim, 0), 2);
+}
+
+TEST(PolicyInPlaceTest, ANodeLostDuringTheBarrierReissuesTheJob) {
+  PodSim sim(InPlaceSpec(2, {{"maxJobRetries", 1}}));
+  RunJob(sim);
+  ProgramExits(sim.Worker(0), 3);
+  const Plan order = sim.Step();
+  Supervise(sim, order, /*stop=*/false);
+  Nodes nodes;
+  nodes.Set("node-1", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  LifecycleInput in = sim.Input();
+  in.node_health = nodes.Fn();
+  const Plan plan = Decide(in);
+  EXPECT_EQ(plan.status.attempt, 2);
+  EXPECT_EQ(plan.status.faults.back().action, "ReissueJob");
+  EXPECT_EQ(plan.status.in_place->generation, 3);
+  EXPECT_FALSE(plan.status.in_place->barrier_since.has_value());
+  EXPECT_EQ(plan.remove.size(), 2u);
+}
+
+TEST(PolicyInPlaceTest, APodDeletedByHandDuringTheBarrierIsRecreatedToWaitThere) {
+  PodSim sim(InPlaceSpec(2));
+  RunJob(sim);
+  ProgramExits(sim.Worker(0), 3);
+  const Plan order = sim.Step();
+  Supervise(sim, order, /*stop=*/false);
+  sim.Worker(1).deletion_timestamp = sim.now();
+  sim.FinishDeletions();
+  const Plan recreate = sim.Step();
+  ASSERT_EQ(recreate.create.size(), 1u);
+  EXPECT_TRUE(recreate.status.in_place->barrier_since.has_value());
+  Annotate(sim);  // generation 2, no barrier: its supervisor waits
+  SetRunning(sim.Worker(1), true);
+  EXPECT_TRUE(ObserveProgram(sim.Worker(1)).at_barrier);
+  const Plan open = sim.Step();
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+}
+
+TEST(PolicyInPlaceTest, ObserveProgramReadsTheSupervisorsReports) {
+  struct Case {
+    const char* name;
+    cache::ContainerState state;
+    int32_t restarts;
+    std::optional<int32_t> code;
+    std::string message;
+    int32_t barrier;
+    ProgramObservation want;
+  };
+  auto obs = [](int32_t last, int32_t running, bool at_barrier, bool succeeded,
+                std::optional<int32_t> failed) {
+    ProgramObservation o;
+    o.last_generation = last;
+    o.running_generation = running;
+    o.at_barrier = at_barrier;
+    o.succeeded = succeeded;
+    o.failed_generation = failed;
+    return o;
+  };
+  using S = cache::ContainerState;
+  const std::vector<Case> cases = {
+      {"first run, barrier open", S::kRunning, 0, {}, "", 1, obs(1, 1, false, false, {})},
+      {"first run, barrier closed", S::kRunning, 0, {}, "", 0, obs(0, 0, true, false, {})},
+      {"stopped, at the barrier", S::kRunning, 1, 143, Report("stopped", 1, 0), 1,
+       obs(1, 0, true, false, {})},
+      {"stopped, barrier opened", S::kRunning, 1, 143, Report("stopped", 1, 0), 2,
+       obs(2, 2, false, false, {})},
+      {"failed, at the barrier", S::kRunning, 1, 3, Report("exited", 1, 3), 1,
+       obs(1, 0, true, false, 1)},
+      {"failed, back-off", S::kWaiting, 1, 3, Report("exited", 1, 3), 1,
+       obs(1, 0, false, false, 1)},
+      {"terminated, failed", S::kTerminated, 0, 3, Report("exited", 2, 3), 2,
+       obs(2, 0, false, false, 2)},
+      {"succeeded", S::kTerminated, 0, 0, Report("exited", 2, 0), 2, obs(2, 0, false, true, {})},
+      {"supervisor killed", S::kRunning, 1, 137, Report("running", 3), 3,
+       obs(3, 0, true, false, 3)},
+      {"died at the barrier", S::kRunning, 1, 137, Report("barrier", 2), 2,
+       obs(2, 0, true, false, {})},
+      {"no report (exec failed)", S::kWaiting, 1, 128, "exec: not found", 4,
+       obs(4, 0, false, false, 4)},
+      {"could not start", S::kTerminated, 0, 1, Report("error", 2), 2, obs(2, 0, false, false, 2)},
+  };
+  for (const Case& c : cases) {
+    cache::PodInfo pod = MakePod(kWorker, 0, 1, "uid");
+    pod.barrier_generation = c.barrier;
+    cache::ContainerInfo& info = pod.containers.front();
+    info.state = c.state;
+    info.restart_count = c.restarts;
+    if (c.state == S::kTerminated) {
+      info.exit_code = *c.code;
+      info.message = cache::InternedString::Intern(c.message);
+    } else if (c.code) {
+      info.last_exit_code = c.code;
+      info.last_message = cache::InternedString::Intern(c.message);
+    }
+    const ProgramObservation o = ObserveProgram(pod);
+    EXPECT_EQ(o.last_generation, c.want.last_generation) << c.name;
+    EXPECT_EQ(o.running_generation, c.want.running_generation) << c.name;
+    EXPECT_EQ(o.at_barrier, c.want.at_barrier) << c.name;
+    EXPECT_EQ(o.succeeded, c.want.succeeded) << c.name;
+    EXPECT_EQ(o.failed_generation, c.want.failed_generation) << c.name;
+  }
+}
+
+TEST(PolicyInPlaceTest, TheSpecNeedsTheProgramsCommand) {
+  Json spec = InPlaceSpec();
+  spec["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].erase("command");
+  const auto parsed = ParseJobSpec(MakeJob(spec));
+  ASSERT_FALSE(parsed.has_value());
+  EXPECT_NE(parsed.error().find("needs the first container's command"), std::string::npos)
+      << parsed.error();
+  spec = InPlaceSpec();
+  spec["faultTolerance"]["restart"] = "Pod";
+  const auto unknown = ParseJobSpec(MakeJob(spec));
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.error(), "spec.faultTolerance.restart: \"Pod\" is not InPlace or Recreate");
+  const auto valid = ParseJobSpec(MakeJob(InPlaceSpec(4, {{"barrierTimeoutSeconds", 90}})));
+  ASSERT_TRUE(valid.has_value()) << valid.error();
+  EXPECT_EQ(valid->fault_tolerance.restart, RestartMode::kInPlace);
+  EXPECT_EQ(valid->fault_tolerance.barrier_timeout_seconds, 90);
+  const auto plain = ParseJobSpec(MakeJob(SpecJson()));
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->fault_tolerance.restart, RestartMode::kRecreate);
+}
+
+}  // namespace
+}  // namespace tpujob::policy
