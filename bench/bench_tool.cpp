@@ -39,6 +39,16 @@
 //     the new pods the scheduler placed; then deletes the job and heals the node. N more faults
 //     with the spare pool held by a 1-slice job of lower priority (hot swap: the replaced slice
 //     preempts it). Prints medians and the ratios Slice/Job.
+//   tpujob-bench in-place --kubeconfig K --namespace NS --workers W --runs R --metrics-url URL
+//     creates W fake TPU nodes, then R times each, restart InPlace and Recreate interleaved:
+//     runs a W-worker TPUJob (grace 0) until Running, then a program exit, and times until every
+//     program of the next generation runs. The kubelet and the supervisors of the pods are played
+//     here (KWOK runs no container): in place, worker 0's program exits, and a pod told a newer
+//     generation (tpujob.dev/generation) has its container restarted to the barrier, its program
+//     running once tpujob.dev/barrier reaches it; recreated, every worker's program exits (worker
+//     0's, then the others' as their collectives break: at once here) and the operator creates
+//     every pod again. Counts the operator's API writes over each restart from its /metrics at
+//     URL. Prints medians and the ratio InPlace/Recreate.
 //   tpujob-bench admission --nodes 5000 --jobs 1000 [--runs 21] [--seed S]
 //     needs no cluster: builds a random cluster in memory (several accelerators and topologies,
 //     node pools of 4-64 nodes with 4 or 8 chips, about 70% of the chips used by pods, a few
@@ -1514,6 +1524,329 @@ double Median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
+// What the pod watch of InPlaceBench saw of one pod.
+struct RestartedPod {
+  std::string job, name;
+  int generation = 0, barrier = 0;  // its annotations
+  int running = 0;                  // the generation its program runs, as played here
+  int restarts = 0;
+  bool pending = false;  // a container restart is being written
+  std::optional<std::chrono::steady_clock::time_point> added, ready, gone, barrier_at;
+};
+
+int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
+                 int workers, int runs, const std::string& metrics_url) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  auto client = Connect(kubeconfig);
+  const std::string accelerator = "tpu-" + prefix;
+  const std::string topology = "2x" + std::to_string(2 * workers);  // 4 chips per worker
+  if (!CreateFaultNodes(*client, prefix, accelerator, topology, workers)) {
+    DeleteFaultNodes(*client, prefix, workers);
+    return 1;
+  }
+  std::mutex mu;
+  std::condition_variable changed;
+  std::map<std::string, RestartedPod> pods;  // by uid
+  const auto annotation = [](const Json& object, const char* key) {
+    const std::string text =
+        object.value(Json::json_pointer("/metadata/annotations/" + std::string(key)), "0");
+    return std::atoi(text.c_str());
+  };
+  Follower pod_watch(
+      *client, Resource::Pods(), ns, "tpujob.dev/job-name",
+      [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
+        const Json& object = event.object;
+        std::lock_guard<std::mutex> lock(mu);
+        RestartedPod& pod = pods[object.value("/metadata/uid"_json_pointer, "")];
+        if (!pod.added) {
+          pod.added = at;
+          pod.job = object.value("/metadata/labels/tpujob.dev~1job-name"_json_pointer, "");
+          pod.name = object.value("/metadata/name"_json_pointer, "");
+        }
+        pod.generation = annotation(object, "tpujob.dev~1generation");
+        const int barrier = annotation(object, "tpujob.dev~1barrier");
+        if (barrier != pod.barrier) pod.barrier_at = at;
+        pod.barrier = barrier;
+        const bool going = event.type == tpujob::kube::WatchEventType::kDeleted ||
+                           object.contains("/metadata/deletionTimestamp"_json_pointer);
+        if (going && !pod.gone) pod.gone = at;
+        if (!going && !pod.ready && object.value("/status/phase"_json_pointer, "") == "Running") {
+          pod.ready = at;
+        }
+        changed.notify_all();
+      });
+  if (!pod_watch.Start()) {
+    DeleteFaultNodes(*client, prefix, workers);
+    return 1;
+  }
+  const auto await = [&](const std::function<bool()>& done, int seconds) {
+    std::unique_lock<std::mutex> lock(mu);
+    return changed.wait_for(lock, std::chrono::seconds(seconds), done);
+  };
+  const auto live = [&](const std::string& job) {
+    std::vector<RestartedPod*> out;
+    for (auto& [uid, pod] : pods) {
+      if (pod.job == job && !pod.gone) out.push_back(&pod);
+    }
+    return out;
+  };
+  // The kubelet's record of a container restart: the run before ended with `code` and the
+  // supervisor's `report`, the new one runs (its supervisor at the barrier).
+  const auto restart_container = [&](const std::string& name, int restarts, int code,
+                                     const Json& report) {
+    const std::string now = tpujob::cache::FormatRfc3339(std::chrono::system_clock::now());
+    const Json patch = {
+        {"status",
+         {{"containerStatuses", Json::array({{{"name", "trainer"},
+                                              {"ready", true},
+                                              {"restartCount", restarts},
+                                              {"image", "trainer:latest"},
+                                              {"imageID", ""},
+                                              {"state", {{"running", {{"startedAt", now}}}}},
+                                              {"lastState",
+                                               {{"terminated",
+                                                 {{"exitCode", code},
+                                                  {"reason", "Error"},
+                                                  {"message", report.dump()},
+                                                  {"startedAt", now},
+                                                  {"finishedAt", now}}}}}}})}}}};
+    tpujob::kube::PatchOptions status;
+    status.subresource = "status";
+    return client
+        ->Patch(Resource::Pods(), ns, name, tpujob::kube::PatchType::kStrategicMerge, patch, status)
+        .has_value();
+  };
+  const auto exit_recreated = [&](const std::string& name) {
+    const std::string now = tpujob::cache::FormatRfc3339(std::chrono::system_clock::now());
+    const Json patch = {{"status",
+                         {{"phase", "Failed"},
+                          {"containerStatuses", Json::array({{{"name", "trainer"},
+                                                              {"ready", false},
+                                                              {"restartCount", 0},
+                                                              {"image", "trainer:latest"},
+                                                              {"imageID", ""},
+                                                              {"state",
+                                                               {{"terminated",
+                                                                 {{"exitCode", 3},
+                                                                  {"reason", "Error"},
+                                                                  {"startedAt", now},
+                                                                  {"finishedAt", now}}}}}}})}}}};
+    tpujob::kube::PatchOptions status;
+    status.subresource = "status";
+    return client
+        ->Patch(Resource::Pods(), ns, name, tpujob::kube::PatchType::kStrategicMerge, patch, status)
+        .has_value();
+  };
+  // The supervisors: every pod told a generation above the one its program runs stops it (its
+  // container restarts), until every program runs `generation`, 16 kubelets at a time.
+  const auto supervise = [&](const std::string& job, int generation, int seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::vector<std::pair<std::string, int>> stop;  // name, restarts
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        const auto ready = [&] {
+          int done = 0;
+          stop.clear();
+          for (RestartedPod* pod : live(job)) {
+            const int running = pod->barrier > pod->running ? pod->barrier : 0;
+            if (running >= generation) ++done;
+            if (running > 0 && pod->generation > running && !pod->pending) {
+              pod->pending = true;
+              stop.emplace_back(pod->name, ++pod->restarts);
+              pod->running = running;
+            }
+          }
+          return done == workers || !stop.empty();
+        };
+        if (!changed.wait_until(lock, deadline, ready)) return false;
+        if (stop.empty()) return true;
+      }
+      Parallel(static_cast<int>(stop.size()), 16, [&](int i) {
+        const bool ok =
+            restart_container(stop[i].first, stop[i].second, 143,
+                              {{"state", "stopped"}, {"generation", generation - 1}, {"exit", 0}});
+        std::lock_guard<std::mutex> lock(mu);
+        for (RestartedPod* pod : live(job)) {
+          if (pod->name == stop[i].first) pod->pending = false;
+        }
+        return ok;
+      });
+    }
+    return false;
+  };
+  const auto make_job = [&](const std::string& name, const std::string& restart) {
+    return Json{
+        {"apiVersion", "tpujob.dev/v1alpha1"},
+        {"kind", "TPUJob"},
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"tpu", {{"accelerator", accelerator}, {"topology", topology}, {"chipsPerWorker", 4}}},
+          {"faultTolerance",
+           {{"restart", restart},
+            {"maxWorkerRestarts", 100},
+            {"maintenanceGracePeriodSeconds", 0}}},
+          {"replicaSpecs",
+           {{"Worker",
+             {{"replicas", workers},
+              {"template",
+               {{"spec",
+                 {{"terminationGracePeriodSeconds", 0},
+                  {"containers", Json::array({{{"name", "trainer"},
+                                               {"image", "trainer:latest"},
+                                               {"command", {"python3", "train.py"}}}})}}}}}}}}}}}};
+  };
+  const auto job_running = [&](const std::string& name, bool barrier_open) {
+    auto job = client->Get(Resource::TPUJobs(), ns, name);
+    return job && job->value("/status/phase"_json_pointer, "") == "Running" &&
+           (!barrier_open || job->value("/status/inPlace/barrier"_json_pointer, "") == "Open");
+  };
+  const auto settled_writes = [&](const std::string& name, bool in_place) {
+    WaitFor([&] { return job_running(name, in_place); }, 60, std::chrono::milliseconds(100));
+    std::optional<std::map<std::string, double>> last = OperatorWrites(metrics_url);
+    for (int i = 0; i < 40; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      auto now = OperatorWrites(metrics_url);
+      if (now == last) break;
+      last = now;
+    }
+    return last;
+  };
+  const auto remove_job = [&](const std::string& name) {
+    tpujob::kube::DeleteOptions foreground;
+    foreground.propagation_policy = "Foreground";
+    client->Delete(Resource::TPUJobs(), ns, name, foreground);
+    return await([&] { return live(name).empty(); }, 300) &&
+           WaitFor([&] { return !client->Get(Resource::TPUJobs(), ns, name); }, 60,
+                   std::chrono::milliseconds(100));
+  };
+  const auto ms_from = [](std::chrono::steady_clock::time_point t0,
+                          std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - t0).count();
+  };
+
+  std::printf("in-place restart beside pod recreation, %d workers (4 chips each), grace 0 s:\n",
+              workers);
+  std::map<std::string, std::vector<RecoveryRun>> results;
+  int failures = 0;
+  for (int run = 0; run < runs && failures == 0; ++run) {
+    for (const std::string restart : {"InPlace", "Recreate"}) {
+      std::string name = prefix + "-" + restart + "-" + std::to_string(run);
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      const bool in_place = restart == "InPlace";
+      if (auto created = client->Create(Resource::TPUJobs(), ns, make_job(name, restart));
+          !created) {
+        std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
+        ++failures;
+        break;
+      }
+      if (!await(
+              [&] {
+                int n = 0;
+                for (RestartedPod* pod : live(name)) n += pod->ready.has_value();
+                return n == workers;
+              },
+              300) ||
+          !WaitFor([&] { return job_running(name, in_place); }, 60,
+                   std::chrono::milliseconds(100))) {
+        std::fprintf(stderr, "error: %s never ran\n", name.c_str());
+        ++failures;
+        remove_job(name);
+        break;
+      }
+      std::vector<std::string> old_pods;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (RestartedPod* pod : live(name)) old_pods.push_back(pod->name);
+      }
+      auto before = OperatorWrites(metrics_url);
+      const auto t0 = std::chrono::steady_clock::now();
+      bool done = false;
+      if (in_place) {
+        int restarts = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          for (RestartedPod* pod : live(name)) {
+            if (pod->name == name + "-worker-0") {
+              pod->running = pod->barrier;
+              restarts = ++pod->restarts;
+            }
+          }
+        }
+        done = restart_container(name + "-worker-0", restarts, 3,
+                                 {{"state", "exited"}, {"generation", 1}, {"exit", 3}}) &&
+               supervise(name, 2, 300);
+      } else {
+        Parallel(static_cast<int>(old_pods.size()), 16,
+                 [&](int i) { return exit_recreated(old_pods[static_cast<size_t>(i)]); });
+        done = await(
+            [&] {
+              int n = 0;
+              for (RestartedPod* pod : live(name)) n += pod->added > t0 && pod->ready.has_value();
+              return n == workers;
+            },
+            300);
+      }
+      if (!done) {
+        std::fprintf(stderr, "error: %s: the next generation never ran in every pod\n",
+                     name.c_str());
+        ++failures;
+        remove_job(name);
+        break;
+      }
+      RecoveryRun measured;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        std::chrono::steady_clock::time_point last = t0;
+        for (RestartedPod* pod : live(name)) {
+          const auto at = in_place ? pod->barrier_at : pod->ready;
+          if (at) last = std::max(last, *at);
+          measured.created += pod->added > t0;
+        }
+        measured.running_ms = ms_from(t0, last);
+      }
+      if (auto after = settled_writes(name, in_place); after && before) {
+        for (const auto& [key, n] : *after) {
+          const double delta = n - (before->contains(key) ? before->at(key) : 0);
+          if (delta > 0) measured.writes[key] = delta;
+        }
+      }
+      std::printf(
+          "  %-8s %d: fault -> every program of the next generation running %6.0f ms; "
+          "pods created %.0f; operator writes %.0f:",
+          restart.c_str(), run + 1, measured.running_ms, measured.created, measured.Writes());
+      for (const auto& [key, n] : measured.writes) std::printf(" %s %.0f,", key.c_str(), n);
+      std::printf("\n");
+      results[restart].push_back(measured);
+      if (!remove_job(name)) {
+        std::fprintf(stderr, "error: %s: not cleaned up\n", name.c_str());
+        ++failures;
+      }
+    }
+  }
+  pod_watch.Stop();
+  DeleteFaultNodes(*client, prefix, workers);
+  const auto median = [&](const std::string& key,
+                          const std::function<double(const RecoveryRun&)>& field) {
+    std::vector<double> values;
+    for (const auto& run : results[key]) values.push_back(field(run));
+    return Median(values);
+  };
+  if (!results["InPlace"].empty() && !results["Recreate"].empty()) {
+    const auto time = [](const RecoveryRun& r) { return r.running_ms; };
+    const auto writes = [](const RecoveryRun& r) { return r.Writes(); };
+    const double in_place_ms = median("InPlace", time), recreate_ms = median("Recreate", time);
+    std::printf(
+        "in-place restart, %d workers, medians of %zu + %zu runs: fault -> every program of the "
+        "next generation running: InPlace %.0f ms, Recreate %.0f ms, ratio in-place/recreate %.2f "
+        "(goal <= 0.25); operator API writes per restart: InPlace %.0f, Recreate %.0f\n",
+        workers, results["InPlace"].size(), results["Recreate"].size(), in_place_ms, recreate_ms,
+        in_place_ms / recreate_ms, median("InPlace", writes), median("Recreate", writes));
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 // Slice recovery beside whole-job re-issue: S + 1 node pools of H hosts (4 chips each), then
 // `runs` times each, interleaved, a TPUJob of S slices x H hosts (grace `grace`, recovery Slice,
 // then recovery Job) runs, TPUUnhealthy=True is written on a node of slice 1, and the time is taken
@@ -1932,6 +2265,21 @@ int main(int argc, char** argv) {
   reissue_cmd->add_option("--runs", reissue_runs, "Faults, one TPUJob each.")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  int in_place_workers = 64, in_place_runs = 3;
+  auto* in_place_cmd = app.add_subcommand(
+      "in-place",
+      "Time fault -> every program of the next generation running and count the operator's API "
+      "writes, restart InPlace beside Recreate, interleaved.");
+  in_place_cmd->add_option("--kubeconfig", kubeconfig)->required();
+  in_place_cmd->add_option("--namespace", ns)->capture_default_str();
+  in_place_cmd->add_option("--prefix", prefix, "Names of the nodes and jobs it creates.")
+      ->capture_default_str();
+  in_place_cmd->add_option("--workers", in_place_workers, "Workers (TPU hosts) of the TPUJob.")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  in_place_cmd->add_option("--runs", in_place_runs, "Restarts of each kind, one TPUJob each.")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   int slice_count = 4, slice_hosts = 16, slice_runs = 3, hot_swap_runs = 0, slice_grace = 0;
   std::string metrics_url;
   auto* slice_cmd = app.add_subcommand(
@@ -1961,6 +2309,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 300))
       ->capture_default_str();
   slice_cmd
+      ->add_option("--metrics-url", metrics_url,
+                   "The operator's plain-HTTP /metrics (--metrics-secure=false).")
+      ->required();
+  in_place_cmd
       ->add_option("--metrics-url", metrics_url,
                    "The operator's plain-HTTP /metrics (--metrics-secure=false).")
       ->required();
@@ -2011,6 +2363,9 @@ int main(int argc, char** argv) {
   if (gang->parsed()) return Gang(kubeconfig, ns, name, workers, topology, chips, slices, finish);
   if (reissue_cmd->parsed()) {
     return Reissue(kubeconfig, ns, prefix, reissue_workers, reissue_runs, condition);
+  }
+  if (in_place_cmd->parsed()) {
+    return InPlaceBench(kubeconfig, ns, prefix, in_place_workers, in_place_runs, metrics_url);
   }
   if (slice_cmd->parsed()) {
     return SliceRecovery(kubeconfig, ns, prefix, slice_count, slice_hosts, slice_runs,

@@ -89,6 +89,25 @@ std::optional<Json> AwaitWorkerEvent(const std::string& dir, const std::string& 
   return found;
 }
 
+// The `n`th event (1, 2, ...) named `name`, waiting up to `timeout`.
+std::optional<Json> AwaitNthWorkerEvent(const std::string& dir, const std::string& name, size_t n,
+                                        seconds timeout = seconds(120)) {
+  std::optional<Json> found;
+  Eventually(
+      [&] {
+        size_t seen = 0;
+        for (const Json& e : WorkerEvents(dir)) {
+          if (e.value("event", "") == name && ++seen == n) {
+            found = e;
+            return true;
+          }
+        }
+        return false;
+      },
+      timeout, std::chrono::milliseconds(50));
+  return found;
+}
+
 std::string DescribeWorkerEvents(const std::string& dir) {
   std::string out;
   for (const Json& e : WorkerEvents(dir)) out += e.dump() + "\n";
@@ -153,6 +172,9 @@ struct WorkerJob {
   std::string fault_tolerance;
   std::vector<std::pair<std::string, std::string>> env;
   bool shm_volume;
+  // Names the program in the container's command (the image's ENTRYPOINT, /bin/tpu-worker),
+  // which in-place restart needs.
+  bool command = false;
   std::string checkpoint_dir;  // made by Yaml(), removed with the object
 
   ~WorkerJob() {
@@ -172,9 +194,9 @@ struct WorkerJob {
                        "\n  replicaSpecs:\n    Worker:\n      replicas: 1\n      template:\n"
                        "        spec:\n          containers:\n          - name: trainer\n"
                        "            image: \"" +
-                       WorkerImage() +
-                       "\"\n            imagePullPolicy: Never\n            env:\n"
-                       "            - {name: WORKER_STEP_MS, value: \"100\"}\n";
+                       WorkerImage() + "\"\n            imagePullPolicy: Never\n" +
+                       (command ? "            command: [/bin/tpu-worker]\n" : "") +
+                       "            env:\n            - {name: WORKER_STEP_MS, value: \"100\"}\n";
     for (const auto& [key, value] : env) {
       yaml += "            - {name: " + key + ", value: \"" + value + "\"}\n";
     }
@@ -521,6 +543,75 @@ TEST_F(RealWorkerE2E, ARetryableExitRestartsTheWorkerWhichResumesFromItsCheckpoi
   EXPECT_EQ(fault.value("action", ""), "RestartWorker") << fault.dump();
   EXPECT_EQ(JobRetries(ns.name(), "retry"), "0");
   EXPECT_EQ(JobField(ns.name(), "retry", "{.status.attempt}"), "1");
+}
+
+// spec.faultTolerance.restart InPlace on a real kubelet: the program runs under tpujob-supervise
+// (installed from the operator's image by an init container), a retryable exit restarts it in the
+// same pod, and the next process resumes from the checkpoint. The same program under Recreate
+// in the same run gives the time pod recreation takes, for comparison.
+TEST_F(RealWorkerE2E, InPlaceRestartsTheProgramInTheSamePodWhereRecreateMakesANewOne) {
+  struct Measured {
+    std::string mode;
+    int64_t exit_to_first_step_ms = -1;
+    bool same_pod = false;
+  };
+  std::vector<Measured> runs;
+  for (const std::string mode : {"InPlace", "Recreate"}) {
+    SCOPED_TRACE(mode);
+    const std::string name = mode == "InPlace" ? "inplace" : "recreate";
+    TestNamespace ns("real-" + name);
+    WorkerJob job{name,
+                  "{maxJobRetries: 0, restart: " + mode +
+                      ", maintenanceGracePeriodSeconds: 10, exitCodes: {retryable: [42]}, "
+                      "preflight: {enabled: false}}",
+                  {{"WORKER_STEPS", "30"}, {"WORKER_EXIT_CODES", "42,0"}}};
+    job.command = true;
+    ASSERT_EQ(ApplyYaml(ns.name(), job.Yaml()).exit_code, 0);
+    const std::string selector = "tpujob.dev/job-name=" + name;
+    const auto first = AwaitNthWorkerEvent(job.checkpoint_dir, "first-step", 1);
+    ASSERT_TRUE(first) << DescribeWorkerEvents(job.checkpoint_dir)
+                       << DescribePods(ns.name(), selector) << OperatorLogs();
+    const std::string pod = name + "-worker-0";
+    const std::string uid = Get(ns.name(), "pod " + pod, "{.metadata.uid}");
+    const auto exited = AwaitNthWorkerEvent(job.checkpoint_dir, "exit", 1);
+    ASSERT_TRUE(exited) << DescribeWorkerEvents(job.checkpoint_dir);
+    EXPECT_EQ((*exited)["code"], 42);
+    const auto again = AwaitNthWorkerEvent(job.checkpoint_dir, "first-step", 2);
+    ASSERT_TRUE(again) << DescribeWorkerEvents(job.checkpoint_dir)
+                       << DescribePods(ns.name(), selector) << OperatorLogs();
+    const std::string uid_then = Get(ns.name(), "pod " + pod, "{.metadata.uid}");
+    const std::string restarts =
+        Get(ns.name(), "pod " + pod, "{.status.containerStatuses[0].restartCount}");
+    const std::string last =
+        Get(ns.name(), "pod " + pod, "{.status.containerStatuses[0].lastState.terminated.message}");
+    runs.push_back({mode, (*again)["time_ms"].get<int64_t>() - (*exited)["time_ms"].get<int64_t>(),
+                    uid_then == uid});
+    EXPECT_EQ((*again).value("resumed_from", -1), 30) << DescribeWorkerEvents(job.checkpoint_dir);
+    if (mode == "InPlace") {
+      // The same pod; the kubelet restarted its container once; the supervisor's report of the
+      // first generation is the container's last termination message.
+      EXPECT_EQ(uid_then, uid);
+      EXPECT_EQ(restarts, "1");
+      const Json report = Json::parse(last, nullptr, false);
+      EXPECT_EQ(report.value("state", ""), "exited") << last;
+      EXPECT_EQ(report.value("generation", 0), 1) << last;
+      EXPECT_EQ(report.value("exit", 0), 42) << last;
+      EXPECT_EQ(JobField(ns.name(), name, "{.status.inPlace.generation}"), "2");
+      const std::string log = Kubectl("logs -n " + ns.name() + " " + pod, false).output;
+      EXPECT_NE(log.find("generation 2"), std::string::npos) << log;
+    } else {
+      EXPECT_NE(uid_then, uid);
+    }
+    ASSERT_TRUE(JobFieldBecomes(ns.name(), name, "{.status.phase}", "Succeeded", seconds(120)))
+        << DescribeWorkerEvents(job.checkpoint_dir) << OperatorLogs();
+    const Json fault = FaultOf(ns.name(), name, "ContainerFailed");
+    EXPECT_EQ(fault.value("action", ""), mode == "InPlace" ? "RestartInPlace" : "RestartWorker")
+        << fault.dump();
+  }
+  ASSERT_EQ(runs.size(), 2u);
+  std::cout << "== exit 42 -> the next process's first step: in place "
+            << runs[0].exit_to_first_step_ms << " ms (same pod), recreated "
+            << runs[1].exit_to_first_step_ms << " ms (new pod)\n";
 }
 
 TEST_F(RealWorkerE2E, AMaintenanceTaintGivesTheProgramSigtermToCheckpointAndReissuesWithoutARetry) {

@@ -3,7 +3,9 @@ The operator's permissions, derived from the requests it makes (src/controller):
   - informers (manager.cpp) list and watch Pods, Nodes and TPUJobs;
   - the TPUJob reconciler creates and deletes the workers' Pods, creates the headless Service,
     patches TPUJob status (tpujobs/status) and deletes finished TPUJobs whose
-    ttlSecondsAfterFinished has passed; the Pods and the Service carry an owner reference
+    ttlSecondsAfterFinished has passed, and for in-place restart patches the workers' Pods'
+    annotations (tpujob.dev/generation, tpujob.dev/barrier); the Pods and the Service carry an
+    owner reference
     with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin
     allows only to those who may update tpujobs/finalizers (a permission check only: a
     CustomResource has no finalizers subresource to call);
@@ -26,7 +28,7 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 {{- define "tpujob-operator.namespacedRules" -}}
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["create"]
