@@ -8,6 +8,7 @@
 #   make fuzz    each libFuzzer target of tests/fuzz for FUZZ_SECONDS (default 30)
 #   make bench   benchmarks that print numbers
 #   make bench-slice  only bench's slice recovery section, on a control plane of its own
+#   make bench-inplace  only bench's in-place restart section, on a control plane of its own
 #   make format  clang-format every C++ file
 #   make crd     regenerate crds/ from scripts/crd/ and the pinned Kubernetes OpenAPI
 #   make image   the Dockerfile's image, built with buildah from a Debian base made from the apt
@@ -21,7 +22,7 @@ CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
 # demo.sh and bench.sh do the same themselves).
 WITH_GO = gobin=$$(bash scripts/install-go.sh) && PATH="$$gobin:$$PATH"
 
-.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench bench-slice format crd image clean notice-demo notice-test
+.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench bench-slice bench-inplace format crd image clean notice-demo notice-test
 
 all: build
 
@@ -66,6 +67,9 @@ bench: build tools
 
 bench-slice: build tools
 	@bash scripts/bench-slice.sh $(BUILD_DIR)
+
+bench-inplace: build tools
+	@bash scripts/bench-inplace.sh $(BUILD_DIR)
 
 format:
 	@TPUJOB_DEPS=format bash scripts/install-deps.sh

@@ -353,5 +353,37 @@ TEST_F(InPlaceE2E, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {
             "2 2");
 }
 
+// The supervisor's init container and the volumes it adds keep a pod that meets Pod Security
+// "restricted" within it: in a namespace that enforces it, the API server admits the pods of an
+// in-place job whose template is restricted itself, and they run.
+TEST_F(InPlaceE2E, ThePodsPassPodSecurityRestrictedWithARestrictedProgram) {
+  CreatePools(1, 2, "2x4");
+  TestNamespace ns("ip-pss");
+  const std::string n = ns.name();
+  const auto labelled = Kubectl("label namespace " + n +
+                                " pod-security.kubernetes.io/enforce=restricted"
+                                " pod-security.kubernetes.io/enforce-version=latest");
+  ASSERT_EQ(labelled.exit_code, 0) << labelled.output;
+  const std::string job =
+      "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: ip\nspec:\n  tpu: "
+      "{accelerator: " +
+      accelerator_ +
+      ", topology: 2x4, chipsPerWorker: 4}\n  faultTolerance: {restart: InPlace}\n"
+      "  replicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+      "          securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: "
+      "RuntimeDefault}}\n          containers:\n"
+      "          - name: trainer\n            image: busybox\n            command: [sh, -c, "
+      "train]\n            securityContext: {allowPrivilegeEscalation: false, capabilities: "
+      "{drop: [ALL]}}\n";
+  ASSERT_EQ(ApplyYaml(n, job).exit_code, 0);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log() << Kubectl("get events -n " + n).output;
+  EXPECT_EQ(JobPods(n, "ip"), (std::vector<std::string>{"ip-worker-0", "ip-worker-1"}));
+  EXPECT_EQ(Get(n, "pod ip-worker-0", "{.spec.initContainers[0].name}"), "tpujob-supervisor");
+  // No "forbidden" refusal in the operator's log either.
+  EXPECT_EQ(op.Log().find("violates PodSecurity"), std::string::npos) << op.Log();
+}
+
 }  // namespace
 }  // namespace tpujob::e2e

@@ -22,6 +22,10 @@
 #     and the operator's API writes, recovery Slice beside recovery Job (SLICE_RUNS, 3, each,
 #     interleaved; medians and ratios); hot swap (HOT_SWAP_RUNS, 3): the replaced slice preempts
 #     a lower-priority job's pool;
+#   - in-place restart (scripts/bench-inplace.sh, alone: `make bench-inplace`): a TPUJob of 64
+#     and of 256 workers, a program exit until every program of the next generation runs, restart
+#     InPlace beside Recreate (INPLACE_RUNS, 3, each, interleaved; medians, the ratio, and the
+#     operator's API writes per restart);
 #   - caches beside client-go, at three sizes (SCALE_SIZES, nodes:pods, default 500:2000
 #     2000:8000 5000:20000): the RSS of `tpujob-operator run` and of a client-go program with
 #     shared informers for the same Pods and Nodes (bench/peers/informer, built from the Go module
@@ -42,7 +46,7 @@
 #     1-worker TPUJobs Running and nothing happening, everything above still cached.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
 # cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
-# slice-recovery, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
+# slice-recovery, in-place, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
 # scale-faults or idle runs, since the last two are measured with them cached; e.g.
 #   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
@@ -349,6 +353,13 @@ fi
 if section slice-recovery; then
 echo "== slice recovery beside whole-job re-issue, and hot swap"
 TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-slice.sh" "$build" "$kubeconfig" ||
+  echo "  (failed: see the error above)"
+echo
+fi
+
+if section in-place; then
+echo "== in-place restart beside recreating every pod"
+TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-inplace.sh" "$build" "$kubeconfig" ||
   echo "  (failed: see the error above)"
 echo
 fi

@@ -309,6 +309,25 @@ TEST(PolicyInPlaceTest, APodDeletedByHandDuringTheBarrierIsRecreatedToWaitThere)
   EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
 }
 
+TEST(PolicyInPlaceTest, ASupervisorKilledWithItsProgramCountsAsThatWorkersExit) {
+  PodSim sim(InPlaceSpec(2, {{"exitCodes", {{"retryable", {137}}}}}));
+  RunJob(sim);
+  // Killed while the program ran: the report it last wrote says "running", the container 137.
+  Restarted(sim.Worker(1), 137, Report("running", 1));
+  sim.Worker(1).containers.front().last_reason = cache::InternedString::Intern("Error");
+  const Plan order = sim.Step();
+  EXPECT_EQ(order.status.in_place->generation, 2);
+  EXPECT_EQ(order.status.worker_restarts.at("Worker-1").count, 1);
+  EXPECT_EQ(order.status.faults.back().exit_code, 137);
+  EXPECT_EQ(order.status.faults.back().action, "RestartInPlace");
+  // Killed again while it waits at the barrier: nothing more is counted, the barrier opens.
+  Supervise(sim, order);
+  Restarted(sim.Worker(1), 137, Report("barrier", 1));
+  const Plan open = sim.Step();
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+  EXPECT_EQ(open.status.worker_restarts.at("Worker-1").count, 1);
+}
+
 TEST(PolicyInPlaceTest, ObserveProgramReadsTheSupervisorsReports) {
   struct Case {
     const char* name;
