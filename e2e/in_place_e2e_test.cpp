@@ -306,14 +306,79 @@ TEST_F(InPlaceE2E, ANodeLostDuringTheBarrierReplacesItsSliceInstead) {
   ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.attempt}", "2", std::chrono::seconds(60)))
       << op.Log();
   EXPECT_EQ(JobField(n, "ip", "{.status.faults[*].action}"), "RestartInPlace ReplaceSlice");
+  // The restart under way gives way to slice 1's replacement: the other slices' supervisors
+  // stop at generation 3's order, slice 1's new pods join them, and generation 3 starts.
+  ASSERT_TRUE(BarrierOpens(sim, n, "ip", 3)) << op.Log();
   ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(90)))
       << op.Log();
-  // The new attempt's pods start at the next generation, their barrier open.
-  EXPECT_EQ(JobField(n, "ip", "{.status.inPlace.generation} {.status.inPlace.barrier}"), "3 Open");
   EXPECT_EQ(Get(n, "pod " + Worker("ip", 1, 2), "{.metadata.annotations.tpujob\\.dev/barrier}"),
             "3");
   EXPECT_NE(NodeOf(n, Worker("ip", 1, 2)), node);
-  const auto report = watch.CheckAfterCreations(32);
+  for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 3) << pod;
+  const auto report = watch.CheckAfterCreations(20);
+  EXPECT_EQ(report.creations, 20);  // 16, then slice 1's 4 again
+  EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+}
+
+// Slice recovery of an in-place job: a hardware fault on slice 2 replaces that slice's pods on the
+// spare pool, while the 12 pods of slices 0, 1 and 3 stay (same uid, node and name), move to the
+// new attempt and restart their program in place once slice 2's new pods wait at the barrier.
+TEST_F(InPlaceE2E, AHardwareFaultOnSliceTwoReplacesItsPodsAndRestartsTheOthersInPlace) {
+  CreatePools(5, 4, "2x8");
+  TestNamespace ns("ip-slice");
+  const std::string n = ns.name();
+  PodWatch watch(n);
+  ASSERT_EQ(ApplyYaml(n, Job("ip", 4, 4, "2x8", "restart: InPlace, maxJobRetries: 2")).exit_code,
+            0);
+  SupervisorSim sim(n, "ip");
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const auto before = Uids(n, "ip");
+  std::set<std::string> spare;
+  for (char p = 'a'; p <= 'e'; ++p) spare.insert("pool-" + prefix_ + "-" + std::string(1, p));
+  for (int slice = 0; slice < 4; ++slice) {
+    spare.erase(NodeField(NodeOf(n, Worker("ip", slice, 0)),
+                          "{.metadata.labels.cloud\\.google\\.com/gke-nodepool}"));
+  }
+  ASSERT_EQ(spare.size(), 1u);
+  const std::string coordinator =
+      Get(n, "pod " + Worker("ip", 3, 0),
+          "{.spec.containers[0].env[?(@.name==\"MEGASCALE_COORDINATOR_ADDRESS\")].value}");
+  const std::string node = NodeOf(n, Worker("ip", 2, 1));
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 1").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.attempt}", "2", std::chrono::seconds(60)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "ip", "{.status.sliceRecovery.inPlace}"), "true");
+  ASSERT_TRUE(BarrierOpens(sim, n, "ip", 2)) << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+
+  const auto after = Uids(n, "ip");
+  ASSERT_EQ(after.size(), 16u);
+  for (int slice = 0; slice < 4; ++slice) {
+    for (int host = 0; host < 4; ++host) {
+      const std::string pod = Worker("ip", slice, host);
+      SCOPED_TRACE(pod);
+      if (slice == 2) {
+        EXPECT_NE(after.at(pod), before.at(pod));  // replaced, on the spare pool
+        EXPECT_EQ(NodeField(NodeOf(n, pod), "{.metadata.labels.cloud\\.google\\.com/gke-nodepool}"),
+                  *spare.begin());
+      } else {
+        EXPECT_EQ(after.at(pod), before.at(pod));  // the same pod, restarted in place
+      }
+      EXPECT_EQ(Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/attempt}"), "2");
+    }
+  }
+  for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 2) << pod;
+  EXPECT_EQ(Get(n, "pod " + Worker("ip", 2, 0),
+                "{.spec.containers[0].env[?(@.name==\"MEGASCALE_COORDINATOR_ADDRESS\")].value}"),
+            coordinator);
+  EXPECT_EQ(JobField(n, "ip", "{.status.faults[*].action}"), "ReplaceSlice");
+  EXPECT_EQ(JobField(n, "ip", "{.status.jobRetries}"), "1");
+  EXPECT_EQ(EventsWith(JobEvents(n, "ip"), "BarrierOpened").size(), 1u);
+  const auto report = watch.CheckAfterCreations(20);
+  EXPECT_EQ(report.creations, 20);  // 16, then slice 2's 4 again
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
 }
 

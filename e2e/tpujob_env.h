@@ -516,7 +516,12 @@ class PodWatch {
         live.erase(uid);
         continue;
       }
-      if (live.contains(uid)) continue;  // MODIFIED, or the initial list
+      if (auto it = live.find(uid); it != live.end()) {
+        // MODIFIED, or the initial list. A pod the operator moved to the next attempt (slice
+        // recovery in place relabels the kept slices' pods) is of that attempt from now on.
+        it->second.attempt = att;
+        continue;
+      }
       if (type == "ADDED") ++report.creations;
       for (const auto& [other_uid, other] : live) {
         if (other.replica == replica) {

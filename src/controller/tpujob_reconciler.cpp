@@ -481,8 +481,11 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const 
       annotations[std::string(cache::kBarrierAnnotation)] = std::to_string(*a.barrier);
     }
     // The uid is a precondition: a pod of the same name created since is not this one.
-    const nlohmann::json patch = {
+    nlohmann::json patch = {
         {"metadata", {{"uid", a.uid}, {"annotations", std::move(annotations)}}}};
+    if (a.attempt) {
+      patch["metadata"]["labels"] = {{std::string(kAttemptLabel), std::to_string(*a.attempt)}};
+    }
     auto answer = client_.Patch(kube::Resource::Pods(), ns, a.name, kube::PatchType::kMerge, patch);
     if (answer) {
       versions[i] = answer->value("/metadata/resourceVersion"_json_pointer, std::string());
@@ -502,7 +505,8 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const 
   log::Info("annotated pods", {{"tpujob", key},
                                {"pods", plan.annotate.size()},
                                {"generation", first.generation},
-                               {"barrier", first.barrier ? "open" : "closed"}});
+                               {"barrier", first.barrier ? "open" : "closed"},
+                               {"moved_to_attempt", first.attempt ? *first.attempt : 0}});
   if (first_error) {
     log::Warn("cannot annotate pods", {{"tpujob", key}, {"error", first_error->ToString()}});
     return std::unexpected(*first_error);

@@ -230,6 +230,8 @@ JobStatus JobStatus::FromJson(const Json& j) {
     if (auto list = it->find("nodes"); list != it->end() && list->is_array()) {
       for (const Json& v : *list) r.nodes.push_back(v.is_string() ? v.get<std::string>() : "");
     }
+    if (auto b = it->find("inPlace"); b != it->end() && b->is_boolean())
+      r.in_place = b->get<bool>();
     if (!r.slices.empty()) s.slice_recovery = std::move(r);
   }
   if (auto it = j.find("inPlace"); it != j.end() && it->is_object()) {
@@ -341,6 +343,7 @@ Json JobStatus::ToJson() const {
   if (slice_recovery) {
     Json r = {{"slices", slice_recovery->slices}};
     if (!slice_recovery->nodes.empty()) r["nodes"] = slice_recovery->nodes;
+    if (slice_recovery->in_place) r["inPlace"] = true;
     out["sliceRecovery"] = std::move(r);
   }
   if (in_place) {

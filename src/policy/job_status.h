@@ -144,6 +144,9 @@ struct SliceRecovery {
   // then (placed by the scheduler in its slice's pool). Empty for a job of more than
   // kMaxRecoveryNodes workers: the kept slices are then pinned to their pools only.
   std::vector<std::string> nodes;
+  // In-place restart: the kept slices' pods stay (moved to the new attempt once the replaced
+  // slice's old pods are gone) and their program waits at the barrier; `nodes` is then empty.
+  bool in_place = false;
   friend bool operator==(const SliceRecovery&, const SliceRecovery&) = default;
 };
 inline constexpr size_t kMaxRecoveryNodes = 4096;

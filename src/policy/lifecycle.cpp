@@ -130,26 +130,44 @@ class Decider {
     // Pods of an earlier attempt are removed whatever the phase; nothing of the current attempt
     // is created while one is left.
     bool old_left = false;
+    std::vector<const ObservedPod*> moving;  // slice recovery in place: kept, to relabel
     for (const ObservedPod& p : in_.pods) {
       if (p.attempt == s.attempt) continue;
       old_left = true;
+      if (KeptInPlace(p)) {
+        moving.push_back(&p);
+        continue;
+      }
       if (!p.pod->deleting()) {
         Delete(*p.pod, OnLostNode(*p.pod, GraceEnding(p.attempt)),
                "it belongs to attempt " + std::to_string(p.attempt));
       }
     }
 
+    const bool others_left =
+        moving.size() != static_cast<size_t>(std::count_if(
+                             in_.pods.begin(), in_.pods.end(),
+                             [&](const ObservedPod& p) { return p.attempt != s.attempt; }));
+    if (!moving.empty() && !others_left) {
+      // The replaced slice's old pods are gone: the kept ones join the new attempt.
+      for (const ObservedPod* p : moving) {
+        plan_.annotate.push_back(
+            {p->pod->name, p->pod->uid, s.in_place->generation, std::nullopt, s.attempt});
+      }
+    }
+
     const bool admitted = s.ConditionTrue(condition::kAdmitted);
     if (s.phase == Phase::kQueued || !admitted) {
       // Pods of the current attempt exist while it is not admitted only when the admission was
-      // released (capacity raced away): they go before the attempt queues again.
+      // released (capacity raced away): they go before the attempt queues again. Except, for a
+      // slice recovered in place, the kept slices' pods: they wait at the barrier.
       bool current_left = false;
       for (const ObservedPod& p : in_.pods) {
-        if (p.attempt != s.attempt) continue;
+        if (p.attempt != s.attempt || KeptInPlace(p)) continue;
         current_left = true;
         if (!p.pod->deleting()) Delete(*p.pod, kBriefGraceSeconds, "the admission was released");
       }
-      if (old_left || current_left) {
+      if (others_left || current_left) {
         UpdateCounts();
         return std::move(plan_);
       }
@@ -217,6 +235,11 @@ class Decider {
       if (std::all_of(s.node_pools.begin(), s.node_pools.end(),
                       [](const std::string& pool) { return pool.empty(); })) {
         s.node_pools.clear();
+      }
+      // The kept slices wait at the barrier from now on: its timeout counts from here.
+      if (s.slice_recovery && s.slice_recovery->in_place && s.in_place &&
+          s.in_place->barrier_since) {
+        s.in_place->barrier_since = now_;
       }
       // A place won by preemption names its victims.
       const std::string after = in_.admitted_message.empty() ? "" : " " + in_.admitted_message;
@@ -425,8 +448,8 @@ class Decider {
       const cache::PodInfo& info = *pod->pod;
       if (info.deleting()) continue;
       if (info.ordered_generation < g || (open && info.barrier_generation < g)) {
-        plan_.annotate.push_back(
-            {info.name, info.uid, g, open ? std::optional<int32_t>(g) : std::nullopt});
+        plan_.annotate.push_back({info.name, info.uid, g,
+                                  open ? std::optional<int32_t>(g) : std::nullopt, std::nullopt});
       }
     }
     return false;
@@ -1322,7 +1345,14 @@ class Decider {
         if (!any) recovery->nodes.clear();
       }
     }
+    const bool kept_in_place =
+        slice && s.in_place && spec_->fault_tolerance.restart == RestartMode::kInPlace;
     NextAttempt(/*reissued=*/true, "Reissued", why);
+    if (kept_in_place) {
+      recovery->nodes.clear();
+      recovery->in_place = true;
+      s.in_place->barrier_since = now_;  // the kept slices stop and wait for the replaced one
+    }
     const std::string retry = counts ? " (retry " + std::to_string(s.job_retries) + " of " +
                                            std::to_string(max_retries) + ")"
                                      : " (a disruption: no retry used)";
@@ -1332,16 +1362,36 @@ class Decider {
       Event(true, "Reissued",
             why + "; replacing slice " + std::to_string(*slice) + " alone as attempt " +
                 std::to_string(s.attempt) + retry + ": it gets a new node pool, " + KeptSlices() +
-                " keep theirs and restart on the nodes they hold");
+                (kept_in_place ? " keep theirs and their pods, whose program restarts in place"
+                               : " keep theirs and restart on the nodes they hold"));
     } else {
       Event(true, "Reissued",
             why + "; re-issuing the job as attempt " + std::to_string(s.attempt) + retry);
     }
     for (const ObservedPod& p : in_.pods) {
       if (p.pod->deleting()) continue;
+      if (kept_in_place && KeptInPlace(p)) {
+        // Its program stops (the stop order of the next generation); the pod stays.
+        plan_.annotate.push_back(
+            {p.pod->name, p.pod->uid, s.in_place->generation, std::nullopt, std::nullopt});
+        continue;
+      }
       // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).
       Delete(*p.pod, OnLostNode(*p.pod, grace), "the job is re-issued");
     }
+  }
+
+  // Slice recovery in place: a pod of the previous attempt (or, moved already, of this one) in a
+  // slice the attempt keeps, not being deleted: it stays, and its program restarts in place.
+  bool KeptInPlace(const ObservedPod& p) const {
+    const JobStatus& s = plan_.status;
+    if (!s.slice_recovery || !s.slice_recovery->in_place || !s.in_place || p.pod->deleting() ||
+        (p.attempt != s.attempt && p.attempt != s.attempt - 1)) {
+      return false;
+    }
+    if (p.type != ReplicaType::kWorker) return true;
+    const std::vector<int32_t>& replaced = s.slice_recovery->slices;
+    return std::find(replaced.begin(), replaced.end(), spec_->SliceOf(p.index)) == replaced.end();
   }
 
   // replicaStatuses and readyWorkers from the pods of the current attempt.

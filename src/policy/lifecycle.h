@@ -183,6 +183,8 @@ struct PodToAnnotate {
   std::string uid;
   int32_t generation = 0;
   std::optional<int32_t> barrier;  // unset: left as it is
+  // Slice recovery in place: the pod of a kept slice moves to this attempt (its label).
+  std::optional<int32_t> attempt;
 };
 
 struct Plan {

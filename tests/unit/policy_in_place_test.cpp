@@ -3,6 +3,8 @@
 // kubelet and the supervisors are simulated here by what they write into the pods' status.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,12 @@ void Supervise(PodSim& sim, const Plan& plan, bool stop = true) {
       if (p.pod.uid != a.uid) continue;
       p.pod.ordered_generation = a.generation;
       if (a.barrier) p.pod.barrier_generation = *a.barrier;
+    }
+  }
+  for (const PodToAnnotate& a : plan.annotate) {
+    if (!a.attempt) continue;
+    for (auto& p : sim.pods()) {
+      if (p.pod.uid == a.uid) p.attempt = *a.attempt;
     }
   }
   if (!stop) return;
@@ -326,6 +334,88 @@ TEST(PolicyInPlaceTest, ASupervisorKilledWithItsProgramCountsAsThatWorkersExit) 
   const Plan open = sim.Step();
   EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
   EXPECT_EQ(open.status.worker_restarts.at("Worker-1").count, 1);
+}
+
+// Slice recovery of an in-place job: the replaced slice's pods go, the kept slices' pods stay,
+// move to the new attempt once the old ones are gone, and wait at the barrier for the new slice.
+TEST(PolicyInPlaceTest, SliceRecoveryKeepsTheOtherSlicesPodsAndRestartsThemInPlace) {
+  Json spec = InPlaceSpec(2, {{"maxJobRetries", 2}});
+  spec["tpu"]["slices"] = 3;
+  PodSim sim(spec);
+  const auto step = [&](bool admit, const std::vector<std::string>& pools, const Nodes& nodes) {
+    LifecycleInput in = sim.Input(admit);
+    in.admit_pools = pools;
+    in.node_health = nodes.Fn();
+    Plan plan = Decide(in);
+    sim.Apply(plan);
+    return plan;
+  };
+  Nodes healthy;
+  ASSERT_EQ(step(false, {}, healthy).status.phase, Phase::kQueued);
+  ASSERT_EQ(step(true, {"pool-a", "pool-b", "pool-c"}, healthy).create.size(), 6u);
+  Annotate(sim);
+  sim.AllReady();
+  ASSERT_EQ(step(true, {}, healthy).status.phase, Phase::kRunning);
+  std::map<int, std::string> uids;
+  for (int i = 0; i < 6; ++i) uids[i] = sim.Worker(i).uid;
+
+  Nodes faulty;
+  faulty.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");  // slice 1
+  const Plan reissue = step(true, {}, faulty);
+  EXPECT_EQ(reissue.status.attempt, 2);
+  EXPECT_EQ(reissue.status.job_retries, 1);
+  EXPECT_EQ(reissue.status.faults.back().action, "ReplaceSlice");
+  ASSERT_TRUE(reissue.status.slice_recovery.has_value());
+  EXPECT_TRUE(reissue.status.slice_recovery->in_place);
+  EXPECT_TRUE(reissue.status.slice_recovery->nodes.empty());
+  EXPECT_EQ(reissue.status.in_place->generation, 2);
+  EXPECT_TRUE(reissue.status.in_place->barrier_since.has_value());
+  EXPECT_EQ(RemovedNames(reissue),
+            (std::vector<std::string>{PodName(kWorker, 2), PodName(kWorker, 3)}));
+  ASSERT_EQ(reissue.annotate.size(), 4u);  // the kept slices' stop orders
+  for (const PodToAnnotate& a : reissue.annotate) {
+    EXPECT_EQ(a.generation, 2);
+    EXPECT_FALSE(a.attempt.has_value());
+  }
+  Supervise(sim, reissue);  // the kept programs stop and wait
+
+  // Until slice 1's old pods are gone, the kept ones stay in attempt 1.
+  const Plan waiting = step(false, {}, faulty);
+  EXPECT_TRUE(waiting.remove.empty());
+  EXPECT_TRUE(std::none_of(waiting.annotate.begin(), waiting.annotate.end(),
+                           [](const PodToAnnotate& a) { return a.attempt.has_value(); }));
+  sim.FinishDeletions();
+  const Plan moved = step(false, {}, faulty);
+  EXPECT_EQ(moved.status.phase, Phase::kQueued);
+  EXPECT_TRUE(moved.remove.empty());
+  ASSERT_EQ(moved.annotate.size(), 4u);
+  for (const PodToAnnotate& a : moved.annotate) EXPECT_EQ(a.attempt, std::optional<int32_t>(2));
+  Supervise(sim, moved);
+  // Queued, the kept pods stay; the queue's answer for slice 1 creates its pods alone.
+  const Plan queued = step(false, {}, faulty);
+  EXPECT_TRUE(queued.remove.empty());
+  // (The sim puts worker i on node-i: slice 1's new pods in pool-d are on healthy nodes.)
+  const Plan admitted = step(true, {"pool-d"}, healthy);
+  EXPECT_EQ(admitted.status.node_pools, (std::vector<std::string>{"pool-a", "pool-d", "pool-c"}));
+  ASSERT_EQ(admitted.create.size(), 2u);
+  EXPECT_EQ(admitted.create[0].index, 2);
+  EXPECT_EQ(admitted.create[1].index, 3);
+  Annotate(sim);  // generation 2, barrier closed: they wait
+  SetRunning(sim.Worker(2), true);
+  SetRunning(sim.Worker(3), true);
+  const Plan open = step(true, {}, healthy);
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+  Supervise(sim, open);
+  const Plan running = step(true, {}, healthy);
+  EXPECT_EQ(running.status.phase, Phase::kRunning);
+  EXPECT_FALSE(running.status.slice_recovery.has_value());
+  for (int i : {0, 1, 4, 5}) {
+    EXPECT_EQ(sim.Worker(i).uid, uids[i]) << i;  // the same pods
+    EXPECT_EQ(RunningGeneration(sim, i), 2) << i;
+  }
+  EXPECT_NE(sim.Worker(2).uid, uids[2]);
+  EXPECT_EQ(RunningGeneration(sim, 2), 2);
+  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
 }
 
 TEST(PolicyInPlaceTest, ObserveProgramReadsTheSupervisorsReports) {
