@@ -584,6 +584,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"watch", "pods", "*"},
         {"create", "pods", o},
         {"delete", "pods", o},
+        {"patch", "pods", o},  // in-place restart: the generation and barrier annotations
         {"create", "services", o},
         {"create", "events", o},
         {"patch", "events", o},
@@ -611,7 +612,6 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"create", "configmaps", o},
         {"get", "pods", o},  // reads come from the watch caches
         {"update", "pods", o},
-        {"patch", "pods", o},
         {"create", "pods", o, "exec"},
         {"get", "pods", o, "log"},
         {"create", "pods", o, "eviction"},
