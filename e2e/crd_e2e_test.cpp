@@ -658,11 +658,27 @@ TEST_F(CrdE2E, LayoutIsImmutableWhileStartingRunningOrRestarting) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(Trim(Kubectl("get " + target + "-o jsonpath={.spec.priority}").output), "7");
 
+  // spec.faultTolerance.restart: the pods are built for one way of restarting (the supervisor,
+  // restartPolicy OnFailure), so it cannot change while they exist; absent reads as Recreate.
+  auto set_restart = [&](const std::string& mode) {
+    return Kubectl("patch " + target + "--type=merge -p '{\"spec\":{\"faultTolerance\":" +
+                   "{\"restart\":\"" + mode + "\"}}}'");
+  };
+  const std::string restart_message =
+      "spec.faultTolerance.restart cannot change while the job's pods exist";
+  r = set_restart("InPlace");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, restart_message)) << r.output;
+  r = set_restart("Recreate");  // the same as absent
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
   // Once finished, it may change again.
   set_phase("Failed");
   r = resize("4x4", 4);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(layout(), "4x4/4");
+  r = set_restart("InPlace");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // ---------------------------------------------------------------------------------------------

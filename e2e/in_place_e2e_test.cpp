@@ -387,7 +387,10 @@ TEST_F(InPlaceE2E, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {
   TestNamespace ns("ip-timeout");
   const std::string n = ns.name();
   ASSERT_EQ(
-      ApplyYaml(n, Job("ip", 1, 2, "2x4", "restart: InPlace, barrierTimeoutSeconds: 3")).exit_code,
+      ApplyYaml(n,
+                Job("ip", 1, 2, "2x4",
+                    "restart: InPlace, barrierTimeoutSeconds: 3, maintenanceGracePeriodSeconds: 0"))
+          .exit_code,
       0);
   SupervisorSim sim(n, "ip");
   OperatorProcess op({"--namespace", n});

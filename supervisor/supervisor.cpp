@@ -161,8 +161,16 @@ pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation) {
   cargv.push_back(nullptr);
   const std::string exec_failed = "tpujob-supervise: cannot execute " + argv[0] + ": ";
 
+  // Signals stay blocked from before the fork until the child has reset their handlers: one
+  // arriving in between would run the supervisor's handler in the child and be lost.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &previous);
   const pid_t pid = ::fork();
-  if (pid < 0) return -1;
+  if (pid < 0) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    return -1;
+  }
   if (pid == 0) {
     ::setpgid(0, 0);
     struct sigaction action {};
@@ -184,6 +192,7 @@ pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation) {
   // Also from the parent, so that the group exists before any kill(-pid) (EACCES once the child
   // has exec'd: then it already did it itself).
   ::setpgid(pid, pid);
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   return pid;
 }
 
@@ -482,7 +491,8 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
     if (!WriteStateGeneration(options.state_dir, generation, &error)) {
       // Without the record a restarted container would run this generation again.
       Log("not starting generation " + std::to_string(generation) + ": " + error);
-      Report(options, {.state = "error", .generation = last, .error = error});
+      // The generation it was to run failed: the operator counts it as that generation's.
+      Report(options, {.state = "error", .generation = generation, .error = error});
       return 1;
     }
     last = generation;
@@ -513,7 +523,9 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
         Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code) +
             " after SIGTERM");
         Report(options, {.state = "terminated", .generation = generation, .exit_code = *code});
-        return *code;
+        // Not 0 even when the program exited 0: under restartPolicy OnFailure a container that
+        // the kubelet stopped without deleting the pod (a liveness probe) must run again.
+        return *code != 0 ? *code : kStoppedExitCode;
       }
       const int64_t ordered =
           AnnotationGeneration(ReadAnnotations(options.podinfo_path), kGenerationAnnotation);

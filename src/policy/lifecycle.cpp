@@ -380,12 +380,36 @@ class Decider {
 
   // Whether the failure this pod shows was counted already: the same failed pod (the cache lags
   // its deletion), or in place, the same pod in a generation already restarted.
-  bool Counted(const ObservedPod& p) const {
+  // Only a program's failure is told apart by generation: a failed pod (evicted) or init container
+  // is replaced, so its uid identifies it.
+  bool Counted(const ObservedPod& p, const Termination& t) const {
     const JobStatus& s = plan_.status;
     auto it = s.worker_restarts.find(ReplicaKey(p.type, p.index));
     if (it == s.worker_restarts.end() || it->second.pod_uid != p.pod->uid) return false;
-    if (spec_->fault_tolerance.restart != RestartMode::kInPlace || !s.in_place) return true;
+    if (spec_->fault_tolerance.restart != RestartMode::kInPlace || !s.in_place ||
+        !ProgramFailure(t)) {
+      return true;
+    }
     return it->second.generation >= s.in_place->generation;
+  }
+
+  // The program's own container failed (not the pod, not an init container).
+  static bool ProgramFailure(const Termination& t) {
+    return !t.init_container && !t.container.empty();
+  }
+
+  // The grace period a stop order gives a program: the workers' terminationGracePeriodSeconds,
+  // which the template may set, else faultTolerance.maintenanceGracePeriodSeconds (BuildPod).
+  int64_t ProgramGraceSeconds() const {
+    const ReplicaSpec* worker = spec_->Replica(ReplicaType::kWorker);
+    if (worker != nullptr && worker->template_.is_object()) {
+      const Json pod = worker->template_.value("spec", Json::object());
+      if (auto it = pod.find("terminationGracePeriodSeconds");
+          it != pod.end() && it->is_number_integer()) {
+        return it->get<int64_t>();
+      }
+    }
+    return spec_->fault_tolerance.maintenance_grace_period_seconds;
   }
 
   // In-place restart: tells every pod the generation to run (a pod running an older one stops
@@ -412,7 +436,10 @@ class Decider {
     }
     if (p.barrier_since) {
       const auto waited = now_ - *p.barrier_since;
-      const auto timeout = std::chrono::seconds(spec_->fault_tolerance.barrier_timeout_seconds);
+      // Counted once the programs had their grace period to stop.
+      const int64_t grace = ProgramGraceSeconds();
+      const auto timeout =
+          std::chrono::seconds(spec_->fault_tolerance.barrier_timeout_seconds + grace);
       if (all_there && waiting == total) {
         p.barrier_since.reset();
         Event(false, "BarrierOpened",
@@ -424,7 +451,8 @@ class Decider {
                                 " pods reached the barrier of generation " + std::to_string(g) +
                                 " within " +
                                 std::to_string(spec_->fault_tolerance.barrier_timeout_seconds) +
-                                "s (spec.faultTolerance.barrierTimeoutSeconds)";
+                                "s (spec.faultTolerance.barrierTimeoutSeconds) after the " +
+                                std::to_string(grace) + "s grace period of their programs";
         Event(true, "BarrierTimeout", why + "; falling back to recreating the pods");
         for (const auto& [id, pod] : current) {
           if (!pod->pod->deleting()) {
@@ -770,7 +798,7 @@ class Decider {
       if (!f.termination.init_container || f.termination.container != kPreflightContainer) {
         continue;
       }
-      if (Counted(*f.pod)) continue;
+      if (Counted(*f.pod, f.termination)) continue;
       preflight.emplace_back(f.pod, &f.termination);
     }
     if (!preflight.empty()) {
@@ -789,7 +817,7 @@ class Decider {
     std::vector<const Failure*> held;
     for (const Failure& f : failures) {
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
-      if (Counted(*f.pod)) continue;  // already counted
+      if (Counted(*f.pod, f.termination)) continue;  // already counted
       if (!f.termination.exit_code ||
           ClassifyExit(spec.fault_tolerance.exit_codes, *f.termination.exit_code,
                        f.termination.reason) != ExitClass::kPermanent) {
@@ -853,7 +881,12 @@ class Decider {
       if (is_held(f)) continue;
       const std::string key = ReplicaKey(f.pod->type, f.pod->index);
       RestartRecord& record = s.worker_restarts[key];
-      if (in_place && Counted(*f.pod)) continue;
+      if (in_place && Counted(*f.pod, f.termination)) {
+        // A failed pod (not its program) counted already: it goes, and its replacement waits at
+        // the barrier.
+        if (!ProgramFailure(f.termination)) Delete(*f.pod->pod, std::nullopt, "it failed");
+        continue;
+      }
       if (in_place && record.count < spec.fault_tolerance.max_worker_restarts) {
         const int32_t max_restarts = spec.fault_tolerance.max_worker_restarts;
         record.count++;
@@ -861,6 +894,11 @@ class Decider {
         record.node = std::string(f.pod->pod->node_name.view());
         record.generation = s.in_place->generation;
         Fault(*f.pod, f.termination, "RestartInPlace");
+        // A pod that failed as a whole (evicted) or in an init container cannot restart in place:
+        // it is created again, and waits at the barrier with the others.
+        if (!ProgramFailure(f.termination)) {
+          Delete(*f.pod->pod, std::nullopt, "it failed and is created again to join the restart");
+        }
         Event(true, "WorkerRestarted",
               Describe(*f.pod, spec_) + ": " + DescribeExit(f.termination) +
                   "; restarting the program in place in every pod, generation " +
@@ -986,7 +1024,7 @@ class Decider {
     Termination t;
     t.reason = health.reason;
     t.message = health.message;
-    if (ObservePod(*p.pod, &exit) == PodState::kFailed && !exit.container.empty()) {
+    if (Observe(*p.pod, &exit) == PodState::kFailed && !exit.container.empty()) {
       t.container = exit.container;
       t.init_container = exit.init_container;
       t.exit_code = exit.exit_code;
@@ -1047,7 +1085,7 @@ class Decider {
       NodeHealth h = in_.node_health(p->pod->node_name.view());
       if (h.changes_in && !p->pod->terminated()) Requeue(*h.changes_in);  // maintenance ahead
       // A failed pod counts too: its exit awaits the node's verdict (fault attribution).
-      const bool failed = p->pod->terminated() && ObservePod(*p->pod, nullptr) == PodState::kFailed;
+      const bool failed = p->pod->terminated() && Observe(*p->pod, nullptr) == PodState::kFailed;
       if (h.verdict == NodeVerdict::kMaintenance && (!p->pod->terminated() || failed)) {
         maintained.push_back(p);
         if (maintenance == nullptr) {
@@ -1062,7 +1100,7 @@ class Decider {
       // The culprit: a pod whose program exited on the faulty node, else the first one.
       auto named = unhealthy.begin();
       for (auto it = unhealthy.begin(); it != unhealthy.end(); ++it) {
-        if (ObservePod(*it->first->pod, nullptr) == PodState::kFailed) {
+        if (Observe(*it->first->pod, nullptr) == PodState::kFailed) {
           named = it;
           break;
         }
@@ -1129,6 +1167,7 @@ class Decider {
     s.running_at.reset();
     s.node_pools.clear();
     s.slice_recovery.reset();  // the attempt queues again as a whole
+    NewGeneration();           // its pods are all created again
     s.SetCondition(condition::kAdmitted, false, "AdmissionReleased",
                    why + "; attempt " + std::to_string(s.attempt) + " queues again first", now_,
                    gen_);
@@ -1459,8 +1498,10 @@ bool FailedInitContainer(const cache::PodInfo& pod, Termination& t) {
            std::string(c.message.view()), c.finished_at};
       return true;
     }
-    if (c.state != cache::ContainerState::kTerminated && c.last_exit_code &&
-        *c.last_exit_code != 0) {
+    // Only pre-flight's last run: a native sidecar (restartPolicy Always) that crashed once and
+    // runs again is the template's business, as it is under restartPolicy Never.
+    if (c.name.view() == kPreflightContainer && c.state != cache::ContainerState::kTerminated &&
+        c.last_exit_code && *c.last_exit_code != 0) {
       t = {std::string(c.name.view()),
            true,
            c.last_exit_code,
@@ -1510,10 +1551,14 @@ ProgramObservation ObserveProgram(const cache::PodInfo& pod) {
     // generation it was to run failed.
     o.last_generation = report ? report->generation : pod.barrier_generation;
     const std::string_view state = report ? std::string_view(report->state) : "running";
-    const int32_t exit = report && report->exit ? *report->exit : *code;
+    int32_t exit = report && report->exit ? *report->exit : *code;
+    if (state == "terminated" && exit == 0) exit = *code;  // killed: the container's code
     // "running": the supervisor died with its program (killed, out of memory); "error": it could
     // not start it.
-    const bool program_ended = state == "exited" || state == "running" || state == "error";
+    // "terminated": the kubelet sent SIGTERM. While the pod is being deleted that is no
+    // failure; otherwise it killed the container (a liveness probe) and the program ended.
+    const bool program_ended = state == "exited" || state == "running" || state == "error" ||
+                               (state == "terminated" && !pod.deleting());
     if (program_ended && exit == 0 && *code == 0) {
       o.succeeded = terminated;
     } else if (program_ended) {
@@ -1525,8 +1570,8 @@ ProgramObservation ObserveProgram(const cache::PodInfo& pod) {
                    std::string(message),
                    terminated ? c.finished_at : c.last_finished_at};
     }
-    // "stopped" (for a new generation), "barrier" (it died waiting there), "terminated" (the pod
-    // is being deleted): no failure of the program.
+    // "stopped" (for a new generation), "barrier" (it died waiting there), "terminated" while the
+    // pod is being deleted: no failure of the program.
   }
   if (c.state == cache::ContainerState::kRunning) {
     if (pod.barrier_generation > o.last_generation) {

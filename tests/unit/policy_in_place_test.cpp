@@ -248,7 +248,8 @@ TEST(PolicyInPlaceTest, APermanentExitFailsTheJobAsWithRecreate) {
 }
 
 TEST(PolicyInPlaceTest, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {
-  PodSim sim(InPlaceSpec(2, {{"barrierTimeoutSeconds", 60}}));
+  PodSim sim(
+      InPlaceSpec(2, {{"barrierTimeoutSeconds", 60}, {"maintenanceGracePeriodSeconds", 30}}));
   RunJob(sim);
   const int created = sim.created;
   ProgramExits(sim.Worker(0), 3);
@@ -256,12 +257,17 @@ TEST(PolicyInPlaceTest, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {
   Supervise(sim, order, /*stop=*/false);  // worker 1's supervisor never stops its program
   const Plan waiting = sim.Step();
   EXPECT_TRUE(waiting.remove.empty());
+  // The timeout counts after the programs' grace period: 30 + 60 s.
   sim.Advance(std::chrono::seconds(60));
+  EXPECT_TRUE(sim.Step().remove.empty());
+  sim.Advance(std::chrono::seconds(30));
   const Plan fallback = sim.Step();
   EXPECT_EQ(fallback.remove.size(), 2u);
   const EventToRecord* timeout = FindEvent(fallback, "BarrierTimeout");
   ASSERT_NE(timeout, nullptr);
-  EXPECT_NE(timeout->message.find("1 of 2 pods reached the barrier of generation 2 within 60s"),
+  EXPECT_NE(timeout->message.find("1 of 2 pods reached the barrier of generation 2 within 60s "
+                                  "(spec.faultTolerance.barrierTimeoutSeconds) after the 30s grace "
+                                  "period of their programs"),
             std::string::npos)
       << timeout->message;
   EXPECT_EQ(fallback.status.FindCondition(condition::kReady)->reason, "BarrierTimeout");
@@ -418,6 +424,41 @@ TEST(PolicyInPlaceTest, SliceRecoveryKeepsTheOtherSlicesPodsAndRestartsThemInPla
   EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
 }
 
+TEST(PolicyInPlaceTest, AnEvictedPodIsCountedOnceAndReplacedToJoinTheRestart) {
+  PodSim sim(InPlaceSpec(2));
+  RunJob(sim);
+  SetEvicted(sim.Worker(1));
+  const Plan order = sim.Step();
+  EXPECT_EQ(order.status.in_place->generation, 2);
+  EXPECT_EQ(order.status.worker_restarts.at("Worker-1").count, 1);
+  EXPECT_EQ(RemovedNames(order), std::vector<std::string>{PodName(kWorker, 1)});
+  Supervise(sim, order);
+  // Seen again while it goes: not counted again, the barrier not reset.
+  const Plan again = sim.Step();
+  EXPECT_EQ(again.status.worker_restarts.at("Worker-1").count, 1);
+  EXPECT_EQ(again.status.in_place->barrier_since, order.status.in_place->barrier_since);
+  sim.FinishDeletions();
+  ASSERT_EQ(sim.Step().create.size(), 1u);
+  Annotate(sim);
+  SetRunning(sim.Worker(1), true);
+  const Plan open = sim.Step();
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+}
+
+TEST(PolicyInPlaceTest, ANativeSidecarThatRestartedIsNotAFailure) {
+  PodSim sim(InPlaceSpec(2));
+  RunJob(sim);
+  cache::ContainerInfo sidecar;
+  sidecar.name = cache::InternedString::Intern("log-shipper");
+  sidecar.state = cache::ContainerState::kRunning;
+  sidecar.restart_count = 1;
+  sidecar.last_exit_code = 1;
+  sim.Worker(0).init_containers.push_back(sidecar);
+  const Plan plan = sim.Step();
+  EXPECT_EQ(plan.status.phase, Phase::kRunning);
+  EXPECT_TRUE(plan.status.faults.empty());
+}
+
 TEST(PolicyInPlaceTest, ObserveProgramReadsTheSupervisorsReports) {
   struct Case {
     const char* name;
@@ -460,6 +501,8 @@ TEST(PolicyInPlaceTest, ObserveProgramReadsTheSupervisorsReports) {
       {"no report (exec failed)", S::kWaiting, 1, 128, "exec: not found", 4,
        obs(4, 0, false, false, 4)},
       {"could not start", S::kTerminated, 0, 1, Report("error", 2), 2, obs(2, 0, false, false, 2)},
+      {"killed by the kubelet (liveness)", S::kRunning, 1, 143, Report("terminated", 2, 0), 2,
+       obs(2, 0, true, false, 2)},
   };
   for (const Case& c : cases) {
     cache::PodInfo pod = MakePod(kWorker, 0, 1, "uid");
