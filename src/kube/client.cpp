@@ -658,7 +658,13 @@ Result<ListAllResult> ListAll(Client& client, const Resource& r, const std::stri
   }
 }
 
+void KeepOpenSslUntilExit() {
+  static std::once_flag once;
+  std::call_once(once, [] { OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, nullptr); });
+}
+
 std::unique_ptr<Client> NewClient(Config config, RequestObserver observer) {
+  KeepOpenSslUntilExit();
   return std::make_unique<CppRestClient>(std::move(config), std::move(observer));
 }
 

@@ -146,4 +146,12 @@ Result<ListAllResult> ListAll(Client& client, const Resource& r, const std::stri
 // The real client.
 std::unique_ptr<Client> NewClient(Config config, RequestObserver observer = {});
 
+// OpenSSL cleans itself up from an atexit handler, registered when it is first initialised. If
+// that comes after cpprestsdk's static thread pool exists, the clean-up runs before the pool is
+// joined at exit, and a pool thread still closing a TLS connection (a failed handshake is closed
+// after its request has returned) uses OpenSSL's destroyed locks: the process hangs or crashes
+// on its way out. Called before the first TLS use (NewClient and the HTTPS server do), this
+// initialises OpenSSL without that handler, so it stays usable until the process is gone.
+void KeepOpenSslUntilExit();
+
 }  // namespace tpujob::kube

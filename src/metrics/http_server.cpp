@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "kube/client.h"
 
 // cpprestsdk's `U` macro breaks fmt when it comes first: keep it last.
 // clang-format off
@@ -186,6 +187,7 @@ kube::Status HttpServer::Start() {
   std::shared_ptr<CertificateReloader> certificates;
   web::http::experimental::listener::http_listener_config config;
   if (tls_) {
+    kube::KeepOpenSslUntilExit();
     certificates = std::make_shared<CertificateReloader>(*tls_);
     if (auto loaded = certificates->Load(); !loaded) return loaded;
     config.set_ssl_context_callback([certificates](boost::asio::ssl::context& context) {
