@@ -43,7 +43,8 @@
 #   - fault-to-action at scale: the operator cluster-wide with everything above cached,
 #     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once;
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
-#     1-worker TPUJobs Running and nothing happening, everything above still cached.
+#     1-worker TPUJobs Running and nothing happening, everything above still cached; and the
+#     node status updates the operator received meanwhile (KWOK's heartbeats: BENCH_NODE_STATUS).
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
 # cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
 # slice-recovery, in-place, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
@@ -98,6 +99,7 @@ cleanup() {
   [[ -n ${peer_pid:-} ]] && kill -9 "$peer_pid" 2>/dev/null || true
   [[ -n ${jobset_pid:-} ]] && kill -9 "$jobset_pid" 2>/dev/null || true
   "$root/e2e/cluster" down --dir "$dir" >/dev/null 2>&1 || true
+  rm -f "$dir.kwok-node-stages.yaml"
 }
 trap cleanup EXIT
 
@@ -107,6 +109,38 @@ trap cleanup EXIT
 # and KWOK may take minutes to report a new node at that scale, which the node controller would
 # otherwise mark Unknown after 60 s.
 export TPUJOB_E2E_KWOK_ARGS="--node-lease-duration-seconds=600 ${TPUJOB_E2E_KWOK_ARGS:-}"
+# How often each node's status is rewritten when nothing changed (BENCH_NODE_STATUS):
+#   kwok     KWOK v0.7.0's own stages: every 20-45 s per node, ~160 writes/s at 5,250 nodes. KWOK
+#            means to use its lease-aware heartbeat (every 10 minutes) when leases are on, but
+#            passes "lease duration == 0" where it means "!= 0" (pkg/kwok/cmd/root.go), so every
+#            node reports as a kubelet without leases did before Kubernetes 1.17.
+#   kubelet  what kubelets with node leases do: an unchanged status every 5 minutes
+#            (nodeStatusReportFrequency), 17 writes/s at 5,250 nodes. KWOK's own node stages,
+#            taken from its module, with the heartbeat's delay drawn from 1 s to 10 minutes:
+#            5 minutes on average, and spread from the start, as a cluster's kubelets are,
+#            instead of every node of a batch created together reporting in the same minute.
+node_status=${BENCH_NODE_STATUS:-kwok}
+case $node_status in
+  kwok) ;;
+  kubelet)
+    kwok_src=$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$(
+      sed -n 's/^KWOK_VERSION=//p' "$root/e2e/tools/build.sh")" |
+      sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    stages=$kwok_src/kustomize/stage/node
+    {
+      cat "$stages/fast/node-initialize.yaml"
+      echo "---"
+      sed -e 's/durationMilliseconds: 600000/durationMilliseconds: 1000/' \
+        -e 's/jitterDurationMilliseconds: 610000/jitterDurationMilliseconds: 600000/' \
+        "$stages/heartbeat-with-lease/node-heartbeat-with-lease.yaml"
+    } >"$dir.kwok-node-stages.yaml"  # beside the cluster's directory, which `up` starts afresh
+    grep -q 'jitterDurationMilliseconds: 600000' "$dir.kwok-node-stages.yaml" ||
+      { echo "KWOK's node stages not found in $stages" >&2; exit 1; }
+    TPUJOB_E2E_KWOK_ARGS+=" --config=$dir.kwok-node-stages.yaml"
+    ;;
+  *) echo "BENCH_NODE_STATUS is kwok or kubelet, not '$node_status'" >&2; exit 2 ;;
+esac
+echo "node status reports: $node_status (BENCH_NODE_STATUS)"
 # The JobSet peer's pods are created by kube-controller-manager's Job controller, which its
 # default client limit (20 requests/s, burst 30) would hold to ~20 pods/s: lifted, so that JobSet
 # is measured at its best.
@@ -512,13 +546,19 @@ requests() {  # requests: the operator's API requests so far, "VERB_resource_cod
     if (match($0, /code="[^"]*"/)) code = substr($0, RSTART + 6, RLENGTH - 7)
     print verb "_" resource "_" code, $NF }'
 }
-before=$(requests) cpu_before=$(cpu_seconds "$op_pid")
+node_status_writes() {  # node status writes the API server has served (KWOK's heartbeats)
+  kubectl get --raw /metrics | awk '/^apiserver_request_total\{/ && /resource="nodes"/ &&
+    /subresource="status"/ && (/verb="PATCH"/ || /verb="PUT"/ || /verb="APPLY"/) { n += $NF }
+    END { printf "%d", n }'
+}
+before=$(requests) cpu_before=$(cpu_seconds "$op_pid") status_before=$(node_status_writes)
 sleep 60
-after=$(requests) cpu_after=$(cpu_seconds "$op_pid")
+after=$(requests) cpu_after=$(cpu_seconds "$op_pid") status_after=$(node_status_writes)
 rss_idle=$(rss_kib "$op_pid")
 stop_operator
 delta=$(join -a 2 -e 0 -o 0,1.2,2.2 <(sort <<<"$before") <(sort <<<"$after") | awk '$3 - $2 > 0 { printf "%s %d; ", $1, $3 - $2; n += $3 - $2 } END { printf "| total %d", n }')
 echo "API requests in 60 s: ${delta#| }"
 awk -v a="$cpu_after" -v b="$cpu_before" 'BEGIN { printf "CPU: %.2f s in 60 s (%.1f%% of one core)\n", a - b, (a - b) / 60 * 100 }'
 echo "RSS with $idle_jobs jobs and the objects above cached: $rss_idle KiB"
+echo "node status writes in those 60 s (each one a node update the operator received): $((status_after - status_before)) (BENCH_NODE_STATUS=$node_status)"
 fi
