@@ -549,7 +549,15 @@ TEST_F(ChartE2E, InstallIntoRestrictedNamespaceAdmitsTheOperatorPods) {
       std::chrono::seconds(60), std::chrono::milliseconds(200)))
       << pods << "\n"
       << Kubectl("get rs,pods,events -n " + ns.name()).output;
-  EXPECT_EQ(Get(ns.name(), "replicaset " + selector, "{.items[0].status.replicas}"), "2");
+  // The ReplicaSet controller writes its status after the pods it created: awaited, not read once.
+  std::string replicas;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        replicas = Get(ns.name(), "replicaset " + selector, "{.items[0].status.replicas}");
+        return replicas == "2";
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)))
+      << "status.replicas " << replicas;
   EXPECT_EQ(Get(ns.name(), "events --field-selector reason=FailedCreate", "{.items[*].message}"),
             "");
 
