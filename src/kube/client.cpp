@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -390,7 +391,7 @@ class CppRestWatchStream final : public WatchStream {
     while (true) {
       if (!ready_.empty()) {
         Result<WatchEvent> event = std::move(ready_.front());
-        ready_.erase(ready_.begin());
+        ready_.pop_front();
         if (!event) return std::unexpected(event.error());
         return std::optional<WatchEvent>(std::move(*event));
       }
@@ -404,15 +405,19 @@ class CppRestWatchStream final : public WatchStream {
       try {
         // A read of N bytes from cpprest's producer/consumer buffer completes only once N bytes
         // are there, so ask for what is already buffered, or for one byte to wait for more.
-        const size_t available = body_.streambuf().in_avail();
+        // The buffer's own getn completes inline when the bytes are there, with no hop through
+        // the thread pool (an istream read always takes one): on a busy watch that is most reads.
+        concurrency::streams::streambuf<char> source = body_.streambuf();
+        const size_t available = source.in_avail();
         const size_t want = available > 0 ? std::min<size_t>(available, 1 << 20) : 1;
-        concurrency::streams::container_buffer<std::string> chunk;
+        std::string chunk(want, '\0');
         const auto started = std::chrono::steady_clock::now();
-        pplx::task<size_t> read = body_.read(chunk, want);
+        pplx::task<size_t> read = source.getn(chunk.data(), want);
         // The watch client's request timeout is the idle timeout, and cpprest applies it to
         // each read of the body: a read that waits that long fails. This wait, a little longer,
         // is the backstop should the library not fire.
-        if (idle_timeout_.count() > 0 && !WaitFor(read, idle_timeout_ + std::chrono::seconds(2))) {
+        if (idle_timeout_.count() > 0 && !read.is_done() &&
+            !WaitFor(read, idle_timeout_ + std::chrono::seconds(2))) {
           Cancel();
           try {
             read.wait();
@@ -429,7 +434,8 @@ class CppRestWatchStream final : public WatchStream {
             }
             continue;
           }
-          ready_ = decoder_.Feed(chunk.collection());
+          chunk.resize(n);
+          for (Result<WatchEvent>& event : decoder_.Feed(chunk)) ready_.push_back(std::move(event));
         } catch (const std::exception&) {
           // Nothing arrived, not even the bookmark or the end the server owes us, for the idle
           // timeout: the connection is dead without having said so.
@@ -483,7 +489,7 @@ class CppRestWatchStream final : public WatchStream {
   const std::chrono::seconds idle_timeout_;
   std::function<void()> on_silent_;
   WatchDecoder decoder_;
-  std::vector<Result<WatchEvent>> ready_;
+  std::deque<Result<WatchEvent>> ready_;
   std::atomic<bool> cancelled_{false};
   bool ended_ = false;
 };
