@@ -44,7 +44,9 @@
 #     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once;
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
 #     1-worker TPUJobs Running and nothing happening, everything above still cached; and the
-#     node status updates the operator received meanwhile (KWOK's heartbeats: BENCH_NODE_STATUS).
+#     node status updates the operator received meanwhile (KWOK's heartbeats: BENCH_NODE_STATUS),
+#     beside the CPU seconds of the client-go informer peer caching the same nodes and pods over
+#     the same minute: the ratio is the operator's cost per event against client-go's.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
 # cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
 # slice-recovery, in-place, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
@@ -91,7 +93,7 @@ fi
 # (scripts/install-go.sh).
 PATH="$(bash "$root/scripts/install-go.sh"):$PATH"
 bin=$("$root/e2e/tools/build.sh")
-if section caches || section ceiling; then peers=$("$root/bench/peers/build.sh"); fi
+if section caches || section ceiling || section idle; then peers=$("$root/bench/peers/build.sh"); fi
 
 cleanup() {
   [[ -n ${op_pid:-} ]] && kill -9 "$op_pid" 2>/dev/null || true
@@ -551,14 +553,25 @@ node_status_writes() {  # node status writes the API server has served (KWOK's h
     /subresource="status"/ && (/verb="PATCH"/ || /verb="PUT"/ || /verb="APPLY"/) { n += $NF }
     END { printf "%d", n }'
 }
+# The client-go informer peer receives the same node and pod events over the same minute.
+start_peer "$dir/peer-idle.log"
 before=$(requests) cpu_before=$(cpu_seconds "$op_pid") status_before=$(node_status_writes)
+peer_before=$(cpu_seconds "$peer_pid")
 sleep 60
 after=$(requests) cpu_after=$(cpu_seconds "$op_pid") status_after=$(node_status_writes)
+peer_after=$(cpu_seconds "$peer_pid")
 rss_idle=$(rss_kib "$op_pid")
+stop_peer
 stop_operator
 delta=$(join -a 2 -e 0 -o 0,1.2,2.2 <(sort <<<"$before") <(sort <<<"$after") | awk '$3 - $2 > 0 { printf "%s %d; ", $1, $3 - $2; n += $3 - $2 } END { printf "| total %d", n }')
 echo "API requests in 60 s: ${delta#| }"
 awk -v a="$cpu_after" -v b="$cpu_before" 'BEGIN { printf "CPU: %.2f s in 60 s (%.1f%% of one core)\n", a - b, (a - b) / 60 * 100 }'
 echo "RSS with $idle_jobs jobs and the objects above cached: $rss_idle KiB"
-echo "node status writes in those 60 s (each one a node update the operator received): $((status_after - status_before)) (BENCH_NODE_STATUS=$node_status)"
+status_writes=$((status_after - status_before))
+echo "node status writes in those 60 s (each one a node update the operator received): $status_writes (BENCH_NODE_STATUS=$node_status)"
+awk -v a="$cpu_after" -v b="$cpu_before" -v pa="$peer_after" -v pb="$peer_before" -v n="$status_writes" 'BEGIN {
+  op = a - b; go = pa - pb
+  printf "CPU per node update: operator %.0f us, client-go informer %.0f us (same 60 s, same events)", op / (n > 0 ? n : 1) * 1e6, go / (n > 0 ? n : 1) * 1e6
+  if (go > 0) printf "; ratio operator/client-go %.2f", op / go
+  printf "\n" }'
 fi
