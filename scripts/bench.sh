@@ -571,7 +571,8 @@ status_writes=$((status_after - status_before))
 echo "node status writes in those 60 s (each one a node update the operator received): $status_writes (BENCH_NODE_STATUS=$node_status)"
 awk -v a="$cpu_after" -v b="$cpu_before" -v pa="$peer_after" -v pb="$peer_before" -v n="$status_writes" 'BEGIN {
   op = a - b; go = pa - pb
-  printf "CPU per node update: operator %.0f us, client-go informer %.0f us (same 60 s, same events)", op / (n > 0 ? n : 1) * 1e6, go / (n > 0 ? n : 1) * 1e6
+  printf "CPU in the same 60 s: operator %.2f s, client-go informer %.2f s", op, go
+  if (n > 0) printf "; per node update: operator %.0f us, client-go %.0f us", op / n * 1e6, go / n * 1e6
   if (go > 0) printf "; ratio operator/client-go %.2f", op / go
   printf "\n" }'
 fi
