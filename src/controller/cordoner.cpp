@@ -52,7 +52,13 @@ Cordoner::Cordoner(kube::Client& client, const cache::Store<cache::NodeInfo>& no
       safety_(std::move(policy)) {}
 
 bool Cordoner::Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now) {
-  if (node == nullptr || now - entry.at >= kUnconfirmedCordonTtl) return true;
+  if (node == nullptr) return true;
+  // Being written: counted until the cache shows it, however long the API server takes.
+  if (entry.writing) {
+    return policy::IsCordonedByUs(*node) ||
+           node->annotations.Value(policy::kCordonEvidenceAnnotation) == entry.evidence;
+  }
+  if (now - entry.at >= kUnconfirmedCordonTtl) return true;
   // The patch was conditioned on `based_on`: the node's next version is the cordon, so a cache
   // that has moved on has seen it, even when a later change (an uncordon that drops our
   // annotations) hides it again.
@@ -82,38 +88,64 @@ Cordoner::Outcome Cordoner::Cordon(const policy::CordonRequest& request) {
 
 std::vector<Cordoner::Outcome> Cordoner::CordonAll(
     const std::vector<policy::CordonRequest>& requests) {
-  std::vector<Outcome> outcomes;
   std::vector<std::string> failed;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const TimePoint now = clock_.Now();
-    for (const auto& request : requests) safety_.RecordFailure(request, now);
-    for (const auto& request : requests) {
-      outcomes.push_back(CordonLocked(request, now));
-      if (outcomes.back().error) {
-        retry_.insert_or_assign(request.node, request);
-        failed.push_back(request.node);
-      } else {
-        retry_.erase(request.node);
-      }
-    }
-  }
+  std::vector<Outcome> outcomes = Run(requests, /*record_failures=*/true, failed);
   NotifyRetry(failed);
   return outcomes;
 }
 
 std::optional<Cordoner::Outcome> Cordoner::Retry(const std::string& node) {
-  std::optional<Outcome> outcome;
+  policy::CordonRequest request;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = retry_.find(node);
     if (it == retry_.end()) return std::nullopt;
-    const policy::CordonRequest request = it->second;
-    log::Info("retrying a failed cordon", {{"node", node}, {"job", request.job}});
-    outcome = CordonLocked(request, clock_.Now());
-    if (!outcome->error) retry_.erase(node);
+    request = it->second;
   }
-  return outcome;
+  log::Info("retrying a failed cordon", {{"node", node}, {"job", request.job}});
+  std::vector<std::string> failed;  // kept for the caller's next Retry, not notified again
+  return std::move(Run({request}, /*record_failures=*/false, failed).front());
+}
+
+std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonRequest>& requests,
+                                             bool record_failures,
+                                             std::vector<std::string>& failed) {
+  std::vector<Decision> decisions;
+  decisions.reserve(requests.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const TimePoint now = clock_.Now();
+    if (record_failures) {
+      for (const auto& request : requests) safety_.RecordFailure(request, now);
+    }
+    for (const auto& request : requests) decisions.push_back(DecideLocked(request, now));
+  }
+  // The writes, outside the lock: each node is reserved, so the cap holds meanwhile.
+  std::vector<std::optional<kube::Result<kube::Json>>> written(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!decisions[i].patch) continue;
+    written[i] = client_.Patch(kube::Resource::Nodes(), "", requests[i].node,
+                               kube::PatchType::kMerge, *decisions[i].patch);
+  }
+  std::vector<Outcome> outcomes;
+  outcomes.reserve(requests.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (written[i]) FinishLocked(requests[i], decisions[i], std::move(*written[i]));
+      if (decisions[i].outcome.error) {
+        retry_.insert_or_assign(requests[i].node, requests[i]);
+        failed.push_back(requests[i].node);
+      } else {
+        retry_.erase(requests[i].node);
+      }
+    }
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Report(requests[i], decisions[i]);
+    outcomes.push_back(std::move(decisions[i].outcome));
+  }
+  return outcomes;
 }
 
 size_t Cordoner::PendingRetries() const {
@@ -126,16 +158,17 @@ void Cordoner::NotifyRetry(const std::vector<std::string>& nodes) const {
   for (const std::string& node : nodes) retry_hook_(node);
 }
 
-Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, TimePoint now) {
+Cordoner::Decision Cordoner::DecideLocked(const policy::CordonRequest& request, TimePoint now) {
   std::erase_if(unconfirmed_, [&](const auto& entry) {
     return Settled(entry.second, nodes_.Get(entry.first).get(), now);
   });
   const cache::Store<cache::NodeInfo>::Ptr node = nodes_.Get(request.node);
-  const int cordoned = CordonedByUsLocked(now);
-  const int total_nodes = static_cast<int>(nodes_.Size());
+  Decision decision;
+  decision.cordoned = CordonedByUsLocked(now);
+  decision.total_nodes = static_cast<int>(nodes_.Size());
 
-  // A node cordoned here moments ago looks schedulable in a lagging cache; decide on what it
-  // is by now, so that it is not cordoned (and counted) twice.
+  // A node cordoned here moments ago (or being cordoned now) looks schedulable in a lagging
+  // cache; decide on what it is by now, so that it is not cordoned (and counted) twice.
   std::optional<cache::NodeInfo> written;
   const cache::NodeInfo* seen = node.get();
   if (node != nullptr && unconfirmed_.contains(request.node)) {
@@ -152,32 +185,45 @@ Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, T
     seen = &*written;
   }
 
-  Outcome outcome;
-  outcome.verdict = safety_.Decide(request, seen, cordoned, total_nodes, now);
-  outcome.message = Describe(outcome.verdict, request, cordoned, total_nodes, now);
-
+  Outcome& outcome = decision.outcome;
+  outcome.verdict = safety_.Decide(request, seen, decision.cordoned, decision.total_nodes, now);
+  outcome.message =
+      Describe(outcome.verdict, request, decision.cordoned, decision.total_nodes, now);
   if (outcome.verdict == CordonVerdict::kCordon) {
-    const kube::Json patch = policy::CordonPatch(request, *node, clock_.WallNow());
-    kube::Result<kube::Json> result =
-        client_.Patch(kube::Resource::Nodes(), "", request.node, kube::PatchType::kMerge, patch);
-    if (result) {
-      unconfirmed_.insert_or_assign(
-          request.node,
-          Unconfirmed{patch["metadata"]["annotations"][policy::kCordonEvidenceAnnotation]
-                          .get<std::string>(),
-                      now, node->resource_version});
-      recorder_.Record(ObjectRef{"v1", "Node", "", request.node, node->uid}, EventType::kWarning,
-                       std::string(kNodeCordonedReason),
-                       fmt::format("cordoned by tpujob-operator for job {}: {}: {}", request.job,
-                                   request.reason, request.message));
-    } else {
-      safety_.ReturnToken();
-      outcome.error = std::move(result.error());
-      outcome.message =
-          fmt::format("cordoning node {} failed: {}", request.node, outcome.error->ToString());
-    }
+    decision.patch = policy::CordonPatch(request, *node, clock_.WallNow());
+    decision.node_uid = node->uid;
+    unconfirmed_.insert_or_assign(
+        request.node,
+        Unconfirmed{(*decision.patch)["metadata"]["annotations"][policy::kCordonEvidenceAnnotation]
+                        .get<std::string>(),
+                    now, node->resource_version, /*writing=*/true});
   }
+  return decision;
+}
 
+void Cordoner::FinishLocked(const policy::CordonRequest& request, Decision& decision,
+                            kube::Result<kube::Json> written) {
+  Outcome& outcome = decision.outcome;
+  if (written) {
+    if (auto it = unconfirmed_.find(request.node); it != unconfirmed_.end()) {
+      it->second.writing = false;
+      it->second.at = clock_.Now();  // the wait for the cache counts from the answer
+    }
+    recorder_.Record(ObjectRef{"v1", "Node", "", request.node, decision.node_uid},
+                     EventType::kWarning, std::string(kNodeCordonedReason),
+                     fmt::format("cordoned by tpujob-operator for job {}: {}: {}", request.job,
+                                 request.reason, request.message));
+    return;
+  }
+  unconfirmed_.erase(request.node);
+  safety_.ReturnToken();
+  outcome.error = std::move(written.error());
+  outcome.message =
+      fmt::format("cordoning node {} failed: {}", request.node, outcome.error->ToString());
+}
+
+void Cordoner::Report(const policy::CordonRequest& request, const Decision& decision) const {
+  const Outcome& outcome = decision.outcome;
   switch (outcome.verdict) {
     case CordonVerdict::kCordon:
       if (!outcome.error) Metrics().node_cordons.With({request.reason}).Inc();
@@ -203,10 +249,9 @@ Cordoner::Outcome Cordoner::CordonLocked(const policy::CordonRequest& request, T
             {"dry_run", safety_.policy().dry_run},
             {"item", request.item},
             {"evidence", request.evidence},
-            {"cordoned", cordoned},
-            {"nodes", total_nodes},
+            {"cordoned", decision.cordoned},
+            {"nodes", decision.total_nodes},
             {"detail", outcome.message}});
-  return outcome;
 }
 
 std::string Cordoner::Describe(CordonVerdict verdict, const policy::CordonRequest& request,

@@ -28,9 +28,12 @@
 // Every decision logs one line:
 //   msg="cordon" node=n1 job=team/llm reason=PreflightFailed verdict=Cordon dry_run=false ...
 //
-// Thread-safety: Cordon() and CordonedByUs() may be called concurrently from any thread. The
-// decision and the write are serialised by one mutex, so concurrent requests never exceed the
-// cap; a cordon therefore waits for the API call of the one before it (cordons are rare).
+// Thread-safety: Cordon() and CordonedByUs() may be called concurrently from any thread.
+// Decisions are serialised by one mutex, the writes are not: a cordon decided kCordon is
+// reserved (counted against the cap, answered kAlreadyCordoned to a second request for the same
+// node) before the lock is released for its patch, and the reservation is dropped again, with
+// the rate token, when the write fails. So concurrent requests never exceed the cap, and a
+// burst of faults on many nodes is not held to one API round trip at a time.
 #pragma once
 
 #include <chrono>
@@ -117,13 +120,35 @@ class Cordoner {
     std::string evidence;
     TimePoint at;
     std::string based_on;  // the node's resourceVersion the patch was conditioned on, if any
+    bool writing = false;  // the patch is not answered yet: counted whatever the cache shows
+  };
+
+  // A decision taken under the lock; `patch` is set when it is kCordon and the write is due.
+  struct Decision {
+    Outcome outcome;
+    std::optional<kube::Json> patch;
+    std::string node_uid;
+    int cordoned = 0;     // nodes counted against the cap when it was decided
+    int total_nodes = 0;  // nodes in the cache then
   };
 
   // Whether `entry` no longer needs counting on its own: the cache shows it (or the node is
   // gone), or it is too old to wait for.
   static bool Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now);
   int CordonedByUsLocked(TimePoint now) const;
-  Outcome CordonLocked(const policy::CordonRequest& request, TimePoint now);
+  // Decides on `request`; for kCordon reserves the node in unconfirmed_ (writing) and returns
+  // the patch to send once the lock is released.
+  Decision DecideLocked(const policy::CordonRequest& request, TimePoint now);
+  // Applies the answer to a decision's patch: the reservation confirmed and the node's Event
+  // recorded, or the reservation dropped and the rate token given back.
+  void FinishLocked(const policy::CordonRequest& request, Decision& decision,
+                    kube::Result<kube::Json> written);
+  // Decides on `requests` in order, writes the cordons outside the lock, and keeps the failed
+  // ones for Retry; returns one outcome per request and the nodes whose write failed.
+  std::vector<Outcome> Run(const std::vector<policy::CordonRequest>& requests, bool record_failures,
+                           std::vector<std::string>& failed);
+  // The decision's log line and metric.
+  void Report(const policy::CordonRequest& request, const Decision& decision) const;
   void NotifyRetry(const std::vector<std::string>& nodes) const;
   std::string Describe(policy::CordonVerdict verdict, const policy::CordonRequest& request,
                        int cordoned, int total_nodes, TimePoint now) const;

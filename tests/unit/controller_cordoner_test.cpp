@@ -1,10 +1,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -58,6 +61,70 @@ CordonPolicy Permissive() {
   policy.breaker_nodes = 0;
   return policy;
 }
+
+// A FakeClient whose node patches can be held: while held, each one waits (bounded) until
+// released, and the client counts how many were waiting at once.
+class GatedClient : public FakeClient {
+ public:
+  kube::Result<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                           kube::PatchType type, const Json& body,
+                           const kube::PatchOptions& options = {}) override {
+    if (r.plural == "nodes") {
+      std::unique_lock<std::mutex> lock(gate_mu_);
+      if (held_) {
+        ++waiting_;
+        max_waiting_ = std::max(max_waiting_, waiting_);
+        if (waiting_ >= release_waiting_) held_ = false;
+        gate_cv_.notify_all();
+        gate_cv_.wait_for(lock, kWait, [&] { return !held_; });
+        --waiting_;
+        std::optional<kube::Error> failure;
+        if (!fail_held_.empty()) {
+          failure = fail_held_.front();
+          fail_held_.erase(fail_held_.begin());
+        }
+        lock.unlock();
+        if (failure) return std::unexpected(*failure);
+      }
+    }
+    return FakeClient::Patch(r, ns, name, type, body, options);
+  }
+
+  // Holds node patches; each waits until Release(), or until `together` of them wait at once.
+  void Hold(int together = 1 << 30) {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    held_ = true;
+    release_waiting_ = together;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    held_ = false;
+    gate_cv_.notify_all();
+  }
+  // The next held patch fails with `error` once released.
+  void FailHeld(kube::Error error) {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    fail_held_.push_back(std::move(error));
+  }
+  // Blocks (bounded) until `n` patches wait at the gate.
+  bool AwaitWaiting(int n) {
+    std::unique_lock<std::mutex> lock(gate_mu_);
+    return gate_cv_.wait_for(lock, kWait, [&] { return waiting_ >= n; });
+  }
+  int MaxWaiting() {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    return max_waiting_;
+  }
+
+ private:
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool held_ = false;
+  int release_waiting_ = 0;
+  int waiting_ = 0;
+  int max_waiting_ = 0;
+  std::vector<kube::Error> fail_held_;
+};
 
 class CordonerTest : public ::testing::Test {
  protected:
@@ -118,7 +185,7 @@ class CordonerTest : public ::testing::Test {
     return out;
   }
 
-  FakeClient fake_;
+  GatedClient fake_;
   FakeClock clock_;
   cache::Store<NodeInfo> nodes_;
   EventRecorder recorder_;
@@ -404,6 +471,58 @@ TEST_F(CordonerTest, ConcurrentCordonsNeverExceedTheCap) {
   }
   EXPECT_EQ(unschedulable, 5);
   EXPECT_THAT(NodeEvents(), SizeIs(5));
+}
+
+// A burst of faults on many nodes: each cordon's write does not wait for the one before it.
+TEST_F(CordonerTest, CordonsOfDifferentNodesAreWrittenAtTheSameTime) {
+  constexpr int kNodes = 4;
+  AddNodes(kNodes);
+  Start(Permissive());
+  fake_.Hold(/*together=*/kNodes);  // each write is answered once all four are in flight
+  std::vector<std::thread> workers;
+  std::vector<Cordoner::Outcome> outcomes(kNodes);
+  for (int i = 0; i < kNodes; ++i) {
+    workers.emplace_back([&, i] {
+      outcomes[i] = cordoner_->Cordon(Request("n" + std::to_string(i), "e" + std::to_string(i)));
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  EXPECT_EQ(fake_.MaxWaiting(), kNodes);
+  for (const auto& outcome : outcomes) EXPECT_TRUE(outcome.cordoned()) << outcome.message;
+  EXPECT_EQ(cordoner_->CordonedByUs(), kNodes);
+}
+
+// While a cordon's write is on its way it counts against the cap and answers a second request
+// for the same node; when it fails, both are given back.
+TEST_F(CordonerTest, CordonBeingWrittenCountsAgainstTheCapUntilItFails) {
+  AddNodes(3);
+  CordonPolicy policy = Permissive();
+  policy.max_cordoned = 1;
+  policy.rate_per_minute = 1;
+  Start(policy);
+  fake_.Hold();
+  fake_.FailHeld(kube::ApiError(500, "InternalError", "etcdserver: request timed out"));
+  Cordoner::Outcome first;
+  std::thread writer([&] { first = cordoner_->Cordon(Request("n0")); });
+  ASSERT_TRUE(fake_.AwaitWaiting(1));
+
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+  EXPECT_EQ(cordoner_->Cordon(Request("n1", "e1")).verdict, CordonVerdict::kCapReached);
+  EXPECT_EQ(cordoner_->Cordon(Request("n0", "e0b")).verdict, CordonVerdict::kAlreadyCordoned);
+  // The node changes meanwhile (a heartbeat): the write still counts.
+  SyncCache();
+  nodes_.Update(Parse(fake_.Upsert(Resource::Nodes(), StoredNode("n0"))));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+
+  fake_.Release();
+  writer.join();
+  EXPECT_EQ(first.verdict, CordonVerdict::kCordon);
+  ASSERT_TRUE(first.error.has_value()) << first.message;
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+  EXPECT_EQ(cordoner_->PendingRetries(), 1u);
+  // The cap's place and the rate token are free again.
+  EXPECT_TRUE(cordoner_->Cordon(Request("n1", "e1")).cordoned());
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
 }
 
 }  // namespace
