@@ -41,7 +41,10 @@
 #     of ADMISSION_NODES nodes held by 500 running gangs with ADMISSION_JOBS queued jobs of
 #     mixed priority, 101 runs (median, p99), beside PlanAdmissions on the same queue.
 #   - fault-to-action at scale: the operator cluster-wide with everything above cached,
-#     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once;
+#     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once
+#     (SCALE_OPERATOR_ARGS: more flags for that operator; SCALE_BASELINE_OPERATOR: another
+#     operator binary, with SCALE_BASELINE_ARGS, whose bursts alternate with this one's on the
+#     same cluster, twice each);
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
 #     1-worker TPUJobs Running and nothing happening, everything above still cached; and the
 #     node status updates the operator received meanwhile (KWOK's heartbeats: BENCH_NODE_STATUS),
@@ -473,17 +476,40 @@ if section scale-faults; then
 echo
 echo "== fault-to-action at scale: the operator cluster-wide, the nodes and pods above cached; $scale_faults faults one at a time, then $burst_faults in bursts of 50 at once"
 kubectl create namespace faults-scale >/dev/null
-"$operator" run --kubeconfig "$kubeconfig" --health-address 127.0.0.1:0 \
-  --max-cordoned-nodes 100000 --max-cordoned-fraction 1 --cordon-rate 0 --cordon-breaker-nodes 0 \
-  >"$dir/operator-faults-scale.log" 2>&1 &
-op_pid=$!
+# The operator for this section: no cordon limits, and the FLAGS given.
+scale_operator() {  # scale_operator BINARY LOG [FLAGS]
+  # shellcheck disable=SC2086  # FLAGS holds several flags
+  "$1" run --kubeconfig "$kubeconfig" --health-address 127.0.0.1:0 \
+    --max-cordoned-nodes 100000 --max-cordoned-fraction 1 --cordon-rate 0 --cordon-breaker-nodes 0 \
+    ${3:-} >"$2" 2>&1 &
+  op_pid=$!
+}
+scale_operator "$operator" "$dir/operator-faults-scale.log" "${SCALE_OPERATOR_ARGS:-}"
 # A measurement that fails says so and the benchmark goes on to the next.
 "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-one \
   --faults "$scale_faults" --workers 2 || echo "  (failed: see the error above)"
-"$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-burst \
-  --faults "$burst_faults" --workers 2 --burst 50 || echo "  (failed: see the error above)"
-grep -o 'caches synced.*' "$dir/operator-faults-scale.log" | head -1 | sed 's/^/  operator: /'
-stop_operator
+if [[ -z ${SCALE_BASELINE_OPERATOR:-} ]]; then
+  "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-burst \
+    --faults "$burst_faults" --workers 2 --burst 50 || echo "  (failed: see the error above)"
+  grep -o 'caches synced.*' "$dir/operator-faults-scale.log" | head -1 | sed 's/^/  operator: /'
+  stop_operator
+else
+  # SCALE_BASELINE_OPERATOR: another operator binary (e.g. an earlier commit's) measured on the
+  # same cluster, the bursts alternating between the two, twice each.
+  stop_operator
+  for round in 1 2; do
+    for which in this baseline; do
+      binary=$operator flags=${SCALE_OPERATOR_ARGS:-}
+      [[ $which == baseline ]] && binary=$SCALE_BASELINE_OPERATOR flags=${SCALE_BASELINE_ARGS:-}
+      scale_operator "$binary" "$dir/operator-faults-scale-$which-$round.log" "$flags"
+      echo "  $which operator ($binary${flags:+ $flags}), round $round:"
+      "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale \
+        --prefix "scale-burst-$which-$round" --faults "$burst_faults" --workers 2 --burst 50 ||
+        echo "  (failed: see the error above)"
+      stop_operator
+    done
+  done
+fi
 fi
 
 if section idle; then
