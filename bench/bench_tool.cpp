@@ -64,6 +64,9 @@
 //     them), 1,000 queued gangs of mixed priority (a quarter of the multi-host ones multislice,
 //     2-8 slices); times the queue's victim selection
 //     (PlanPreemptions) per run beside PlanAdmissions on the same queue: median, p99.
+//   tpujob-bench concurrent-gets --kubeconfig K [--count 50]
+//     N GETs of one namespace at once from N threads, with a fresh connection pool and again
+//     with the pool warm: each request's time, sorted (what opening connections costs).
 
 #include <malloc.h>
 
@@ -109,6 +112,9 @@ std::unique_ptr<tpujob::kube::Client> Connect(const std::string& kubeconfig) {
     std::exit(1);
   }
   config->qps = 0;  // measure the server, not our limiter
+  // As the operator does: otherwise every new connection parses the system CA bundle (about
+  // 50 ms of CPU here), and a burst of writes from many threads waits on its own handshakes.
+  tpujob::kube::TrustOnlyTheConfiguredCa(*config);
   return tpujob::kube::NewClient(*config);
 }
 
@@ -2182,6 +2188,35 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
 
 }  // namespace
 
+// `count` threads each GET one namespace at once, twice (with one pooled connection, then with
+// the pool the first wave left); prints each request's start-to-answer time, sorted.
+int ConcurrentGets(const std::string& kubeconfig, int count) {
+  auto client = Connect(kubeconfig);
+  // One connection open, as a client that has done one thing.
+  if (auto first = client->Get(Resource{"", "v1", "namespaces", false}, "", "default"); !first) {
+    std::fprintf(stderr, "error: %s\n", first.error().ToString().c_str());
+    return 1;
+  }
+  int failures = 0;
+  for (const char* wave : {"cold", "warm"}) {
+    std::vector<double> ms(count);
+    const auto start = std::chrono::steady_clock::now();
+    failures += Parallel(count, count, [&](int i) {
+      const auto begin = std::chrono::steady_clock::now();
+      auto got = client->Get(Resource{"", "v1", "namespaces", false}, "", "default");
+      ms[i] = MsSince(begin);
+      return got.has_value();
+    });
+    const double total = MsSince(start);
+    std::sort(ms.begin(), ms.end());
+    std::printf("%s: %d GETs at once, all answered in %.0f ms; each:", wave, count, total);
+    for (double m : ms) std::printf(" %.0f", m);
+    std::printf("\n");
+  }
+  if (failures > 0) std::printf("failed requests: %d\n", failures);
+  return failures > 0 ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Load generators for the tpujob-operator benchmarks.", "tpujob-bench"};
   app.require_subcommand(1);
@@ -2221,6 +2256,11 @@ int main(int argc, char** argv) {
   auto* jobset_cmd = app.add_subcommand(
       "jobset", "Time the equivalent JobSet's pod creation (the JobSet controller must run).");
   gang_options(jobset_cmd);
+  int probe_count = 50;
+  auto* probe_cmd = app.add_subcommand(
+      "concurrent-gets", "Time N GETs at once from N threads, with a fresh and a warm pool.");
+  probe_cmd->add_option("--kubeconfig", kubeconfig)->required();
+  probe_cmd->add_option("--count", probe_count)->check(CLI::Range(1, 1000))->capture_default_str();
   auto* node_cmd = app.add_subcommand("create-nodes", "Create KWOK-managed fake TPU nodes.");
   node_cmd->add_option("--kubeconfig", kubeconfig)->required();
   node_cmd->add_option("--count", nodes)->capture_default_str();
@@ -2351,6 +2391,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (probe_cmd->parsed()) return ConcurrentGets(kubeconfig, probe_count);
   if (memory_cmd->parsed()) return CacheMemory(memory_pods, memory_nodes);
   if (admission_cmd->parsed()) return AdmissionBench(admission_nodes, admission_jobs, runs, seed);
   if (preemption_cmd->parsed()) {
