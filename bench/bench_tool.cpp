@@ -2192,8 +2192,9 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
 // the pool the first wave left); prints each request's start-to-answer time, sorted.
 int ConcurrentGets(const std::string& kubeconfig, int count) {
   auto client = Connect(kubeconfig);
+  const Resource namespaces{"", "v1", "namespaces", false};
   // One connection open, as a client that has done one thing.
-  if (auto first = client->Get(Resource{"", "v1", "namespaces", false}, "", "default"); !first) {
+  if (auto first = client->Get(namespaces, "", "default"); !first) {
     std::fprintf(stderr, "error: %s\n", first.error().ToString().c_str());
     return 1;
   }
@@ -2203,7 +2204,7 @@ int ConcurrentGets(const std::string& kubeconfig, int count) {
     const auto start = std::chrono::steady_clock::now();
     failures += Parallel(count, count, [&](int i) {
       const auto begin = std::chrono::steady_clock::now();
-      auto got = client->Get(Resource{"", "v1", "namespaces", false}, "", "default");
+      auto got = client->Get(namespaces, "", "default");
       ms[i] = MsSince(begin);
       return got.has_value();
     });

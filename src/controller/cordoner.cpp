@@ -54,15 +54,13 @@ Cordoner::Cordoner(kube::Client& client, const cache::Store<cache::NodeInfo>& no
 bool Cordoner::Settled(const Unconfirmed& entry, const cache::NodeInfo* node, TimePoint now) {
   if (node == nullptr) return true;
   // Being written: counted until the cache shows it, however long the API server takes.
-  if (entry.writing) {
-    return policy::IsCordonedByUs(*node) ||
-           node->annotations.Value(policy::kCordonEvidenceAnnotation) == entry.evidence;
+  if (!entry.writing) {
+    if (now - entry.at >= kUnconfirmedCordonTtl) return true;
+    // The patch was conditioned on `based_on`: the node's next version is the cordon, so a cache
+    // that has moved on has seen it, even when a later change (an uncordon that drops our
+    // annotations) hides it again.
+    if (!entry.based_on.empty() && node->resource_version != entry.based_on) return true;
   }
-  if (now - entry.at >= kUnconfirmedCordonTtl) return true;
-  // The patch was conditioned on `based_on`: the node's next version is the cordon, so a cache
-  // that has moved on has seen it, even when a later change (an uncordon that drops our
-  // annotations) hides it again.
-  if (!entry.based_on.empty() && node->resource_version != entry.based_on) return true;
   return policy::IsCordonedByUs(*node) ||
          node->annotations.Value(policy::kCordonEvidenceAnnotation) == entry.evidence;
 }
