@@ -669,6 +669,7 @@ int Complete(const std::vector<std::string>& words) {
     if (ns.empty()) ns = config->default_namespace;
     config->max_retries = 0;  // a completion that waits is worse than none
     config->request_timeout = std::chrono::seconds(5);
+    kube::TrustOnlyTheConfiguredCa(*config);
     auto client = kube::NewClient(*config, {});
     auto listed = client->List(kube::Resource::TPUJobs(), ns, {});
     std::vector<std::string> names;
@@ -916,6 +917,7 @@ int Run(int argc, char** argv) {
   // end each one within 40 s).
   config->watch_idle_timeout = std::chrono::seconds(60);
   config->user_agent = "kubectl-tpujob";
+  kube::TrustOnlyTheConfiguredCa(*config);  // no thread has started yet
   auto client = kube::NewClient(*config, {});
   const WallTime now = std::chrono::system_clock::now();
   if (run->parsed()) {

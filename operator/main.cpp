@@ -186,8 +186,11 @@ int Run(const RunFlags& flags) {
       ::raise(SIGKILL);
     }
   };
+  const char* cert_file = std::getenv("SSL_CERT_FILE");
+  const std::string ignored = cert_file != nullptr ? cert_file : "";
   if (tpujob::kube::TrustOnlyTheConfiguredCa(*config)) {
-    tpujob::log::Debug("TLS trusts only the configured CA, not the system bundle");
+    tpujob::log::Debug("TLS trusts only the configured CA; no CA bundle file is loaded",
+                       {{"SSL_CERT_FILE ignored", ignored}});
   }
   auto client = tpujob::kube::NewClient(*config, observer);
   tpujob::controller::ManagerOptions options;

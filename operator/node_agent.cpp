@@ -699,6 +699,8 @@ int RunNodeAgent(const agent::Flags& flags) {
                                     {"pass_after", settings->pass_after},
                                     {"watch_pods", settings->watch_pods},
                                     {"once", flags.once}});
+  // Before any thread but the signal waiter's, which reads no environment.
+  kube::TrustOnlyTheConfiguredCa(*config);
   auto client = kube::NewClient(*config);
   agent::NodeAgent node_agent(*client, *settings, agent::Probes{}, Clock::Real());
 

@@ -33,11 +33,17 @@ namespace {
 
 namespace http = web::http;
 
-// Adds every certificate of a PEM bundle to the context's trust store.
-bool AddCertificateAuthorities(SSL_CTX* ctx, const std::string& pem) {
+// Makes the certificates of a PEM bundle the context's only trust anchors, as client-go does
+// with a configured CA: whatever cpprestsdk loaded before (the system bundle, SSL_CERT_FILE,
+// SSL_CERT_DIR) is dropped with the store it was in.
+bool TrustOnlyCertificateAuthorities(SSL_CTX* ctx, const std::string& pem) {
   BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
   if (bio == nullptr) return false;
-  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  X509_STORE* store = X509_STORE_new();
+  if (store == nullptr) {
+    BIO_free(bio);
+    return false;
+  }
   int added = 0;
   while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
     if (X509_STORE_add_cert(store, cert) == 1) ++added;
@@ -45,6 +51,8 @@ bool AddCertificateAuthorities(SSL_CTX* ctx, const std::string& pem) {
   }
   ERR_clear_error();  // the loop ends on a "no start line" error, which is expected
   BIO_free(bio);
+  // Even when empty: a CA that cannot be read trusts nothing, rather than the system bundle.
+  SSL_CTX_set_cert_store(ctx, store);  // takes the store, frees the one it replaces
   return added > 0;
 }
 
@@ -241,7 +249,8 @@ class CppRestClient final : public Client {
     const std::string key = config_.client_key_pem;
     http_config.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
       SSL_CTX* native = ctx.native_handle();
-      if (!ca.empty() && !AddCertificateAuthorities(native, ca)) {
+      if (!ca.empty() && !TrustOnlyCertificateAuthorities(native, ca)) {
+        // Nothing verifies then: the handshake fails with the verification error.
         log::Error("no usable certificate in the configured CA bundle");
       }
       if (!cert.empty() && !key.empty()) {

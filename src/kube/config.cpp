@@ -498,8 +498,7 @@ Result<Config> ResolveConfig(const std::string& kubeconfig_path, const std::stri
 
 bool TrustOnlyTheConfiguredCa(const Config& config) {
   if (config.ca_pem.empty() || config.insecure_skip_tls_verify) return false;
-  if (std::getenv("SSL_CERT_FILE") != nullptr) return false;  // the user's choice
-  return ::setenv("SSL_CERT_FILE", "/dev/null", /*overwrite=*/0) == 0;
+  return ::setenv("SSL_CERT_FILE", "/dev/null", /*overwrite=*/1) == 0;
 }
 
 }  // namespace tpujob::kube

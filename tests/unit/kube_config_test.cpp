@@ -778,13 +778,15 @@ TEST(KubeTrustTest, AConfiguredCaReplacesTheSystemBundleAsInClientGo) {
   EXPECT_EQ(CertFile(), "/dev/null");
 }
 
-TEST(KubeTrustTest, AnSslCertFileTheUserSetIsKept) {
+// The client would load it and then trust the configured CA alone (kube_client_tls_test), as
+// kubectl ignores it; so it is not loaded at all.
+TEST(KubeTrustTest, AnSslCertFileSetBeforeIsNotLoadedEither) {
   SavedCertFile saved;
   ::setenv("SSL_CERT_FILE", "/etc/pki/corporate.pem", 1);
   Config config;
   config.ca_pem = "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n";
-  EXPECT_FALSE(TrustOnlyTheConfiguredCa(config));
-  EXPECT_EQ(CertFile(), "/etc/pki/corporate.pem");
+  EXPECT_TRUE(TrustOnlyTheConfiguredCa(config));
+  EXPECT_EQ(CertFile(), "/dev/null");
 }
 
 }  // namespace

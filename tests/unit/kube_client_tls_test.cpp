@@ -1,0 +1,114 @@
+// Which certificate authorities the API client trusts. As in client-go, a configured CA is the
+// only one: a server whose certificate chains to something else is refused, even when that
+// something is in the CA bundle OpenSSL would load by default (SSL_CERT_FILE here, so that the
+// test does not depend on the machine's bundle).
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include "kube/client.h"
+#include "kube/config.h"
+#include "metrics/http_server.h"
+#include "metrics/tls.h"
+
+namespace tpujob::kube {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "tpujob-client-tls-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// SSL_CERT_FILE set to `value` for the test's length, then put back as it was.
+class CertFileSetTo {
+ public:
+  explicit CertFileSetTo(const std::string& value) {
+    if (const char* old = std::getenv("SSL_CERT_FILE")) saved_ = old;
+    ::setenv("SSL_CERT_FILE", value.c_str(), 1);
+  }
+  ~CertFileSetTo() {
+    if (saved_) {
+      ::setenv("SSL_CERT_FILE", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("SSL_CERT_FILE");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(KubeClientTls, OnlyTheConfiguredCaIsTrustedNotTheDefaultBundle) {
+  TempDir serving;
+  TempDir other;
+  auto files = metrics::WriteSelfSignedCertificate(serving.path(), {"localhost"});
+  ASSERT_TRUE(files);
+  ASSERT_TRUE(metrics::WriteSelfSignedCertificate(other.path(), {"localhost"}));
+  metrics::HttpServer server("127.0.0.1:0", *files);
+  server.Handle("/api/v1/namespaces/default/configmaps/c", [] {
+    return metrics::HttpResponse{
+        200, "application/json", R"({"kind":"ConfigMap","metadata":{"name":"c"}})", {}};
+  });
+  ASSERT_TRUE(server.Start());
+
+  Config config;
+  config.server = "https://localhost:" + std::to_string(server.port());
+  config.max_retries = 0;
+  // The default bundle trusts the server's certificate; the configured CA does not.
+  CertFileSetTo bundle(files->cert_file);
+  config.ca_pem = ReadFile(other.path() + "/tls.crt");
+  auto refused = NewClient(config)->Get(Resource::ConfigMaps(), "default", "c");
+  ASSERT_FALSE(refused) << "a server the configured CA did not sign was trusted";
+  EXPECT_EQ(refused.error().kind, ErrorKind::kTransport) << refused.error().ToString();
+
+  // The configured CA signed it: trusted, with no bundle file loaded at all.
+  config.ca_pem = ReadFile(files->cert_file);
+  ASSERT_TRUE(TrustOnlyTheConfiguredCa(config));
+  ASSERT_STREQ(std::getenv("SSL_CERT_FILE"), "/dev/null");
+  auto trusted = NewClient(config)->Get(Resource::ConfigMaps(), "default", "c");
+  ASSERT_TRUE(trusted) << trusted.error().ToString();
+  EXPECT_EQ((*trusted)["metadata"]["name"], "c");
+}
+
+TEST(KubeClientTls, AConfiguredCaWithNoCertificateTrustsNothing) {
+  TempDir serving;
+  auto files = metrics::WriteSelfSignedCertificate(serving.path(), {"localhost"});
+  ASSERT_TRUE(files);
+  metrics::HttpServer server("127.0.0.1:0", *files);
+  server.Handle("/api/v1/namespaces/default/configmaps/c", [] {
+    return metrics::HttpResponse{200, "application/json", R"({"kind":"ConfigMap"})", {}};
+  });
+  ASSERT_TRUE(server.Start());
+  CertFileSetTo bundle(files->cert_file);
+  Config config;
+  config.server = "https://localhost:" + std::to_string(server.port());
+  config.max_retries = 0;
+  config.ca_pem = "not a certificate\n";
+  auto refused = NewClient(config)->Get(Resource::ConfigMaps(), "default", "c");
+  ASSERT_FALSE(refused) << "an unreadable CA fell back to the default bundle";
+  EXPECT_EQ(refused.error().kind, ErrorKind::kTransport) << refused.error().ToString();
+}
+
+}  // namespace
+}  // namespace tpujob::kube
