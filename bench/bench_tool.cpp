@@ -24,7 +24,8 @@
 //     W-worker TPUJob until Running, writes the hardware condition TPUUnhealthy=True on worker
 //     0's node and times, through watches opened beforehand, how long until that node is
 //     cordoned and every pod of the job is being deleted; prints p50/p90/p99/max of both and
-//     of each, then deletes what it created.
+//     of each, then deletes what it created. With --ceiling the same, but the tool itself
+//     cordons and deletes as each fault write returns (the operator only runs the jobs).
 //   tpujob-bench reissue --kubeconfig K --namespace NS --workers W --runs R
 //     creates W + R fake TPU nodes of an accelerator of their own, then R times: runs a W-worker
 //     TPUJob (termination grace 0) until Running, writes TPUUnhealthy=True on worker 0's node and
@@ -670,9 +671,13 @@ tpujob::kube::Status WriteNodeFault(tpujob::kube::Client& client, const std::str
                             "injected by tpujob-bench");
 }
 
+// With `ceiling`, the raw ceiling of the same measurement: the condition written is one the
+// operator does not act on, and this process itself cordons the node and deletes the job's pods
+// (all three requests at once) the moment its fault write returns, as an operator that knew of
+// the fault without a watch, and needed no status write or cache, would at best.
 int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
                  int faults, int workers, int burst, const std::string& condition,
-                 int timeout_seconds) {
+                 int timeout_seconds, bool ceiling) {
   auto client = Connect(kubeconfig);
   const std::string accelerator = "tpu-" + prefix;
   const std::string topology = "2x" + std::to_string(2 * workers);  // 4 chips per worker
@@ -750,6 +755,7 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
   struct Target {
     std::string name;
     std::set<std::string> uids;
+    std::map<std::string, std::string> pod_names;  // by uid
     std::string node;
     std::chrono::steady_clock::time_point written;
     bool ok = false;
@@ -790,6 +796,8 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
         for (const auto& pod : (*pods)["items"]) {
           if (pod.contains("/metadata/deletionTimestamp"_json_pointer)) continue;
           target.uids.insert(pod.value("/metadata/uid"_json_pointer, ""));
+          target.pod_names[pod.value("/metadata/uid"_json_pointer, "")] =
+              pod.value("/metadata/name"_json_pointer, "");
           if (pod.value("/metadata/name"_json_pointer, "") == target.name + "-worker-0") {
             target.node = pod.value("/spec/nodeName"_json_pointer, "");
           }
@@ -819,7 +827,25 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
         target.written = std::chrono::steady_clock::now();
         auto written = WriteNodeFault(*client, target.node, condition);
         if (!written) std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
-        return written.has_value();
+        if (!written || !ceiling) return written.has_value();
+        std::vector<std::pair<std::string, std::string>> pods(target.pod_names.begin(),
+                                                              target.pod_names.end());
+        const int acted = Parallel(
+            static_cast<int>(pods.size()) + 1, static_cast<int>(pods.size()) + 1, [&](int i) {
+              if (i == 0) {
+                return client
+                    ->Patch(Resource::Nodes(), "", target.node, tpujob::kube::PatchType::kMerge,
+                            Json{{"spec", {{"unschedulable", true}}}})
+                    .has_value();
+              }
+              tpujob::kube::DeleteOptions options;
+              options.precondition_uid = pods[static_cast<size_t>(i - 1)].first;
+              options.propagation_policy = "Background";
+              return client
+                  ->Delete(Resource::Pods(), ns, pods[static_cast<size_t>(i - 1)].second, options)
+                  .has_value();
+            });
+        return acted == 0;
       });
       std::unique_lock<std::mutex> lock(mu);
       changed.wait_for(lock, std::chrono::seconds(timeout_seconds), [&] {
@@ -856,8 +882,9 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
   delete_nodes();
 
   std::printf(
-      "fault-to-action latency over %zu faults, %s (%d-worker TPUJobs; %s=True written on "
+      "%sfault-to-action latency over %zu faults, %s (%d-worker TPUJobs; %s=True written on "
       "worker 0's node -> that node cordoned and the job's %d pods deleted), %.0f s in all:\n",
+      ceiling ? "raw ceiling (tpujob-bench cordons and deletes as its fault write returns), " : "",
       total_ms.size(),
       burst > 1 ? ("in bursts of " + std::to_string(burst) + " at once").c_str() : "one at a time",
       workers, condition.c_str(), workers, MsSince(bench_start) / 1000);
@@ -2269,6 +2296,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string prefix = "fault-latency", condition = "TPUUnhealthy";
   int faults = 50, fault_workers = 2, fault_burst = 1, timeout_seconds = 30;
+  bool fault_ceiling = false;
   auto* fault_cmd = app.add_subcommand(
       "fault-latency",
       "Time node condition written -> node cordoned and the job's pods deleted, per fault.");
@@ -2282,6 +2310,9 @@ int main(int argc, char** argv) {
   fault_cmd->add_option("--burst", fault_burst, "Faults written at once (one job each).")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  fault_cmd->add_flag("--ceiling", fault_ceiling,
+                      "The raw ceiling: write a condition the operator ignores and cordon the "
+                      "node and delete the pods from here as each fault write returns.");
   fault_cmd->add_option("--workers", fault_workers, "Workers (TPU hosts) of each TPUJob.")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -2414,8 +2445,9 @@ int main(int argc, char** argv) {
                          hot_swap_runs, slice_grace, metrics_url, condition);
   }
   if (fault_cmd->parsed()) {
+    if (fault_ceiling) condition = "TPUJobBenchCeiling";  // a condition the operator ignores
     return FaultLatency(kubeconfig, ns, prefix, faults, fault_workers, fault_burst, condition,
-                        timeout_seconds);
+                        timeout_seconds, fault_ceiling);
   }
 
   auto client = Connect(kubeconfig);

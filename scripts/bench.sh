@@ -41,10 +41,11 @@
 #     of ADMISSION_NODES nodes held by 500 running gangs with ADMISSION_JOBS queued jobs of
 #     mixed priority, 101 runs (median, p99), beside PlanAdmissions on the same queue.
 #   - fault-to-action at scale: the operator cluster-wide with everything above cached,
-#     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once
+#     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once,
+#     beside the raw ceiling of the bursts (tpujob-bench cordons and deletes itself the moment
+#     each fault write returns; the operator only runs the jobs), alternating, twice each
 #     (SCALE_OPERATOR_ARGS: more flags for that operator; SCALE_BASELINE_OPERATOR: another
-#     operator binary, with SCALE_BASELINE_ARGS, whose bursts alternate with this one's on the
-#     same cluster, twice each);
+#     operator binary, with SCALE_BASELINE_ARGS, whose bursts join the rotation);
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
 #     1-worker TPUJobs Running and nothing happening, everything above still cached; and the
 #     node status updates the operator received meanwhile (KWOK's heartbeats: BENCH_NODE_STATUS),
@@ -493,28 +494,39 @@ scale_operator "$operator" "$dir/operator-faults-scale.log" "${SCALE_OPERATOR_AR
 # A measurement that fails says so and the benchmark goes on to the next.
 "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-one \
   --faults "$scale_faults" --workers 2 || echo "  (failed: see the error above)"
-if [[ -z ${SCALE_BASELINE_OPERATOR:-} ]]; then
-  "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale --prefix scale-burst \
-    --faults "$burst_faults" --workers 2 --burst 50 || echo "  (failed: see the error above)"
-  grep -o 'caches synced.*' "$dir/operator-faults-scale.log" | head -1 | sed 's/^/  operator: /'
-  stop_operator
-else
-  # SCALE_BASELINE_OPERATOR: another operator binary (e.g. an earlier commit's) measured on the
-  # same cluster, the bursts alternating between the two, twice each.
-  stop_operator
-  for round in 1 2; do
-    for which in this baseline; do
-      binary=$operator flags=${SCALE_OPERATOR_ARGS:-}
-      [[ $which == baseline ]] && binary=$SCALE_BASELINE_OPERATOR flags=${SCALE_BASELINE_ARGS:-}
-      scale_operator "$binary" "$dir/operator-faults-scale-$which-$round.log" "$flags"
-      echo "  $which operator ($binary${flags:+ $flags}), round $round:"
-      "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale \
-        --prefix "scale-burst-$which-$round" --faults "$burst_faults" --workers 2 --burst 50 ||
-        echo "  (failed: see the error above)"
-      stop_operator
-    done
+grep -o 'caches synced.*' "$dir/operator-faults-scale.log" | head -1 | sed 's/^/  operator: /'
+stop_operator
+# The bursts: this operator, the baseline operator when one is given, and the raw ceiling (with
+# this operator running the jobs but not acting on the fault), taking turns, twice each.
+kinds="this${SCALE_BASELINE_OPERATOR:+ baseline} ceiling"
+declare -A burst_p50 burst_p99
+for round in 1 2; do
+  for which in $kinds; do
+    binary=$operator flags=${SCALE_OPERATOR_ARGS:-} extra=()
+    [[ $which == baseline ]] && binary=$SCALE_BASELINE_OPERATOR flags=${SCALE_BASELINE_ARGS:-}
+    [[ $which == ceiling ]] && extra=(--ceiling)
+    scale_operator "$binary" "$dir/operator-faults-scale-$which-$round.log" "$flags"
+    echo "  $which ($binary${flags:+ $flags}${extra[*]:+, ${extra[*]}}), round $round:"
+    "$bench" fault-latency --kubeconfig "$kubeconfig" --namespace faults-scale \
+      --prefix "scale-burst-$which-$round" --faults "$burst_faults" --workers 2 --burst 50 \
+      "${extra[@]}" | tee "$dir/burst-$which-$round.txt" || echo "  (failed: see the error above)"
+    line=$(grep -m1 'cordon + pods deleted:' "$dir/burst-$which-$round.txt" || true)
+    burst_p50[$which-$round]=$(sed -n 's/.* p50 \([0-9]*\) ms.*/\1/p' <<<"$line")
+    burst_p99[$which-$round]=$(sed -n 's/.* p99 \([0-9]*\) ms.*/\1/p' <<<"$line")
+    stop_operator
   done
-fi
+done
+echo "  bursts of 50, cordon + pods deleted, p50 / p99 in ms, and this operator's over the ceiling's:"
+for round in 1 2; do
+  row="    round $round:"
+  for which in $kinds; do
+    row+=" $which ${burst_p50[$which-$round]:-?} / ${burst_p99[$which-$round]:-?};"
+  done
+  row+=" ratio $(awk -v a="${burst_p50[this-$round]:-0}" -v b="${burst_p50[ceiling-$round]:-0}" \
+    -v c="${burst_p99[this-$round]:-0}" -v d="${burst_p99[ceiling-$round]:-0}" \
+    'BEGIN { if (b > 0 && d > 0) printf "%.2f / %.2f", a / b, c / d; else printf "?" }')"
+  echo "$row"
+done
 fi
 
 if section idle; then
