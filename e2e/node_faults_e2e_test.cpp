@@ -300,13 +300,14 @@ TEST_F(NodeFaultsE2E, RecoveredNodeIsUncordonedAfterTheHealthyPeriod) {
 
   // Still unhealthy: stays cordoned however long (checked again after the uncordon below, whose
   // wait starts only when the condition clears).
-  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "False", "ChipOK", "").exit_code, 0);
+  // Timed from before the write: SetNodeCondition stamps lastTransitionTime (whole seconds, so
+  // up to 1 s early) when it starts, and kubectl takes a while to return after that.
   const auto cleared = Clock::now();
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "False", "ChipOK", "").exit_code, 0);
   ASSERT_TRUE(Eventually([&] { return NodeField(node, "{.spec.unschedulable}").empty(); },
                          std::chrono::seconds(60)))
       << op.Log();
   const auto waited = Clock::now() - cleared;
-  // lastTransitionTime has whole seconds: allow one.
   EXPECT_GE(waited, std::chrono::seconds(kHealthySeconds - 1));
   EXPECT_EQ(NodeField(node, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].effect}"), "");
   EXPECT_EQ(NodeField(node, "{.spec.taints[?(@.key==\"google.com/tpu\")].effect}"), "NoSchedule");
