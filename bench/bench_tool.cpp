@@ -751,11 +751,10 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
     }
     return gone;
   };
-  // One fault's job, Running: its name, its pods' uids and worker 0's node.
+  // One fault's job, Running: its name, its pods (names by uid) and worker 0's node.
   struct Target {
     std::string name;
-    std::set<std::string> uids;
-    std::map<std::string, std::string> pod_names;  // by uid
+    std::map<std::string, std::string> pods;  // name by uid
     std::string node;
     std::chrono::steady_clock::time_point written;
     bool ok = false;
@@ -795,8 +794,7 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
       if (auto pods = client->List(Resource::Pods(), ns, by_job); running && pods) {
         for (const auto& pod : (*pods)["items"]) {
           if (pod.contains("/metadata/deletionTimestamp"_json_pointer)) continue;
-          target.uids.insert(pod.value("/metadata/uid"_json_pointer, ""));
-          target.pod_names[pod.value("/metadata/uid"_json_pointer, "")] =
+          target.pods[pod.value("/metadata/uid"_json_pointer, "")] =
               pod.value("/metadata/name"_json_pointer, "");
           if (pod.value("/metadata/name"_json_pointer, "") == target.name + "-worker-0") {
             target.node = pod.value("/spec/nodeName"_json_pointer, "");
@@ -804,7 +802,7 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
         }
       }
       target.ok =
-          running && !target.node.empty() && static_cast<int>(target.uids.size()) == workers;
+          running && !target.node.empty() && static_cast<int>(target.pods.size()) == workers;
       if (!target.ok) {
         std::fprintf(stderr, "error: %s never Running with %d pods (node of worker 0: \"%s\")\n",
                      target.name.c_str(), workers, target.node.c_str());
@@ -817,8 +815,10 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
         for (const auto& target : targets) {
           FaultProbe& probe = probes[target.node];
           probe.node = target.node;
-          probe.pods = target.uids;
-          for (const auto& uid : target.uids) node_of_pod[uid] = target.node;
+          for (const auto& [uid, name] : target.pods) {
+            probe.pods.insert(uid);
+            node_of_pod[uid] = target.node;
+          }
         }
       }
       // All of the round's faults at once, each timed from its own write.
@@ -828,8 +828,8 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
         auto written = WriteNodeFault(*client, target.node, condition);
         if (!written) std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
         if (!written || !ceiling) return written.has_value();
-        std::vector<std::pair<std::string, std::string>> pods(target.pod_names.begin(),
-                                                              target.pod_names.end());
+        const std::vector<std::pair<std::string, std::string>> pods(target.pods.begin(),
+                                                                    target.pods.end());
         const int acted = Parallel(
             static_cast<int>(pods.size()) + 1, static_cast<int>(pods.size()) + 1, [&](int i) {
               if (i == 0) {

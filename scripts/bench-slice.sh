@@ -24,7 +24,6 @@ operator="$root/$build/tpujob-operator"
 bench="$root/$build/tpujob-bench"
 PATH="$(bash "$root/scripts/install-go.sh"):$PATH"
 bin=$("$root/e2e/tools/build.sh")
-unset SSL_CERT_FILE  # as the operator's pod runs (see scripts/bench.sh)
 own_cluster=
 op_pid=
 cleanup() {

@@ -151,11 +151,6 @@ echo "node status reports: $node_status (BENCH_NODE_STATUS)"
 # default client limit (20 requests/s, burst 30) would hold to ~20 pods/s: lifted, so that JobSet
 # is measured at its best.
 export TPUJOB_E2E_KCM_ARGS="--node-monitor-grace-period=700s --node-startup-grace-period=700s --kube-api-qps=1000 --kube-api-burst=1000 ${TPUJOB_E2E_KCM_ARGS:-}"
-# What is measured runs as the operator's pod does, without SSL_CERT_FILE: with it set, the
-# operator and tpujob-bench keep that trust store (kube::TrustOnlyTheConfiguredCa leaves a set
-# SSL_CERT_FILE alone), and every new API connection parses the whole bundle (about 50 ms of CPU
-# here), which a burst of requests from many threads pays many times over.
-unset SSL_CERT_FILE
 kubeconfig=$("$root/e2e/cluster" up --dir "$dir")
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 kubectl apply -f "$root/crds/" >/dev/null

@@ -4,19 +4,17 @@
 // test does not depend on the machine's bundle).
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <optional>
 #include <string>
 
 #include "kube/client.h"
 #include "kube/config.h"
 #include "metrics/http_server.h"
 #include "metrics/tls.h"
+#include "scratch.h"
 
 namespace tpujob::kube {
 namespace {
@@ -26,42 +24,12 @@ std::string ReadFile(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "tpujob-client-tls-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// SSL_CERT_FILE set to `value` for the test's length, then put back as it was.
-class CertFileSetTo {
- public:
-  explicit CertFileSetTo(const std::string& value) {
-    if (const char* old = std::getenv("SSL_CERT_FILE")) saved_ = old;
-    ::setenv("SSL_CERT_FILE", value.c_str(), 1);
-  }
-  ~CertFileSetTo() {
-    if (saved_) {
-      ::setenv("SSL_CERT_FILE", saved_->c_str(), 1);
-    } else {
-      ::unsetenv("SSL_CERT_FILE");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
+using ::tpujob::testing_util::ScopedEnv;
+using ::tpujob::testing_util::TempDir;
 
 TEST(KubeClientTls, OnlyTheConfiguredCaIsTrustedNotTheDefaultBundle) {
-  TempDir serving;
-  TempDir other;
+  TempDir serving("tpujob-client-tls");
+  TempDir other("tpujob-client-tls");
   auto files = metrics::WriteSelfSignedCertificate(serving.path(), {"localhost"});
   ASSERT_TRUE(files);
   ASSERT_TRUE(metrics::WriteSelfSignedCertificate(other.path(), {"localhost"}));
@@ -76,7 +44,7 @@ TEST(KubeClientTls, OnlyTheConfiguredCaIsTrustedNotTheDefaultBundle) {
   config.server = "https://localhost:" + std::to_string(server.port());
   config.max_retries = 0;
   // The default bundle trusts the server's certificate; the configured CA does not.
-  CertFileSetTo bundle(files->cert_file);
+  ScopedEnv bundle("SSL_CERT_FILE", files->cert_file);
   config.ca_pem = ReadFile(other.path() + "/tls.crt");
   auto refused = NewClient(config)->Get(Resource::ConfigMaps(), "default", "c");
   ASSERT_FALSE(refused) << "a server the configured CA did not sign was trusted";
@@ -92,7 +60,7 @@ TEST(KubeClientTls, OnlyTheConfiguredCaIsTrustedNotTheDefaultBundle) {
 }
 
 TEST(KubeClientTls, AConfiguredCaWithNoCertificateTrustsNothing) {
-  TempDir serving;
+  TempDir serving("tpujob-client-tls");
   auto files = metrics::WriteSelfSignedCertificate(serving.path(), {"localhost"});
   ASSERT_TRUE(files);
   metrics::HttpServer server("127.0.0.1:0", *files);
@@ -100,7 +68,7 @@ TEST(KubeClientTls, AConfiguredCaWithNoCertificateTrustsNothing) {
     return metrics::HttpResponse{200, "application/json", R"({"kind":"ConfigMap"})", {}};
   });
   ASSERT_TRUE(server.Start());
-  CertFileSetTo bundle(files->cert_file);
+  ScopedEnv bundle("SSL_CERT_FILE", files->cert_file);
   Config config;
   config.server = "https://localhost:" + std::to_string(server.port());
   config.max_retries = 0;

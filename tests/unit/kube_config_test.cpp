@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "kube/config.h"
+#include "scratch.h"
 
 namespace tpujob::kube {
 namespace {
@@ -51,31 +52,7 @@ std::string Fill(std::string text,
   return text;
 }
 
-// Sets (or unsets, with nullopt) an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ::tpujob::testing_util::ScopedEnv;
 
 class TempDirTest : public ::testing::Test {
  protected:
@@ -737,32 +714,13 @@ TEST_F(KubeResolveConfigTest, NothingFoundExplainsWhatWasTried) {
   EXPECT_THAT(message, HasSubstr((dir_ / "empty-home/.kube/config").string() + " does not exist"));
 }
 
-// SSL_CERT_FILE as it was, put back when the test ends.
-class SavedCertFile {
- public:
-  SavedCertFile() {
-    if (const char* value = std::getenv("SSL_CERT_FILE")) saved_ = value;
-    ::unsetenv("SSL_CERT_FILE");
-  }
-  ~SavedCertFile() {
-    if (saved_) {
-      ::setenv("SSL_CERT_FILE", saved_->c_str(), 1);
-    } else {
-      ::unsetenv("SSL_CERT_FILE");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
-
 std::optional<std::string> CertFile() {
   const char* value = std::getenv("SSL_CERT_FILE");
   return value ? std::optional<std::string>(value) : std::nullopt;
 }
 
 TEST(KubeTrustTest, AConfiguredCaReplacesTheSystemBundleAsInClientGo) {
-  SavedCertFile saved;
+  ScopedEnv cert_file("SSL_CERT_FILE", std::nullopt);
   Config config;
   config.server = "https://127.0.0.1:6443";
   EXPECT_FALSE(TrustOnlyTheConfiguredCa(config)) << "no CA of its own: the system bundle stays";
@@ -781,8 +739,7 @@ TEST(KubeTrustTest, AConfiguredCaReplacesTheSystemBundleAsInClientGo) {
 // The client would load it and then trust the configured CA alone (kube_client_tls_test), as
 // kubectl ignores it; so it is not loaded at all.
 TEST(KubeTrustTest, AnSslCertFileSetBeforeIsNotLoadedEither) {
-  SavedCertFile saved;
-  ::setenv("SSL_CERT_FILE", "/etc/pki/corporate.pem", 1);
+  ScopedEnv cert_file("SSL_CERT_FILE", "/etc/pki/corporate.pem");
   Config config;
   config.ca_pem = "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n";
   EXPECT_TRUE(TrustOnlyTheConfiguredCa(config));

@@ -13,24 +13,13 @@
 
 #include "metrics/http_server.h"
 #include "metrics/tls.h"
+#include "scratch.h"
 #include "shell.h"
 
 namespace tpujob::metrics {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "tpujob-tls-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::tpujob::testing_util::TempDir;
 
 TEST(TlsTest, SelfSignedCertificateLoadsAndNamesItsHosts) {
   TempDir dir;
