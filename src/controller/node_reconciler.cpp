@@ -17,7 +17,8 @@ NodeReconciler::NodeReconciler(kube::Client& client, const cache::Store<cache::N
       clock_(clock) {}
 
 bool NodeReconciler::Interested(const cache::NodeInfo& node) const {
-  return options_.auto_uncordon_after > Duration::zero() && policy::IsCordonedByUs(node);
+  return options_.auto_uncordon_after > Duration::zero() &&
+         (policy::IsCordonedByUs(node) || policy::HoldsOurFaultyTaint(node));
 }
 
 kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name) {

@@ -95,6 +95,11 @@ bool IsCordonedForFault(const cache::NodeInfo& node) {
   return node.unschedulable && node.FindTaint(kFaultyTaint) != nullptr;
 }
 
+bool HoldsOurFaultyTaint(const cache::NodeInfo& node) {
+  return node.annotations.Value(kCordonedByAnnotation) == kCordonedByOperator &&
+         node.FindTaint(kFaultyTaint) != nullptr;
+}
+
 int CordonLimit(const CordonPolicy& policy, int total_nodes) {
   if (policy.max_cordoned <= 0) return 0;
   const double share = policy.max_fraction * std::max(0, total_nodes) + kFractionSlack;
@@ -214,7 +219,8 @@ Json CordonPatch(const CordonRequest& request, const cache::NodeInfo& node, Wall
 UncordonDecision DecideUncordon(const cache::NodeInfo& node, const NodeHealthConfig& health,
                                 Duration healthy_period, WallTime now) {
   UncordonDecision d;
-  if (!IsCordonedByUs(node) || !IsCordonedForFault(node)) {
+  // A node a person uncordoned (`kubectl uncordon`) keeps our taint: it is lifted the same way.
+  if (!HoldsOurFaultyTaint(node)) {
     d.message = "node " + node.name + " is not cordoned by tpujob-operator";
     return d;
   }

@@ -119,6 +119,11 @@ bool IsCordonedByUs(const cache::NodeInfo& node);
 // Whether the node is cordoned by rule 3: unschedulable with the tpujob.dev/faulty taint.
 bool IsCordonedForFault(const cache::NodeInfo& node);
 
+// Whether the node carries our tpujob.dev/faulty taint under our tpujob.dev/cordoned-by
+// annotation, unschedulable or not: `kubectl uncordon` alone leaves the taint, which keeps every
+// pod without a toleration off the node as before. Automatic uncordon removes it too.
+bool HoldsOurFaultyTaint(const cache::NodeInfo& node);
+
 // The most nodes the operator may hold cordoned among `total_nodes`:
 // min(max_cordoned, max(1, floor(max_fraction * total_nodes))), or 0 when max_cordoned <= 0.
 int CordonLimit(const CordonPolicy& policy, int total_nodes);

@@ -206,6 +206,33 @@ TEST_F(NodeReconcilerTest, UncordonsAfterTheHealthyPeriodAndOnlyThen) {
   EXPECT_TRUE(nodes_.ByIndex(kNodesByCordonJobIndex, "team/llm").empty());
 }
 
+// `kubectl uncordon` alone clears spec.unschedulable and leaves our NoSchedule taint, which
+// kept the node out of use for good: it no longer counted as ours, so nothing ever lifted it.
+TEST_F(NodeReconcilerTest, TheTaintOfANodeAPersonUncordonedIsLiftedAfterTheHealthyPeriod) {
+  Start(Permissive(), seconds(60));
+  AddNode("n1", clock_.WallNow() - std::chrono::hours(5));
+  ASSERT_TRUE(cordoner_->Cordon(Request("n1", "")).cordoned());
+  Json uncordoned = Stored("n1");
+  uncordoned["spec"].erase("unschedulable");
+  fake_.Upsert(Resource::Nodes(), uncordoned);
+  SyncCache();
+  ASSERT_TRUE(reconciler_->Interested(*nodes_.Get("n1")));
+
+  clock_.Advance(seconds(30));
+  auto early = reconciler_->Reconcile("n1");
+  ASSERT_TRUE(early.has_value());
+  EXPECT_TRUE(early->requeue_after.has_value());
+  EXPECT_EQ(Stored("n1")["spec"]["taints"].size(), 2u);
+
+  clock_.Advance(seconds(31));
+  auto due = reconciler_->Reconcile("n1");
+  ASSERT_TRUE(due.has_value()) << due.error().ToString();
+  const Json node = Stored("n1");
+  ASSERT_EQ(node["spec"]["taints"].size(), 1u) << node.dump();
+  EXPECT_EQ(node["spec"]["taints"][0]["key"], "google.com/tpu");
+  EXPECT_FALSE(node["spec"].value("unschedulable", false)) << node.dump();
+}
+
 TEST_F(NodeReconcilerTest, AnUnhealthyNodeStaysCordoned) {
   Start(Permissive(), seconds(60));
   AddNode("n1", clock_.WallNow() - std::chrono::hours(5),

@@ -470,6 +470,24 @@ TEST(UncordonTest, WaitsForTheHealthyPeriodFromTheLatestTimestamp) {
   EXPECT_FALSE(DecideUncordon(node, health, period, T(1100)).uncordon);
 }
 
+TEST(UncordonTest, ANodeAPersonUncordonedKeepsOurTaintUntilTheHealthyPeriodLiftsIt) {
+  const NodeHealthConfig health;
+  const auto period = std::chrono::seconds(600);
+  NodeInfo node = CordonedAt(T(100), T(0));
+  node.unschedulable = false;          // `kubectl uncordon`: the taint and annotations stay
+  ASSERT_FALSE(IsCordonedByUs(node));  // no longer counted against the cap
+  ASSERT_TRUE(HoldsOurFaultyTaint(node));
+  EXPECT_FALSE(DecideUncordon(node, health, period, T(400)).uncordon);
+  EXPECT_TRUE(DecideUncordon(node, health, period, T(700)).uncordon);
+  const nlohmann::json patch = UncordonPatch(node);
+  for (const nlohmann::json& taint : patch["spec"]["taints"]) EXPECT_NE(taint["key"], kFaultyTaint);
+
+  // Not ours: a person's cordon and taint are theirs to lift.
+  node.annotations.Set(kCordonedByAnnotation, "someone");
+  EXPECT_FALSE(HoldsOurFaultyTaint(node));
+  EXPECT_FALSE(DecideUncordon(node, health, period, T(700)).uncordon);
+}
+
 TEST(UncordonTest, NeverWhileUnhealthyOrNotOurs) {
   const NodeHealthConfig health;
   NodeInfo sick = CordonedAt(T(0), T(0));
