@@ -104,6 +104,7 @@ class ChildProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   // Whether the process has exited (reaping it if so); never blocks.
   bool Exited() {
     if (pid_ <= 0) return true;

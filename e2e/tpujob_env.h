@@ -440,29 +440,40 @@ class BackgroundCommand {
   int pid_ = -1;
 };
 
-// Records every pod event of a namespace and checks the invariants of the lifecycle over the
-// whole record: never two live pods for one replica (type, index) of a job, and never a pod of
-// attempt n+1 created while a pod of attempt n exists.
-//
-// The record is the API server's own watch stream (`kubectl get --raw ...?watch=1`), one JSON
-// event per line, and it loses nothing when the stream ends: the API server closes a watcher
-// that falls behind a burst (a 64-pod gang on a loaded machine is enough), and `kubectl get
-// --watch` would simply stop there. The loop below opens the watch again from the
-// resourceVersion of the last event it wrote, as a reflector does.
-class PodWatch {
+// Records every pod event of a namespace (WatchRecorder) and checks the invariants of the
+// lifecycle over the whole record: never two live pods for one replica (type, index) of a job,
+// and never a pod of attempt n+1 created while a pod of attempt n exists.
+// Records the API server's watch stream of `api_path` (e.g. "/api/v1/namespaces/x/pods") into
+// the file `path`, one JSON event per line, for as long as it lives. It loses nothing when the
+// stream ends: the API server closes a watcher that falls behind a burst (a 64-pod gang on a
+// loaded machine is enough), and `kubectl get --watch` would simply stop there. The loop opens
+// the watch again from the resourceVersion of the last event it wrote, as a reflector does (from
+// the current state, as ADDED events, should that be too old).
+class WatchRecorder {
  public:
-  explicit PodWatch(const std::string& ns) : ns_(ns) {
-    path_ = ClusterDir() + "/podwatch-" + ns + ".jsonl";
+  WatchRecorder(const std::string& api_path, std::string path) : path_(std::move(path)) {
     const std::string kubectl = ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath();
     const std::string loop =
-        "f=" + path_ + "; : > \"$f\"; rv=; while :; do " + kubectl +
-        " get --raw \"/api/v1/namespaces/" + ns +
-        "/pods?watch=1&allowWatchBookmarks=true${rv:+&resourceVersion=$rv}\" >> \"$f\" "
+        "f=" + path_ + "; : > \"$f\"; rv=; while :; do " + kubectl + " get --raw \"" + api_path +
+        "?watch=1&allowWatchBookmarks=true${rv:+&resourceVersion=$rv}\" >> \"$f\" "
         "2>> \"$f.err\"; rv=$(tail -n 1 \"$f\" | grep -o '\"resourceVersion\":\"[0-9]*\"' | "
         "head -n 1 | tr -dc 0-9); sleep 0.2; done";
-    loop_ = std::make_unique<BackgroundCommand>(loop);  // ends (killed) with the watch
+    loop_ = std::make_unique<BackgroundCommand>(loop);  // ends (killed) with the recorder
     Eventually([&] { return RunCommand("test -e " + path_).exit_code == 0; });
   }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<BackgroundCommand> loop_;
+};
+
+class PodWatch {
+ public:
+  explicit PodWatch(const std::string& ns)
+      : ns_(ns),
+        path_(ClusterDir() + "/podwatch-" + ns + ".jsonl"),
+        recorder_("/api/v1/namespaces/" + ns + "/pods", path_) {}
 
   struct Report {
     int events = 0;
@@ -553,7 +564,7 @@ class PodWatch {
  private:
   std::string ns_;
   std::string path_;
-  std::unique_ptr<BackgroundCommand> loop_;
+  WatchRecorder recorder_;
 };
 
 // --- The end state: nothing lost, nothing left behind --------------------------------------------

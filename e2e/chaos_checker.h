@@ -1,0 +1,387 @@
+// The fault campaign's independent checker (e2e/chaos_e2e_test.cpp). It reads what the API
+// server itself reported, never the operator's view: the watch streams of pods, nodes and
+// TPUJobs that kubectl recorded for the whole run (one JSON event per line, as
+// `kubectl get --raw '...?watch=1'` prints them), replays them in etcd's order (every object of
+// one etcd carries a resourceVersion from the same revision counter, so the three streams merge
+// into one history), and checks at every step the invariants that must hold at every instant:
+//
+//   duplicate-worker     never two live pods (not Succeeded/Failed) of one job for one worker
+//                        (replica type and index; workers are numbered job-wide, slices included);
+//   two-attempts         never live pods of two attempts of one job;
+//   faulty-placement     no pod placed on a node the operator had cordoned for a fault before the
+//                        pod was created, and that was still cordoned when it was placed;
+//   retries              status.jobRetries never above the job's maxJobRetries;
+//   cordon-cap           never more nodes cordoned by the operator than its cap;
+//   cordon-rate          never more new cordons in a window than the operator's token bucket
+//                        (burst, then `rate` per minute) allows; cordoned-at has whole seconds,
+//                        so one second of slack.
+//
+// Pure: no cluster, no clock, so each invariant has a table test (tests/unit).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tpujob::e2e::chaos {
+
+struct Event {
+  std::string resource;  // "pods", "nodes", "tpujobs"
+  std::string type;      // ADDED, MODIFIED, DELETED
+  uint64_t revision = 0;
+  nlohmann::json object;
+};
+
+// The events of one recorded stream (bookmarks, errors and a line cut short left out).
+inline std::vector<Event> ReadEvents(std::istream& in, const std::string& resource) {
+  std::vector<Event> events;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (!event.is_object() || !event.contains("object") || !event["object"].is_object()) continue;
+    const std::string type = event.value("type", "");
+    if (type != "ADDED" && type != "MODIFIED" && type != "DELETED") continue;
+    const std::string rv =
+        event["object"].value("metadata", nlohmann::json::object()).value("resourceVersion", "");
+    if (rv.empty() || rv.find_first_not_of("0123456789") != std::string::npos) continue;
+    events.push_back({resource, type, std::stoull(rv), event["object"]});
+  }
+  return events;
+}
+
+// The streams as one history, in etcd's order. A stream that was opened again without a
+// resourceVersion starts with the objects as they are (ADDED, at their own older revisions); the
+// checker skips an event no newer than what it already applied for that object.
+inline std::vector<Event> Merge(std::vector<std::vector<Event>> streams) {
+  std::vector<Event> all;
+  for (auto& stream : streams) {
+    for (auto& event : stream) all.push_back(std::move(event));
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Event& a, const Event& b) { return a.revision < b.revision; });
+  return all;
+}
+
+struct Violation {
+  std::string invariant;
+  std::string detail;  // the objects involved, by name and uid
+};
+
+struct Limits {
+  int max_cordoned = 0;               // the operator's --max-cordoned-nodes (fraction 1)
+  double cordon_rate_per_minute = 0;  // --cordon-rate; 0 = not checked
+  std::string node_prefix;            // only nodes whose name starts with this count
+};
+
+// "2026-11-28T07:23:30Z" or "2026-11-28T07:23:30.125Z" as seconds since the epoch, the
+// fraction included; -1 if unreadable.
+inline double ParseUtcSeconds(const std::string& text) {
+  std::tm tm{};
+  if (text.size() < 20 ||
+      ::strptime(text.substr(0, 19).c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) {
+    return -1;
+  }
+  double fraction = 0;
+  if (text[19] == '.') {
+    double scale = 0.1;
+    for (size_t i = 20; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, scale /= 10) {
+      fraction += (text[i] - '0') * scale;
+    }
+  }
+  return static_cast<double>(::timegm(&tm)) + fraction;
+}
+
+// A number of a JSON object, 0 when absent or not a number.
+inline double Number(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+class Checker {
+ public:
+  explicit Checker(Limits limits) : limits_(std::move(limits)) {}
+
+  void Apply(const Event& event) {
+    const nlohmann::json& meta = event.object.value("metadata", nlohmann::json::object());
+    const std::string uid = meta.value("uid", "");
+    if (uid.empty()) return;
+    uint64_t& last = last_revision_[uid];
+    if (event.revision <= last) return;  // a replayed state after a watch was opened again
+    last = event.revision;
+    ++applied_;
+    if (event.resource == "pods") ApplyPod(event, meta, uid);
+    if (event.resource == "nodes") ApplyNode(event, meta);
+    if (event.resource == "tpujobs") ApplyJob(event, meta);
+  }
+
+  const std::vector<Violation>& violations() const { return violations_; }
+  // How often each invariant was evaluated (the report's "checks made").
+  const std::map<std::string, int64_t>& checks() const { return checks_; }
+  int64_t applied() const { return applied_; }
+  int64_t cordons_seen() const { return static_cast<int64_t>(cordon_times_.size()); }
+
+ private:
+  struct Pod {
+    std::string name;
+    std::string job;      // tpujob.dev/job-name
+    std::string replica;  // "Worker-3"
+    std::string attempt;
+    std::string node;
+    uint64_t created = 0;  // revision of the first event seen
+    bool live = false;     // exists and is neither Succeeded nor Failed
+  };
+  struct NodeState {
+    bool fault_cordon = false;  // unschedulable and tainted tpujob.dev/faulty
+    uint64_t fault_cordon_since = 0;
+    bool ours = false;  // unschedulable and tpujob.dev/cordoned-by: tpujob-operator
+    std::string cordoned_at;
+  };
+
+  void Report(const std::string& invariant, const std::string& detail) {
+    violations_.push_back({invariant, detail});
+  }
+
+  static std::string Describe(const Pod& pod, const std::string& uid) {
+    return "pod " + pod.name + " (uid " + uid + ", job " + pod.job + ", " + pod.replica +
+           ", attempt " + pod.attempt + (pod.node.empty() ? "" : ", node " + pod.node) + ")";
+  }
+
+  void ApplyPod(const Event& event, const nlohmann::json& meta, const std::string& uid) {
+    const nlohmann::json labels = meta.value("labels", nlohmann::json::object());
+    const std::string job = labels.value("tpujob.dev/job-name", "");
+    if (job.empty()) return;
+    if (event.type == "DELETED") {
+      pods_.erase(uid);
+      return;
+    }
+    const std::string phase =
+        event.object.value("status", nlohmann::json::object()).value("phase", "");
+    const bool live = phase != "Succeeded" && phase != "Failed";
+    auto [it, first] = pods_.try_emplace(uid);
+    Pod& pod = it->second;
+    const bool was_live = !first && pod.live;
+    const std::string old_attempt = pod.attempt;
+    const std::string old_node = pod.node;
+    pod.name = meta.value("name", "");
+    pod.job = job;
+    pod.replica = labels.value("tpujob.dev/replica-type", "?") + "-" +
+                  labels.value("tpujob.dev/replica-index", "?");
+    pod.attempt = labels.value("tpujob.dev/attempt", "");
+    pod.node = event.object.value("spec", nlohmann::json::object()).value("nodeName", "");
+    pod.live = live;
+    if (first) pod.created = event.revision;
+
+    // A pod turning live, or a live pod moved to another attempt (slice recovery in place
+    // relabels the kept slices' pods), is compared with every other live pod of its job.
+    if (live && (!was_live || old_attempt != pod.attempt)) {
+      ++checks_["duplicate-worker"];
+      ++checks_["two-attempts"];
+      for (const auto& [other_uid, other] : pods_) {
+        if (other_uid == uid || !other.live || other.job != pod.job) continue;
+        if (other.replica == pod.replica) {
+          Report("duplicate-worker", "two live pods for job " + pod.job + " " + pod.replica + ": " +
+                                         Describe(other, other_uid) + " and " + Describe(pod, uid));
+        }
+        if (other.attempt != pod.attempt) {
+          Report("two-attempts", "live pods of two attempts of job " + pod.job + ": " +
+                                     Describe(other, other_uid) + " and " + Describe(pod, uid));
+        }
+      }
+    }
+    // Placed: bound to a node now, not before.
+    if (!pod.node.empty() && pod.node != old_node) {
+      ++checks_["faulty-placement"];
+      auto node = nodes_.find(pod.node);
+      if (node != nodes_.end() && node->second.fault_cordon &&
+          node->second.fault_cordon_since < pod.created) {
+        Report("faulty-placement", Describe(pod, uid) + " placed on node " + pod.node +
+                                       ", cordoned for a fault since revision " +
+                                       std::to_string(node->second.fault_cordon_since) +
+                                       ", before the pod was created (revision " +
+                                       std::to_string(pod.created) + ")");
+      }
+    }
+  }
+
+  void ApplyNode(const Event& event, const nlohmann::json& meta) {
+    const std::string name = meta.value("name", "");
+    if (!name.starts_with(limits_.node_prefix)) return;
+    if (event.type == "DELETED") {
+      nodes_.erase(name);
+      CheckCordonCap(name);
+      return;
+    }
+    const nlohmann::json spec = event.object.value("spec", nlohmann::json::object());
+    const bool unschedulable = spec.value("unschedulable", false);
+    bool faulty_taint = false;
+    for (const auto& taint : spec.value("taints", nlohmann::json::array())) {
+      faulty_taint = faulty_taint || taint.value("key", "") == "tpujob.dev/faulty";
+    }
+    const nlohmann::json annotations = meta.value("annotations", nlohmann::json::object());
+    NodeState& node = nodes_[name];
+    const bool fault_cordon = unschedulable && faulty_taint;
+    if (fault_cordon && !node.fault_cordon) node.fault_cordon_since = event.revision;
+    node.fault_cordon = fault_cordon;
+    const bool ours =
+        unschedulable && annotations.value("tpujob.dev/cordoned-by", "") == "tpujob-operator";
+    const std::string cordoned_at = annotations.value("tpujob.dev/cordoned-at", "");
+    if (ours && (!node.ours || cordoned_at != node.cordoned_at)) {
+      const double at = ParseUtcSeconds(cordoned_at);
+      if (at >= 0) CheckCordonRate(name, static_cast<int64_t>(at));
+    }
+    node.ours = ours;
+    node.cordoned_at = ours ? cordoned_at : "";
+    CheckCordonCap(name);
+  }
+
+  void CheckCordonCap(const std::string& changed) {
+    ++checks_["cordon-cap"];
+    std::vector<std::string> ours;
+    for (const auto& [name, node] : nodes_) {
+      if (node.ours) ours.push_back(name);
+    }
+    if (static_cast<int>(ours.size()) > limits_.max_cordoned) {
+      std::string names;
+      for (const auto& name : ours) names += (names.empty() ? "" : ", ") + name;
+      Report("cordon-cap", std::to_string(ours.size()) + " nodes cordoned by the operator, cap " +
+                               std::to_string(limits_.max_cordoned) + " (after a change of node " +
+                               changed + "): " + names);
+    }
+  }
+
+  // The operator's bucket holds `burst` = max(1, floor(rate)) tokens and gains rate/60 a
+  // second: over any stretch from the i-th to the j-th cordon, j - i + 1 <= burst +
+  // rate * (t_j - t_i + 1) / 60.
+  void CheckCordonRate(const std::string& node, int64_t at) {
+    cordon_times_.push_back({at, node});
+    if (limits_.cordon_rate_per_minute <= 0) return;
+    ++checks_["cordon-rate"];
+    std::sort(cordon_times_.begin(), cordon_times_.end());
+    const double burst = std::max(1.0, std::floor(limits_.cordon_rate_per_minute));
+    for (size_t j = 0; j < cordon_times_.size(); ++j) {
+      for (size_t i = 0; i <= j; ++i) {
+        const double span = static_cast<double>(cordon_times_[j].first - cordon_times_[i].first);
+        const double allowed = burst + limits_.cordon_rate_per_minute * (span + 1) / 60;
+        if (static_cast<double>(j - i + 1) > allowed + 1e-9) {
+          std::string names;
+          for (size_t k = i; k <= j; ++k) {
+            names += (names.empty() ? "" : ", ") + cordon_times_[k].second + "@" +
+                     std::to_string(cordon_times_[k].first);
+          }
+          Report("cordon-rate", std::to_string(j - i + 1) + " cordons within " +
+                                    std::to_string(static_cast<int64_t>(span)) +
+                                    " s, more than the bucket allows (burst " +
+                                    std::to_string(static_cast<int>(burst)) + ", " +
+                                    std::to_string(limits_.cordon_rate_per_minute) +
+                                    "/min): " + names);
+          return;  // one report per new cordon
+        }
+      }
+    }
+  }
+
+  void ApplyJob(const Event& event, const nlohmann::json& meta) {
+    if (event.type == "DELETED") return;
+    const nlohmann::json spec = event.object.value("spec", nlohmann::json::object());
+    const nlohmann::json status = event.object.value("status", nlohmann::json::object());
+    // maxJobRetries as the operator reads it: the spec's, else the annotation's, else 0.
+    int max_retries = 0;
+    const nlohmann::json ft = spec.value("faultTolerance", nlohmann::json::object());
+    if (ft.contains("maxJobRetries")) {
+      max_retries = ft.value("maxJobRetries", 0);
+    } else {
+      const std::string text = meta.value("annotations", nlohmann::json::object())
+                                   .value("fault-tolerance/job-retry-num", "");
+      if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+        max_retries = std::stoi(text);
+      }
+    }
+    ++checks_["retries"];
+    const int retries = status.value("jobRetries", 0);
+    if (retries > max_retries) {
+      Report("retries", "job " + meta.value("name", "") + " (uid " + meta.value("uid", "") +
+                            ") has jobRetries " + std::to_string(retries) + " > maxJobRetries " +
+                            std::to_string(max_retries) + " at revision " +
+                            std::to_string(event.revision));
+    }
+  }
+
+  Limits limits_;
+  std::map<std::string, uint64_t> last_revision_;  // by uid
+  std::map<std::string, Pod> pods_;                // by uid
+  std::map<std::string, NodeState> nodes_;         // by name
+  std::vector<std::pair<int64_t, std::string>> cordon_times_;
+  std::vector<Violation> violations_;
+  std::map<std::string, int64_t> checks_;
+  int64_t applied_ = 0;
+};
+
+// --- The end state, once the faults have stopped and the quiet period passed ----------------
+
+// What is wrong with the jobs of a `kubectl get tpujobs -o json` list at the end: each is
+// Succeeded or Failed, or Running or Queued with a reason (its Ready condition's, or for Queued
+// the Admitted condition's); every finished job's goodput adds up to its accounted wall time
+// (productive + every lost cause = accountedUntil - creationTimestamp, within 1 s, plus the
+// fraction of a second creationTimestamp drops); every counted re-issue has its fault record. ""
+// when nothing.
+inline std::string FinalJobProblems(const nlohmann::json& jobs) {
+  std::string out;
+  for (const auto& job : jobs.value("items", nlohmann::json::array())) {
+    const nlohmann::json meta = job.value("metadata", nlohmann::json::object());
+    const std::string name = meta.value("name", "");
+    const nlohmann::json status = job.value("status", nlohmann::json::object());
+    const std::string phase = status.value("phase", "");
+    std::map<std::string, std::string> reasons;  // condition type -> reason
+    for (const auto& c : status.value("conditions", nlohmann::json::array())) {
+      reasons[c.value("type", "")] = c.value("reason", "");
+    }
+    const bool finished = phase == "Succeeded" || phase == "Failed";
+    if (phase == "Running" || phase == "Queued") {
+      const std::string reason = phase == "Queued" ? reasons["Admitted"] : reasons["Ready"];
+      if (reason.empty()) out += "job " + name + " is " + phase + " without a reason\n";
+    } else if (!finished && phase != "Suspended") {
+      out += "job " + name + " is stuck in phase " + (phase.empty() ? "(none)" : phase) + "\n";
+    }
+    if (finished && status.contains("goodput")) {
+      const nlohmann::json g = status["goodput"];
+      double total = Number(g, "productiveSeconds");
+      const nlohmann::json lost = g.value("lostSeconds", nlohmann::json::object());
+      for (const auto& [cause, seconds] : lost.items()) {
+        if (seconds.is_number()) total += seconds.get<double>();
+      }
+      const double created = ParseUtcSeconds(meta.value("creationTimestamp", ""));
+      const double until = ParseUtcSeconds(g.value("accountedUntil", ""));
+      const double wall = until - created;
+      if (created < 0 || until < 0 || total < wall - 2.0 || total > wall + 1.0) {
+        out += "job " + name + ": goodput adds up to " + std::to_string(total) +
+               " s, its accounted wall time is " + std::to_string(wall) + " s: " + g.dump() + "\n";
+      }
+    }
+    const auto faults = status.value("faults", nlohmann::json::array());
+    if (faults.size() < 32) {  // the record keeps the 32 newest
+      int counted = 0;
+      for (const auto& f : faults) {
+        const std::string action = f.value("action", "");
+        const std::string kind = f.value("kind", "");
+        if ((action == "ReissueJob" || action == "ReplaceSlice") && kind != "Maintenance" &&
+            kind != "Preempted") {
+          ++counted;
+        }
+      }
+      const int retries = status.value("jobRetries", 0);
+      if (counted < retries) {
+        out += "job " + name + ": jobRetries " + std::to_string(retries) + " but " +
+               std::to_string(counted) + " counted re-issues in faults[]\n";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace tpujob::e2e::chaos

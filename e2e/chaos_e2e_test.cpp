@@ -1,0 +1,513 @@
+// The fault campaign: many jobs under a seeded random schedule of overlapping faults, checked by
+// an independent watcher (e2e/chaos_checker.h) against the promises the operator makes.
+//
+// On the local control plane with KWOK pools (24 nodes: 2 single-host pools of 4, 8 two-host
+// pools), two operator replicas with leader election run a mix of jobs (TPUJOB_CHAOS_JOBS,
+// default 60: single-host, multi-host, 2-slice multislice; priorities 0-200, some not
+// preemptible; a third with pre-flight; deadlines, TTLs, some created suspended). The schedule
+// (e2e/chaos_schedule.h, from TPUJOB_CHAOS_SEED, printed first) runs for TPUJOB_CHAOS_SECONDS
+// (default 120): hardware conditions set and cleared, nodes reporting NotReady, maintenance
+// notices given and withdrawn, pods deleted by hand, people cordoning and uncordoning nodes,
+// program exits (retryable, permanent, success), pre-flight failures (the real pre-flight run
+// here for the pod, its report written as the kubelet would), operator replicas SIGKILLed (the
+// leader among them: leadership changes), jobs created, deleted, suspended and resumed. A step
+// comes every 0.7 s on average, so faults overlap: a re-issue takes seconds.
+//
+// Then every fault is healed, suspended jobs resumed, and the run waits (up to
+// TPUJOB_CHAOS_SETTLE_SECONDS, default 180) until every job is Succeeded or Failed, or Running or
+// Queued with a reason, every finished job's goodput adds up, every counted re-issue has its
+// fault record, no pod or Service is an orphan, and no node stays cordoned by the operator (it
+// uncordons after 10 healthy seconds). Then every job is deleted and nothing may be left.
+// Over the whole run, the recorded watch streams of pods, nodes and TPUJobs are replayed
+// through the checker: no duplicate worker, no two attempts alive, no placement on a node
+// cordoned for a fault, jobRetries within bounds, cordon cap and rate. Both operators' peak RSS
+// must stay under 256 MiB. A failure names the seed, the invariant and the objects.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chaos_checker.h"
+#include "chaos_schedule.h"
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+using chaos::Kind;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+uint64_t EnvNumber(const char* name, uint64_t fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
+}
+
+// The job a choice describes: its shape and settings, all from bits of `choice`.
+std::string ChaosJobYaml(const std::string& name, const std::string& accelerator, uint64_t choice) {
+  const int shape = static_cast<int>(choice % 10);  // 4 single-host, 3 multi-host, 3 multislice
+  const int workers = shape < 4 ? 1 : 2;
+  const std::string topology = shape < 4 ? "2x2" : "2x4";
+  const int slices = shape >= 7 ? 2 : 1;
+  const int priority = static_cast<int>((choice >> 8) % 3) * 100;
+  const bool preemptible = (choice >> 12) % 5 != 0;
+  const bool preflight = (choice >> 16) % 3 == 0;
+  const int retries = static_cast<int>((choice >> 20) % 4);
+  const bool deadline = (choice >> 24) % 6 == 0;
+  const bool ttl = (choice >> 28) % 3 == 0;
+  const bool suspended = (choice >> 32) % 10 == 0;
+  std::ostringstream y;
+  y << "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " << name
+    << "\nspec:\n  priority: " << priority
+    << "\n  preemptible: " << (preemptible ? "true" : "false")
+    << "\n  tpu: {accelerator: " << accelerator << ", topology: " << topology
+    << ", chipsPerWorker: 4, slices: " << slices << "}\n";
+  if (deadline) y << "  activeDeadlineSeconds: " << 30 + (choice >> 36) % 90 << "\n";
+  if (ttl) y << "  ttlSecondsAfterFinished: " << (choice >> 40) % 20 << "\n";
+  if (suspended) y << "  suspend: true\n";
+  y << "  faultTolerance:\n    maxJobRetries: " << retries
+    << "\n    faultAttributionSeconds: 3\n    maintenanceGracePeriodSeconds: 2\n";
+  if (preflight) y << "    preflight: {enabled: true, checks: [accelerator]}\n";
+  y << "  replicaSpecs:\n    Worker:\n      replicas: " << workers
+    << "\n      template:\n        spec:\n          containers:\n"
+       "          - {name: trainer, image: busybox, command: [sh, -c, train]}\n";
+  return y.str();
+}
+
+// Peak resident memory of a process, in KiB (VmHWM), or 0 if it is gone.
+int64_t PeakRssKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmHWM:")) return std::atoll(line.c_str() + 6);
+  }
+  return 0;
+}
+
+json ListJson(const std::string& what) {
+  return json::parse(Kubectl("get " + what + " -o json", false).output, nullptr, false);
+}
+
+std::string Label(const json& object, const char* key) {
+  return object["metadata"].value("labels", json::object()).value(key, "");
+}
+
+bool HasTaint(const json& node, const std::string& key) {
+  for (const auto& t : node.value("spec", json::object()).value("taints", json::array())) {
+    if (t.value("key", "") == key) return true;
+  }
+  return false;
+}
+
+std::string ConditionStatus(const json& node, const std::string& type) {
+  for (const auto& c : node.value("status", json::object()).value("conditions", json::array())) {
+    if (c.value("type", "") == type) return c.value("status", "");
+  }
+  return "";
+}
+
+// The n-th (choice modulo size) of `names`, or "" when there is none.
+std::string Pick(const std::vector<std::string>& names, uint64_t choice) {
+  return names.empty() ? std::string() : names[choice % names.size()];
+}
+
+constexpr char kMaintenanceTaint[] = "cloud.google.com/impending-node-termination";
+
+class ChaosE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { InstallCrd(); }
+};
+
+TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
+  const uint64_t seed = EnvNumber("TPUJOB_CHAOS_SEED", 1);
+  const int seconds = static_cast<int>(EnvNumber("TPUJOB_CHAOS_SECONDS", 120));
+  const int total_jobs = static_cast<int>(EnvNumber("TPUJOB_CHAOS_JOBS", 60));
+  const int settle_seconds = static_cast<int>(EnvNumber("TPUJOB_CHAOS_SETTLE_SECONDS", 180));
+  std::cout << "chaos seed " << seed << " (replay: TPUJOB_CHAOS_SEED=" << seed << "), " << seconds
+            << " s, " << total_jobs << " jobs" << std::endl;
+  SCOPED_TRACE("chaos seed " + std::to_string(seed));
+  const std::vector<chaos::Step> schedule = chaos::MakeSchedule(seed, seconds);
+
+  TestNamespace ns("chaos");
+  const std::string n = ns.name();
+  const std::string prefix = "ch" + std::to_string(::getpid() % 100000);
+  const std::string accelerator = "tpu-" + prefix;
+  const std::string dir = ClusterDir() + "/chaos-" + n;
+  ASSERT_EQ(RunCommand("mkdir -p " + dir).exit_code, 0);
+
+  // The independent record: the API server's own streams, from before anything exists.
+  WatchRecorder pods_record("/api/v1/namespaces/" + n + "/pods", dir + "/pods.jsonl");
+  WatchRecorder jobs_record("/apis/tpujob.dev/v1alpha1/namespaces/" + n + "/tpujobs",
+                            dir + "/tpujobs.jsonl");
+  WatchRecorder nodes_record("/api/v1/nodes", dir + "/nodes.jsonl");
+
+  std::vector<std::string> pools;
+  for (int i = 0; i < 2; ++i) {
+    pools.push_back(prefix + "-s" + std::to_string(i));
+    ASSERT_NO_FATAL_FAILURE(CreateTpuNodes(pools.back(), 4, accelerator, "2x2", pools.back()));
+  }
+  for (int i = 0; i < 8; ++i) {
+    pools.push_back(prefix + "-m" + std::to_string(i));
+    ASSERT_NO_FATAL_FAILURE(CreateTpuNodes(pools.back(), 2, accelerator, "2x4", pools.back()));
+  }
+  struct NodeCleanup {
+    std::vector<std::string>& pools;
+    ~NodeCleanup() {
+      for (const auto& pool : pools) DeleteTpuNodes(pool);
+    }
+  } node_cleanup{pools};
+
+  const int max_cordoned = 4;
+  const double cordon_rate = 6;
+  std::vector<std::string> operator_args = {"--namespace",
+                                            n,
+                                            "--leader-elect",
+                                            "--leader-elect-namespace",
+                                            n,
+                                            "--leader-elect-id",
+                                            "chaos",
+                                            "--leader-elect-lease-duration",
+                                            "4",
+                                            "--leader-elect-renew-deadline",
+                                            "3",
+                                            "--leader-elect-retry-period",
+                                            "1",
+                                            "--auto-uncordon-after",
+                                            "10",
+                                            "--max-cordoned-nodes",
+                                            std::to_string(max_cordoned),
+                                            "--max-cordoned-fraction",
+                                            "1",
+                                            "--cordon-rate",
+                                            "6"};
+  std::unique_ptr<OperatorProcess> replicas[2];
+  Clock::time_point killed_at[2] = {};
+  int64_t peak_rss_kib = 0;
+  const auto sample_rss = [&] {
+    for (auto& replica : replicas) {
+      if (replica && replica->running()) {
+        peak_rss_kib = std::max(peak_rss_kib, PeakRssKib(replica->pid()));
+      }
+    }
+  };
+  for (auto& replica : replicas) replica = std::make_unique<OperatorProcess>(operator_args);
+
+  int created = 0;
+  std::map<std::string, int> done;     // executed steps by kind
+  std::map<std::string, int> skipped;  // steps that found nothing to act on
+  const auto create_job = [&](uint64_t choice) {
+    const std::string name = "j" + std::to_string(created++);
+    const auto applied = ApplyYaml(n, ChaosJobYaml(name, accelerator, choice));
+    EXPECT_EQ(applied.exit_code, 0) << applied.output;
+  };
+  chaos::SplitMix64 job_choices(seed ^ 0x5eedULL);
+  for (int i = 0; i < total_jobs / 2; ++i) create_job(job_choices.Next());
+
+  std::vector<std::string> our_nodes;
+  const auto node_ours = [&](const json& node) {
+    return node["metadata"].value("name", "").starts_with(prefix + "-");
+  };
+
+  const Clock::time_point start = Clock::now();
+  double lag_ms = 0;
+  for (const chaos::Step& step : schedule) {
+    const auto due = start + std::chrono::milliseconds(step.at_ms);
+    if (Clock::now() < due) {
+      std::this_thread::sleep_until(due);  // the schedule's own time, nothing to await
+    } else {
+      lag_ms =
+          std::max(lag_ms, std::chrono::duration<double, std::milli>(Clock::now() - due).count());
+    }
+    sample_rss();
+    // A replica killed two seconds ago or more comes back.
+    for (int r = 0; r < 2; ++r) {
+      if (!replicas[r] && Clock::now() - killed_at[r] > std::chrono::seconds(2)) {
+        replicas[r] = std::make_unique<OperatorProcess>(operator_args);
+      }
+    }
+    const std::string kind(chaos::KindName(step.kind));
+    bool acted = true;
+    switch (step.kind) {
+      case Kind::kHardwareFault:
+      case Kind::kHardwareHeal:
+      case Kind::kNodeNotReady:
+      case Kind::kMaintenance:
+      case Kind::kMaintenanceOver:
+      case Kind::kHumanCordon:
+      case Kind::kHumanUncordon: {
+        const json nodes = ListJson("nodes");
+        const json pods = ListJson("pods -n " + n);
+        std::set<std::string> busy;  // nodes running a pod of the campaign
+        for (const auto& pod : pods.value("items", json::array())) {
+          busy.insert(pod.value("spec", json::object()).value("nodeName", ""));
+        }
+        std::vector<std::string> candidates;
+        for (const auto& node : nodes.value("items", json::array())) {
+          if (!node_ours(node)) continue;
+          const std::string name = node["metadata"].value("name", "");
+          const bool unschedulable = node["spec"].value("unschedulable", false);
+          const bool faulty = ConditionStatus(node, "TPUUnhealthy") == "True";
+          const bool maintenance = HasTaint(node, kMaintenanceTaint);
+          switch (step.kind) {
+            case Kind::kHardwareFault:
+            case Kind::kNodeNotReady:
+              if (!faulty && busy.contains(name)) candidates.push_back(name);
+              break;
+            case Kind::kHardwareHeal:
+              if (faulty) candidates.push_back(name);
+              break;
+            case Kind::kMaintenance:
+              if (!maintenance && busy.contains(name)) candidates.push_back(name);
+              break;
+            case Kind::kMaintenanceOver:
+              if (maintenance) candidates.push_back(name);
+              break;
+            case Kind::kHumanCordon:
+              if (!unschedulable) candidates.push_back(name);
+              break;
+            default:  // kHumanUncordon: any cordon, the operator's included
+              if (unschedulable) candidates.push_back(name);
+              break;
+          }
+        }
+        const std::string node = Pick(candidates, step.choice);
+        if (node.empty()) {
+          acted = false;
+          break;
+        }
+        if (step.kind == Kind::kHardwareFault) {
+          SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chaos");
+        } else if (step.kind == Kind::kHardwareHeal) {
+          SetNodeCondition(node, "TPUUnhealthy", "False", "ChipHealthy", "chaos");
+        } else if (step.kind == Kind::kNodeNotReady) {
+          // KWOK reports Ready again with its next heartbeat: a node that flaps.
+          SetNodeCondition(node, "Ready", "False", "KubeletNotReady", "chaos");
+        } else if (step.kind == Kind::kMaintenance) {
+          Kubectl("taint node " + node + " " + kMaintenanceTaint + "=true:NoSchedule");
+        } else if (step.kind == Kind::kMaintenanceOver) {
+          Kubectl("taint node " + node + " " + kMaintenanceTaint + "-");
+        } else if (step.kind == Kind::kHumanCordon) {
+          Kubectl("cordon " + node);
+        } else {
+          Kubectl("uncordon " + node);
+        }
+        break;
+      }
+      case Kind::kDeletePod:
+      case Kind::kWorkerExitRetryable:
+      case Kind::kWorkerExitPermanent:
+      case Kind::kPreflightFailure:
+      case Kind::kJobSucceeds: {
+        const json pods = ListJson("pods -n " + n);
+        std::vector<std::string> candidates;
+        std::map<std::string, std::string> node_of;
+        for (const auto& pod : pods.value("items", json::array())) {
+          if (pod["metadata"].contains("deletionTimestamp")) continue;
+          const std::string phase = pod.value("status", json::object()).value("phase", "");
+          const bool preflight = !pod["spec"].value("initContainers", json::array()).empty();
+          const std::string name = pod["metadata"].value("name", "");
+          node_of[name] = pod["spec"].value("nodeName", "");
+          // Worker 0 exiting 0 ends the job (no Master here).
+          const bool worker0 = Label(pod, "tpujob.dev/replica-type") == "Worker" &&
+                               Label(pod, "tpujob.dev/replica-index") == "0";
+          const bool running = phase == "Running" && !node_of[name].empty();
+          if (step.kind == Kind::kDeletePod ||
+              (running && step.kind == Kind::kPreflightFailure && preflight) ||
+              (running && step.kind == Kind::kJobSucceeds && worker0) ||
+              (running && (step.kind == Kind::kWorkerExitRetryable ||
+                           step.kind == Kind::kWorkerExitPermanent))) {
+            candidates.push_back(name);
+          }
+        }
+        const std::string pod = Pick(candidates, step.choice);
+        if (pod.empty()) {
+          acted = false;
+          break;
+        }
+        if (step.kind == Kind::kDeletePod) {
+          Kubectl("delete pod " + pod + " -n " + n + " --wait=false");
+        } else if (step.kind == Kind::kWorkerExitRetryable) {
+          TerminatePod(n, pod, 42);
+        } else if (step.kind == Kind::kWorkerExitPermanent) {
+          TerminatePod(n, pod, 1);
+        } else if (step.kind == Kind::kJobSucceeds) {
+          TerminatePod(n, pod, 0);
+        } else {
+          const PreflightRun run = RunPreflightFor(n, pod, node_of[pod]);
+          acted = run.exit_code != 0 && !run.report.empty() &&
+                  FailInitContainer(n, pod, run.exit_code, run.report).exit_code == 0;
+        }
+        break;
+      }
+      case Kind::kDeleteJob:
+      case Kind::kSuspend:
+      case Kind::kResume: {
+        const json jobs = ListJson("tpujobs -n " + n);
+        std::vector<std::string> candidates;
+        for (const auto& job : jobs.value("items", json::array())) {
+          const std::string phase = job.value("status", json::object()).value("phase", "");
+          const bool suspend = job["spec"].value("suspend", false);
+          const bool finished = phase == "Succeeded" || phase == "Failed";
+          const std::string name = job["metadata"].value("name", "");
+          if (step.kind == Kind::kDeleteJob ||
+              (step.kind == Kind::kSuspend && !suspend && !finished) ||
+              (step.kind == Kind::kResume && suspend)) {
+            candidates.push_back(name);
+          }
+        }
+        const std::string job = Pick(candidates, step.choice);
+        if (job.empty()) {
+          acted = false;
+          break;
+        }
+        if (step.kind == Kind::kDeleteJob) {
+          Kubectl("delete tpujob " + job + " -n " + n + " --wait=false");
+        } else {
+          Kubectl("patch tpujob " + job + " -n " + n + " --type=merge -p '{\"spec\":{\"suspend\":" +
+                  (step.kind == Kind::kSuspend ? "true" : "false") + "}}'");
+        }
+        break;
+      }
+      case Kind::kKillOperator: {
+        const int r = static_cast<int>(step.choice % 2);
+        if (!replicas[r]) {
+          acted = false;
+          break;
+        }
+        replicas[r]->Kill();
+        replicas[r].reset();
+        killed_at[r] = Clock::now();
+        break;
+      }
+      case Kind::kCreateJob:
+        if (created >= total_jobs) {
+          acted = false;
+          break;
+        }
+        create_job(job_choices.Next());
+        break;
+    }
+    ++(acted ? done : skipped)[kind];
+  }
+  // The rest of the mix, should the schedule have drawn fewer creations.
+  while (created < total_jobs) create_job(job_choices.Next());
+
+  // The faults stop: every node healed, every person's cordon lifted, every job resumed, both
+  // replicas running.
+  for (auto& replica : replicas) {
+    if (!replica) replica = std::make_unique<OperatorProcess>(operator_args);
+  }
+  const json nodes = ListJson("nodes");
+  for (const auto& node : nodes.value("items", json::array())) {
+    if (!node_ours(node)) continue;
+    const std::string name = node["metadata"].value("name", "");
+    if (ConditionStatus(node, "TPUUnhealthy") == "True") {
+      SetNodeCondition(name, "TPUUnhealthy", "False", "ChipHealthy", "chaos over");
+    }
+    if (ConditionStatus(node, "Ready") != "True") {
+      SetNodeCondition(name, "Ready", "True", "KubeletReady", "chaos over");
+    }
+    if (HasTaint(node, kMaintenanceTaint)) {
+      Kubectl("taint node " + name + " " + kMaintenanceTaint + "-");
+    }
+    const bool ours =
+        node["metadata"].value("annotations", json::object()).value("tpujob.dev/cordoned-by", "") ==
+        "tpujob-operator";
+    if (node["spec"].value("unschedulable", false) && !ours) Kubectl("uncordon " + name);
+  }
+  for (const auto& job : ListJson("tpujobs -n " + n).value("items", json::array())) {
+    if (job["spec"].value("suspend", false)) {
+      Kubectl("patch tpujob " + job["metadata"].value("name", "") + " -n " + n +
+              " --type=merge -p '{\"spec\":{\"suspend\":false}}'");
+    }
+  }
+  std::cout << "chaos seed " << seed << ": " << schedule.size() << " steps, "
+            << "the driver at most " << static_cast<int>(lag_ms) << " ms behind; done by kind:";
+  for (const auto& [kind, count] : done) std::cout << " " << kind << "=" << count;
+  std::cout << "; nothing to act on:";
+  for (const auto& [kind, count] : skipped) std::cout << " " << kind << "=" << count;
+  std::cout << "; jobs created " << created << std::endl;
+
+  // Settled: every job where it may rest, nothing orphaned, every operator cordon lifted.
+  const auto settled = [&] {
+    std::string problems = chaos::FinalJobProblems(ListJson("tpujobs -n " + n));
+    problems += OrphanProblems(n);
+    for (const auto& node : ListJson("nodes").value("items", json::array())) {
+      // Cordoned, or still carrying the operator's taint (`kubectl uncordon` leaves it).
+      if (node_ours(node) &&
+          (node["spec"].value("unschedulable", false) || HasTaint(node, "tpujob.dev/faulty"))) {
+        problems += "node " + node["metadata"].value("name", "") +
+                    " is still cordoned: " + node["spec"].dump() + "\n";
+      }
+    }
+    sample_rss();
+    return problems;
+  };
+  EXPECT_TRUE(HoldsWithin(settled, std::chrono::seconds(settle_seconds)))
+      << "chaos seed " << seed << ": the cluster did not settle";
+
+  // Every job deleted: nothing of them may stay.
+  Kubectl("delete tpujobs --all -n " + n + " --wait=false");
+  EXPECT_TRUE(HoldsWithin(
+      [&] {
+        const std::string left =
+            Kubectl("get tpujobs,pods,services -n " + n + " -o name", false).output;
+        return left.empty() ? std::string() : "left after every job was deleted:\n" + left;
+      },
+      std::chrono::seconds(120)))
+      << "chaos seed " << seed;
+  sample_rss();
+  std::cout << "chaos seed " << seed << ": operator peak RSS " << peak_rss_kib / 1024 << " MiB"
+            << std::endl;
+  EXPECT_LT(peak_rss_kib, 256 * 1024) << "chaos seed " << seed << ": operator RSS";
+
+  // The whole record through the checker, once the recorders have caught up (the deletions
+  // above are the last events they must hold).
+  EXPECT_TRUE(Eventually(
+      [&] {
+        std::ifstream in(pods_record.path());
+        const auto events = chaos::ReadEvents(in, "pods");
+        return !events.empty() && events.back().type == "DELETED";
+      },
+      std::chrono::seconds(30)));
+  chaos::Limits limits;
+  limits.max_cordoned = max_cordoned;
+  limits.cordon_rate_per_minute = cordon_rate;
+  limits.node_prefix = prefix + "-";
+  chaos::Checker checker(limits);
+  std::vector<std::vector<chaos::Event>> streams;
+  for (const auto* record : {&pods_record, &jobs_record, &nodes_record}) {
+    std::ifstream in(record->path());
+    const std::string resource = record == &pods_record   ? "pods"
+                                 : record == &jobs_record ? "tpujobs"
+                                                          : "nodes";
+    streams.push_back(chaos::ReadEvents(in, resource));
+  }
+  for (const auto& event : chaos::Merge(std::move(streams))) checker.Apply(event);
+  std::cout << "chaos seed " << seed << ": checker replayed " << checker.applied()
+            << " events, cordons seen " << checker.cordons_seen() << "; checks:";
+  for (const auto& [invariant, count] : checker.checks()) {
+    std::cout << " " << invariant << "=" << count;
+  }
+  std::cout << std::endl;
+  for (const auto& violation : checker.violations()) {
+    ADD_FAILURE() << "chaos seed " << seed << ": invariant " << violation.invariant
+                  << " broken: " << violation.detail;
+  }
+}
+
+}  // namespace
+}  // namespace tpujob::e2e

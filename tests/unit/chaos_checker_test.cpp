@@ -1,0 +1,296 @@
+// The fault campaign's schedule and independent checker (e2e/chaos_schedule.h,
+// e2e/chaos_checker.h) on made-up histories: each invariant is broken once and must be reported,
+// naming the objects, and the lawful histories next to it must pass.
+
+#include "chaos_checker.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chaos_schedule.h"
+
+namespace tpujob::e2e::chaos {
+namespace {
+
+using nlohmann::json;
+
+json Pod(const std::string& name, const std::string& uid, const std::string& job, int index,
+         int attempt, const std::string& node = "", const std::string& phase = "Running") {
+  json pod = {{"metadata",
+               {{"name", name},
+                {"uid", uid},
+                {"labels",
+                 {{"tpujob.dev/job-name", job},
+                  {"tpujob.dev/replica-type", "Worker"},
+                  {"tpujob.dev/replica-index", std::to_string(index)},
+                  {"tpujob.dev/attempt", std::to_string(attempt)}}}}},
+              {"spec", json::object()},
+              {"status", {{"phase", phase}}}};
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  return pod;
+}
+
+json Node(const std::string& name, bool operator_cordon, const std::string& cordoned_at = "",
+          bool faulty_taint = true) {
+  json node = {{"metadata", {{"name", name}, {"uid", "uid-" + name}}}, {"spec", json::object()}};
+  if (operator_cordon) {
+    node["spec"]["unschedulable"] = true;
+    if (faulty_taint) {
+      node["spec"]["taints"] = {{{"key", "tpujob.dev/faulty"}, {"effect", "NoSchedule"}}};
+    }
+    node["metadata"]["annotations"] = {{"tpujob.dev/cordoned-by", "tpujob-operator"},
+                                       {"tpujob.dev/cordoned-at", cordoned_at}};
+  }
+  return node;
+}
+
+json Job(const std::string& name, int max_retries, int retries) {
+  return {{"metadata", {{"name", name}, {"uid", "uid-" + name}}},
+          {"spec", {{"faultTolerance", {{"maxJobRetries", max_retries}}}}},
+          {"status", {{"jobRetries", retries}}}};
+}
+
+// Applies `events` (resource, type, object) with revisions 1, 2, ... in order.
+std::vector<Violation> Replay(const std::vector<std::tuple<std::string, std::string, json>>& events,
+                              Limits limits = {10, 0, "n"}) {
+  Checker checker(limits);
+  uint64_t revision = 0;
+  for (const auto& [resource, type, object] : events) {
+    json with = object;
+    with["metadata"]["resourceVersion"] = std::to_string(++revision);
+    checker.Apply({resource, type, revision, with});
+  }
+  return checker.violations();
+}
+
+std::string Invariants(const std::vector<Violation>& violations) {
+  std::string out;
+  for (const auto& v : violations) out += v.invariant + ": " + v.detail + "\n";
+  return out;
+}
+
+TEST(ChaosChecker, TwoLivePodsForOneWorkerAreReportedWithBothNamed) {
+  const auto violations = Replay({{"pods", "ADDED", Pod("a-worker-1", "u1", "a", 1, 1)},
+                                  {"pods", "ADDED", Pod("a-worker-1x", "u2", "a", 1, 1)}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "duplicate-worker");
+  EXPECT_NE(violations[0].detail.find("u1"), std::string::npos) << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("a-worker-1x"), std::string::npos) << violations[0].detail;
+}
+
+TEST(ChaosChecker, AReplacementAfterTheOldPodEndedOrWentIsLawful) {
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Pod("a-worker-1", "u1", "a", 1, 1)},
+                      {"pods", "MODIFIED", Pod("a-worker-1", "u1", "a", 1, 1, "", "Failed")},
+                      {"pods", "ADDED", Pod("a-worker-1", "u2", "a", 1, 1)}})
+                  .empty());
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Pod("a-worker-1", "u1", "a", 1, 1)},
+                      {"pods", "DELETED", Pod("a-worker-1", "u1", "a", 1, 1)},
+                      {"pods", "ADDED", Pod("a-worker-1", "u2", "a", 1, 1)}})
+                  .empty());
+  // The same worker index in another job is another worker.
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Pod("a-worker-1", "u1", "a", 1, 1)},
+                      {"pods", "ADDED", Pod("b-worker-1", "u2", "b", 1, 1)}})
+                  .empty());
+}
+
+TEST(ChaosChecker, LivePodsOfTwoAttemptsAreReported) {
+  const auto violations = Replay({{"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                                  {"pods", "ADDED", Pod("a-worker-1", "u2", "a", 1, 2)}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "two-attempts");
+  // A kept pod relabelled to the new attempt while an old one still runs, too.
+  const auto relabelled = Replay({{"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                                  {"pods", "ADDED", Pod("a-worker-1", "u2", "a", 1, 1)},
+                                  {"pods", "MODIFIED", Pod("a-worker-1", "u2", "a", 1, 2)}});
+  ASSERT_EQ(relabelled.size(), 1u) << Invariants(relabelled);
+  EXPECT_EQ(relabelled[0].invariant, "two-attempts");
+  // Once the old pods are gone, all of the new attempt's are lawful.
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                      {"pods", "DELETED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                      {"pods", "ADDED", Pod("a-worker-0", "u2", "a", 0, 2)},
+                      {"pods", "ADDED", Pod("a-worker-1", "u3", "a", 1, 2)}})
+                  .empty());
+}
+
+TEST(ChaosChecker, APodPlacedOnANodeCordonedForAFaultBeforeItExistedIsReported) {
+  const auto violations = Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
+                                  {"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 2)},
+                                  {"pods", "MODIFIED", Pod("a-worker-0", "u1", "a", 0, 2, "n1")}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "faulty-placement");
+  EXPECT_NE(violations[0].detail.find("n1"), std::string::npos);
+  // Pinned at creation (nodeName in the pod as created) counts the same.
+  const auto pinned = Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
+                              {"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 2, "n1")}});
+  ASSERT_EQ(pinned.size(), 1u) << Invariants(pinned);
+  EXPECT_EQ(pinned[0].invariant, "faulty-placement");
+}
+
+TEST(ChaosChecker, PlacementsTheOperatorCouldNotHaveAvoidedAreLawful) {
+  // Cordoned after the pod was created (the pod was there first), or uncordoned before it was
+  // placed, or cordoned by a person (no faulty taint).
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", false)},
+                      {"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                      {"nodes", "MODIFIED", Node("n1", true, "2026-11-28T07:00:00Z")},
+                      {"pods", "MODIFIED", Pod("a-worker-0", "u1", "a", 0, 1, "n1")}})
+                  .empty());
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
+                      {"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                      {"nodes", "MODIFIED", Node("n1", false)},
+                      {"pods", "MODIFIED", Pod("a-worker-0", "u1", "a", 0, 1, "n1")}})
+                  .empty());
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z", false)},
+                      {"pods", "ADDED", Pod("a-worker-0", "u1", "a", 0, 1)},
+                      {"pods", "MODIFIED", Pod("a-worker-0", "u1", "a", 0, 1, "n1")}})
+                  .empty());
+}
+
+TEST(ChaosChecker, JobRetriesAboveTheMaximumAreReported) {
+  EXPECT_TRUE(
+      Replay({{"tpujobs", "ADDED", Job("a", 2, 0)}, {"tpujobs", "MODIFIED", Job("a", 2, 2)}})
+          .empty());
+  const auto violations =
+      Replay({{"tpujobs", "ADDED", Job("a", 2, 0)}, {"tpujobs", "MODIFIED", Job("a", 2, 3)}});
+  ASSERT_EQ(violations.size(), 1u);
+  EXPECT_EQ(violations[0].invariant, "retries");
+  EXPECT_NE(violations[0].detail.find("job a"), std::string::npos);
+  // Without maxJobRetries the annotation decides, else 0.
+  json annotated = Job("b", 0, 1);
+  annotated["spec"] = json::object();
+  annotated["metadata"]["annotations"] = {{"fault-tolerance/job-retry-num", "1"}};
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", annotated}}).empty());
+  annotated["metadata"].erase("annotations");
+  EXPECT_EQ(Replay({{"tpujobs", "ADDED", annotated}}).size(), 1u);
+}
+
+TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
+  const Limits cap2 = {2, 0, "n"};
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
+                      {"nodes", "ADDED", Node("n2", true, "2026-11-28T07:00:01Z")},
+                      {"nodes", "MODIFIED", Node("n1", false)},
+                      {"nodes", "ADDED", Node("n3", true, "2026-11-28T07:00:02Z")},
+                      // Not one of the campaign's nodes: not counted.
+                      {"nodes", "ADDED", Node("other", true, "2026-11-28T07:00:02Z")}},
+                     cap2)
+                  .empty());
+  const auto violations = Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
+                                  {"nodes", "ADDED", Node("n2", true, "2026-11-28T07:00:01Z")},
+                                  {"nodes", "ADDED", Node("n3", true, "2026-11-28T07:00:02Z")}},
+                                 cap2);
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "cordon-cap");
+  EXPECT_NE(violations[0].detail.find("n1, n2, n3"), std::string::npos) << violations[0].detail;
+}
+
+TEST(ChaosChecker, CordonsFasterThanTheOperatorsBucketAreReported) {
+  // 6 per minute: a burst of 6, then one every 10 s.
+  const Limits rate6 = {100, 6, "n"};
+  std::vector<std::tuple<std::string, std::string, json>> lawful;
+  for (int i = 0; i < 6; ++i) {
+    lawful.push_back(
+        {"nodes", "ADDED", Node("n" + std::to_string(i), true, "2026-11-28T07:00:00Z")});
+  }
+  lawful.push_back({"nodes", "ADDED", Node("n6", true, "2026-11-28T07:00:10Z")});
+  EXPECT_TRUE(Replay(lawful, rate6).empty()) << Invariants(Replay(lawful, rate6));
+  auto fast = lawful;
+  fast.push_back({"nodes", "ADDED", Node("n7", true, "2026-11-28T07:00:11Z")});
+  const auto violations = Replay(fast, rate6);
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "cordon-rate");
+  EXPECT_NE(violations[0].detail.find("n7@"), std::string::npos) << violations[0].detail;
+}
+
+TEST(ChaosChecker, AReplayedOlderStateIsSkipped) {
+  // A watch opened again without a resourceVersion lists the pod as ADDED at an older revision.
+  Checker checker({10, 0, "n"});
+  json pod = Pod("a-worker-0", "u1", "a", 0, 1);
+  checker.Apply({"pods", "ADDED", 5, pod});
+  checker.Apply({"pods", "ADDED", 5, pod});
+  checker.Apply({"pods", "ADDED", 3, pod});
+  EXPECT_TRUE(checker.violations().empty()) << Invariants(checker.violations());
+  EXPECT_EQ(checker.applied(), 1);
+}
+
+TEST(ChaosChecker, RecordedStreamsMergeInRevisionOrder) {
+  std::istringstream pods(
+      R"({"type":"ADDED","object":{"metadata":{"uid":"p","resourceVersion":"7"}}})"
+      "\n"
+      R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}})"
+      "\n"
+      R"({"type":"DELETED","object":{"metadata":{"uid":"p","resourceVersion":"12"}}})"
+      "\n{\"type\":\"MODIF");  // a line cut short
+  std::istringstream nodes(
+      R"({"type":"MODIFIED","object":{"metadata":{"uid":"n","resourceVersion":"10"}}})"
+      "\n");
+  const auto merged = Merge({ReadEvents(pods, "pods"), ReadEvents(nodes, "nodes")});
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[0].revision, 7u);
+  EXPECT_EQ(merged[1].resource, "nodes");
+  EXPECT_EQ(merged[2].type, "DELETED");
+}
+
+json FinishedJob(const std::string& phase, double productive, double lost, int retries,
+                 json faults) {
+  return {{"metadata", {{"name", "a"}, {"creationTimestamp", "2026-11-28T07:00:00Z"}}},
+          {"status",
+           {{"phase", phase},
+            {"jobRetries", retries},
+            {"faults", faults},
+            {"goodput",
+             {{"accountedUntil", "2026-11-28T07:01:40.000Z"},  // 100 s after creation
+              {"productiveSeconds", productive},
+              {"lostSeconds", {{"queued", lost}}}}}}}};
+}
+
+TEST(ChaosChecker, FinalStateStuckJobsGoodputAndFaultRecords) {
+  ASSERT_EQ(ParseUtcSeconds("2026-11-28T07:00:00Z"), 1795849200);
+  ASSERT_EQ(ParseUtcSeconds("2026-11-28T07:00:00.250Z"), 1795849200.25);
+  ASSERT_EQ(ParseUtcSeconds("yesterday"), -1);
+  const json reissue = {{"kind", "NodeUnhealthy"}, {"action", "ReissueJob"}};
+  const json maintenance = {{"kind", "Maintenance"}, {"action", "ReissueJob"}};
+  EXPECT_EQ(FinalJobProblems({{"items", {FinishedJob("Succeeded", 80, 19.6, 1, {reissue})}}}), "");
+  EXPECT_NE(FinalJobProblems({{"items", {FinishedJob("Succeeded", 80, 10, 0, json::array())}}})
+                .find("goodput adds up"),
+            std::string::npos);
+  EXPECT_NE(FinalJobProblems({{"items", {FinishedJob("Failed", 80, 20, 1, {maintenance})}}})
+                .find("jobRetries 1 but 0 counted re-issues"),
+            std::string::npos);
+  const json starting = {{"metadata", {{"name", "s"}}}, {"status", {{"phase", "Starting"}}}};
+  EXPECT_NE(FinalJobProblems({{"items", {starting}}}).find("job s is stuck in phase Starting"),
+            std::string::npos);
+  const json queued_bare = {{"metadata", {{"name", "q"}}}, {"status", {{"phase", "Queued"}}}};
+  EXPECT_NE(FinalJobProblems({{"items", {queued_bare}}}).find("without a reason"),
+            std::string::npos);
+  json queued = queued_bare;
+  queued["status"]["conditions"] = {{{"type", "Admitted"}, {"reason", "WaitingForCapacity"}}};
+  EXPECT_EQ(FinalJobProblems({{"items", {queued}}}), "");
+}
+
+TEST(ChaosSchedule, TheSameSeedGivesTheSameScheduleAndAnotherSeedAnother) {
+  const auto a = MakeSchedule(42, 120);
+  EXPECT_EQ(a, MakeSchedule(42, 120));
+  EXPECT_NE(a, MakeSchedule(43, 120));
+  // About one step per 0.7 s, in time order, within the duration, every kind drawn.
+  EXPECT_GT(a.size(), 120u);
+  EXPECT_LT(a.size(), 250u);
+  for (size_t i = 1; i < a.size(); ++i) EXPECT_LE(a[i - 1].at_ms, a[i].at_ms);
+  EXPECT_LT(a.back().at_ms, 120000);
+  const auto counts = CountByKind(MakeSchedule(42, 600));
+  for (Kind kind : kAllKinds) {
+    EXPECT_GT(counts.count(std::string(KindName(kind))), 0u) << KindName(kind);
+  }
+}
+
+TEST(ChaosSchedule, SplitMix64MatchesItsReferenceValues) {
+  // The first outputs for seed 0 (Vigna's reference implementation of splitmix64.c): the
+  // schedule replays on any machine and compiler.
+  SplitMix64 rng(0);
+  EXPECT_EQ(rng.Next(), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(rng.Next(), 0x6e789e6aa1b965f4ULL);
+}
+
+}  // namespace
+}  // namespace tpujob::e2e::chaos
