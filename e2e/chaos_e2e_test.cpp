@@ -10,8 +10,10 @@
 // notices given and withdrawn, pods deleted by hand, people cordoning and uncordoning nodes,
 // program exits (retryable, permanent, success), pre-flight failures (the real pre-flight run
 // here for the pod, its report written as the kubelet would), operator replicas SIGKILLed (the
-// leader among them: leadership changes), jobs created, deleted, suspended and resumed. A step
-// comes every 0.7 s on average, so faults overlap: a re-issue takes seconds.
+// leader among them: leadership changes), jobs created, deleted, suspended and resumed,
+// kube-apiserver and etcd SIGKILLed and started again, and the blackhole proxy in front of one
+// replica silent for 10 s (a leader cut off loses its Lease and exits; it is started again). A
+// step comes every 0.7 s on average, so faults overlap: a re-issue takes seconds.
 //
 // Then every fault is healed, suspended jobs resumed, and the run waits (up to
 // TPUJOB_CHAOS_SETTLE_SECONDS, default 180) until every job is Succeeded or Failed, or Running or
@@ -30,6 +32,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -193,6 +196,34 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
                                             "1",
                                             "--cordon-rate",
                                             "6"};
+  // Replica 1 talks to the API server through the blackhole proxy.
+  const auto cluster = [](const std::string& command) {
+    return RunCommand(ClusterScript() + " " + command + " --dir " + ClusterDir());
+  };
+  const auto proxy = cluster("proxy");
+  ASSERT_EQ(proxy.exit_code, 0) << proxy.output;
+  std::vector<std::string> proxied_args = operator_args;
+  proxied_args.insert(proxied_args.end(), {"--kubeconfig", ClusterDir() + "/proxy.kubeconfig"});
+  const auto start_replica = [&](int r) {
+    return std::make_unique<OperatorProcess>(r == 1 ? proxied_args : operator_args);
+  };
+  struct Heal {  // should the test end early: the proxy forwarding, etcd running
+    std::function<CommandResult(const std::string&)> cluster;
+    ~Heal() {
+      cluster("unblackhole");
+      cluster("start-etcd");
+    }
+  } heal{cluster};
+  std::map<std::string, int> done;  // executed steps by kind
+  // What a kubelet does for the control plane's static pods: a component that exited is started
+  // again (kube-scheduler exits when an API server restart left its cache corrupted).
+  const auto revive = [&] {
+    const std::string started =
+        Trim(RunCommand(ClusterScript() + " start-stopped --dir " + ClusterDir(), false).output);
+    if (!started.empty()) ++done["restarted " + started];
+  };
+  bool blackholed = false;
+  Clock::time_point blackholed_at;
   std::unique_ptr<OperatorProcess> replicas[2];
   Clock::time_point killed_at[2] = {};
   int64_t peak_rss_kib = 0;
@@ -203,15 +234,18 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       }
     }
   };
-  for (auto& replica : replicas) replica = std::make_unique<OperatorProcess>(operator_args);
+  for (int r = 0; r < 2; ++r) replicas[r] = start_replica(r);
 
   int created = 0;
-  std::map<std::string, int> done;     // executed steps by kind
   std::map<std::string, int> skipped;  // steps that found nothing to act on
   const auto create_job = [&](uint64_t choice) {
     const std::string name = "j" + std::to_string(created++);
-    const auto applied = ApplyYaml(n, ChaosJobYaml(name, accelerator, choice));
-    EXPECT_EQ(applied.exit_code, 0) << applied.output;
+    const std::string yaml = ChaosJobYaml(name, accelerator, choice);
+    CommandResult applied;
+    // Retried: the API server may be restarting, or etcd down.
+    EXPECT_TRUE(Eventually([&] { return (applied = ApplyYaml(n, yaml)).exit_code == 0; },
+                           std::chrono::seconds(60), std::chrono::milliseconds(500)))
+        << applied.output;
   };
   chaos::SplitMix64 job_choices(seed ^ 0x5eedULL);
   for (int i = 0; i < total_jobs / 2; ++i) create_job(job_choices.Next());
@@ -232,11 +266,22 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           std::max(lag_ms, std::chrono::duration<double, std::milli>(Clock::now() - due).count());
     }
     sample_rss();
-    // A replica killed two seconds ago or more comes back.
+    // A replica killed two seconds ago or more comes back, and so does one that exited on its
+    // own (a leader that could not renew its Lease exits 1, by design).
     for (int r = 0; r < 2; ++r) {
-      if (!replicas[r] && Clock::now() - killed_at[r] > std::chrono::seconds(2)) {
-        replicas[r] = std::make_unique<OperatorProcess>(operator_args);
+      if (replicas[r] && replicas[r]->Exited()) {
+        replicas[r].reset();
+        killed_at[r] = Clock::now();
+        ++done["replica-exited"];
       }
+      if (!replicas[r] && Clock::now() - killed_at[r] > std::chrono::seconds(2)) {
+        replicas[r] = start_replica(r);
+      }
+    }
+    revive();
+    if (blackholed && Clock::now() - blackholed_at > std::chrono::seconds(10)) {
+      cluster("unblackhole");
+      blackholed = false;
     }
     const std::string kind(chaos::KindName(step.kind));
     bool acted = true;
@@ -392,6 +437,21 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         killed_at[r] = Clock::now();
         break;
       }
+      case Kind::kRestartApiServer:
+        acted = cluster("restart-apiserver").exit_code == 0;
+        break;
+      case Kind::kRestartEtcd:
+        acted = cluster("kill-etcd").exit_code == 0;
+        EXPECT_EQ(cluster("start-etcd").exit_code, 0);
+        break;
+      case Kind::kBlackhole:
+        if (blackholed) {
+          acted = false;
+          break;
+        }
+        acted = blackholed = cluster("blackhole").exit_code == 0;
+        blackholed_at = Clock::now();
+        break;
       case Kind::kCreateJob:
         if (created >= total_jobs) {
           acted = false;
@@ -407,8 +467,10 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
 
   // The faults stop: every node healed, every person's cordon lifted, every job resumed, both
   // replicas running.
-  for (auto& replica : replicas) {
-    if (!replica) replica = std::make_unique<OperatorProcess>(operator_args);
+  cluster("unblackhole");
+  for (int r = 0; r < 2; ++r) {
+    if (replicas[r] && replicas[r]->Exited()) replicas[r].reset();
+    if (!replicas[r]) replicas[r] = start_replica(r);
   }
   const json nodes = ListJson("nodes");
   for (const auto& node : nodes.value("items", json::array())) {
@@ -445,6 +507,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   const auto settled = [&] {
     std::string problems = chaos::FinalJobProblems(ListJson("tpujobs -n " + n));
     problems += OrphanProblems(n);
+    revive();
     for (const auto& node : ListJson("nodes").value("items", json::array())) {
       // Cordoned, or still carrying the operator's taint (`kubectl uncordon` leaves it).
       if (node_ours(node) &&

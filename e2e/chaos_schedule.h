@@ -35,6 +35,9 @@ enum class Kind {
   kDeleteJob,            // a job deleted (foreground: its pods and Service go with it)
   kSuspend,              // spec.suspend true on a job
   kResume,               // spec.suspend false again
+  kRestartApiServer,     // kube-apiserver SIGKILLed and started again
+  kRestartEtcd,          // etcd SIGKILLed, then started again (its data kept)
+  kBlackhole,            // the proxy in front of one replica silent for 10 s
 };
 
 inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
@@ -53,7 +56,10 @@ inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
                                      Kind::kCreateJob,
                                      Kind::kDeleteJob,
                                      Kind::kSuspend,
-                                     Kind::kResume};
+                                     Kind::kResume,
+                                     Kind::kRestartApiServer,
+                                     Kind::kRestartEtcd,
+                                     Kind::kBlackhole};
 
 inline std::string_view KindName(Kind kind) {
   switch (kind) {
@@ -91,6 +97,12 @@ inline std::string_view KindName(Kind kind) {
       return "suspend";
     case Kind::kResume:
       return "resume";
+    case Kind::kRestartApiServer:
+      return "restart-apiserver";
+    case Kind::kRestartEtcd:
+      return "restart-etcd";
+    case Kind::kBlackhole:
+      return "blackhole";
   }
   return "?";
 }
@@ -134,6 +146,10 @@ inline int Weight(Kind kind) {
       return 3;
     case Kind::kResume:
       return 4;
+    case Kind::kRestartApiServer:
+    case Kind::kRestartEtcd:
+    case Kind::kBlackhole:
+      return 1;
   }
   return 0;
 }

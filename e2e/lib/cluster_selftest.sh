@@ -2,7 +2,8 @@
 # Smoke test of e2e/cluster against the real control plane: up, kubectl, a KWOK fake node with a
 # pod that the scheduler binds and KWOK runs, a test-written terminated container status that
 # KWOK must leave alone, compact + restart-apiserver (410 Gone on an old watch), apf-tight and
-# apf-reset, an idempotent up, crash recovery after kill -9, and down leaving no process behind.
+# apf-reset, start-stopped after the scheduler was killed, an idempotent up, crash recovery after
+# kill -9, and down leaving no process behind.
 #
 # Usage: e2e/lib/cluster_selftest.sh [DIR]   (default: a fresh directory under /tmp)
 set -euo pipefail
@@ -113,6 +114,15 @@ echo "apf-reset took $(($(ms) - t)) ms" >&2
 ! tr '\0' ' ' <"$dir/args/kube-apiserver" | grep -q -- '--max-requests-inflight=' ||
   fail "tight inflight limits left after apf-reset"
 k get ns default -o name >/dev/null || fail "cluster not usable after apf-reset"
+
+step "start-stopped brings back a component that exited, and only that one"
+[[ -z $("$cluster" start-stopped --dir "$dir") ]] || fail "start-stopped started something on a healthy cluster"
+kill -9 "$(cat "$dir/pids/kube-scheduler.pid")"
+t=$(ms)
+started=$("$cluster" start-stopped --dir "$dir")
+[[ $started == kube-scheduler ]] || fail "start-stopped printed '$started', want kube-scheduler"
+"$cluster" status --dir "$dir" >/dev/null || fail "not every component runs after start-stopped"
+echo "start-stopped took $(($(ms) - t)) ms" >&2
 
 step "up again while healthy is quick"
 t=$(ms)
