@@ -113,6 +113,16 @@ std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonReq
   {
     std::lock_guard<std::mutex> lock(mu_);
     const TimePoint now = clock_.Now();
+    if (!restored_) {
+      // The first decision of this process: the cordons its predecessors made (the nodes'
+      // annotations, in a cache that has synced by now) count against the rate and the breaker.
+      restored_ = true;
+      const auto listed = nodes_.List();
+      std::vector<const cache::NodeInfo*> nodes;
+      nodes.reserve(listed.size());
+      for (const auto& node : listed) nodes.push_back(node.get());
+      safety_.Restore(nodes, clock_.WallNow(), now);
+    }
     if (record_failures) {
       for (const auto& request : requests) safety_.RecordFailure(request, now);
     }

@@ -160,6 +160,7 @@ class Cordoner {
 
   mutable std::mutex mu_;
   policy::CordonSafety safety_;
+  bool restored_ = false;  // safety_.Restore has run (at the first decision)
   std::map<std::string, Unconfirmed, std::less<>> unconfirmed_;      // by node name
   std::map<std::string, policy::CordonRequest, std::less<>> retry_;  // failed writes, by node
   std::function<void(const std::string& node)> retry_hook_;

@@ -142,6 +142,59 @@ CordonVerdict CordonSafety::Decide(const CordonRequest& request, const cache::No
   return CordonVerdict::kCordon;
 }
 
+void CordonSafety::Restore(const std::vector<const cache::NodeInfo*>& nodes, WallTime wall_now,
+                           TimePoint now) {
+  struct Past {
+    TimePoint at;
+    std::string node;
+    std::string item;
+  };
+  std::vector<Past> past;
+  for (const cache::NodeInfo* node : nodes) {
+    if (node == nullptr || node->annotations.Value(kCordonedByAnnotation) != kCordonedByOperator) {
+      continue;
+    }
+    const std::optional<WallTime> at =
+        cache::ParseRfc3339(node->annotations.Value(kCordonedAtAnnotation));
+    if (!at) continue;
+    // A stamp from the future (clock skew between replicas) counts as now.
+    const auto age =
+        std::max(Duration::zero(), std::chrono::duration_cast<Duration>(wall_now - *at));
+    std::string item;
+    if (node->annotations.Value(kCordonReasonAnnotation) == "PreflightFailed") {
+      const std::string_view evidence = node->annotations.Value(kCordonEvidenceAnnotation);
+      if (const size_t slash = evidence.find('/'); slash != std::string_view::npos) {
+        item = std::string(evidence.substr(slash + 1));
+      }
+    }
+    past.push_back({now - age, node->name, std::move(item)});
+  }
+  std::sort(past.begin(), past.end(), [](const Past& a, const Past& b) { return a.at < b.at; });
+  if (policy_.rate_per_minute > 0 && !past.empty()) {
+    // The bucket, full before the first of them, as those cordons left it.
+    double tokens = burst_;
+    for (size_t i = 0; i < past.size(); ++i) {
+      if (i > 0) {
+        const double minutes =
+            std::chrono::duration<double, std::ratio<60>>(past[i].at - past[i - 1].at).count();
+        tokens = std::min(burst_, tokens + minutes * policy_.rate_per_minute);
+      }
+      tokens = std::max(0.0, tokens - 1.0);
+    }
+    tokens_ = std::min(tokens_, tokens);
+    refilled_at_ = past.back().at;
+  }
+  for (const Past& p : past) {
+    if (p.item.empty() || now - p.at >= policy_.breaker_window) continue;
+    ItemFailures& failures = failures_[p.item];
+    failures.nodes.insert_or_assign(p.node, p.at);
+    if (policy_.breaker_nodes > 0 &&
+        static_cast<int>(failures.nodes.size()) >= policy_.breaker_nodes) {
+      failures.tripped_until = p.at + policy_.breaker_window;
+    }
+  }
+}
+
 void CordonSafety::ReturnToken() { tokens_ = std::min(burst_, tokens_ + 1.0); }
 
 int CordonSafety::FailingNodes(std::string_view item, TimePoint now) const {

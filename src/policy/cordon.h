@@ -39,6 +39,10 @@
 //                        dry-run requests never rate-limit each other.
 //   9. kCordon           go ahead; one rate token is taken.
 //
+// The rate bucket and the breaker's memory live in this object; Restore rebuilds them from the
+// nodes' annotations when an operator starts or becomes leader, so that a restart does not
+// grant a fresh burst.
+//
 // Thread-safety: CordonSafety is not synchronised; its owner serialises calls (the Cordoner
 // holds a mutex around decision and write, so that the cap also holds across threads).
 #pragma once
@@ -49,6 +53,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/clock.h"
 #include "cache/objects.h"
@@ -151,6 +156,14 @@ class CordonSafety {
 
   // Distinct nodes `item` failed on within breaker_window before `now`, as last recorded.
   int FailingNodes(std::string_view item, TimePoint now) const;
+
+  // What an operator that starts (or becomes leader) knows of the cordons before it: the nodes
+  // that still carry our annotations (kCordonedAtAnnotation, and for pre-flight cordons the item
+  // in kCordonEvidenceAnnotation, "<pod uid>/<item>"). They are replayed into the rate bucket
+  // and, within breaker_window, into the breaker's failures, as if this object had made them, so
+  // that neither limit starts afresh after a restart. Call once, before the first decision;
+  // `wall_now` and `now` are the same instant on the wall and the steady clock.
+  void Restore(const std::vector<const cache::NodeInfo*>& nodes, WallTime wall_now, TimePoint now);
 
   const CordonPolicy& policy() const { return policy_; }
 

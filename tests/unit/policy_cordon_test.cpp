@@ -175,6 +175,51 @@ TEST_F(CordonSafetyTest, RuleOrderNodeRulesBeforeBreakerBeforeCapBeforeRate) {
   EXPECT_EQ(safety.Decide(Request("n4", "dns"), nullptr, 1, 10, now_), CordonVerdict::kNodeMissing);
 }
 
+// A restarted operator (or a new leader) used to start with a full rate bucket and an empty
+// breaker, so that each restart allowed another burst of cordons and another breaker's worth of
+// nodes for one failing item.
+TEST_F(CordonSafetyTest, RestoreReplaysTheCordonsStillOnTheNodesIntoTheRateAndTheBreaker) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 6;  // a burst of 6, then one every 10 s
+  policy.breaker_nodes = 3;
+  CordonSafety safety(policy);
+  const WallTime wall_now = WallTime{} + std::chrono::hours(500000);
+  const auto cordoned = [&](const std::string& name, int seconds_ago, const std::string& item) {
+    NodeInfo node = CordonedNode(name, "pod-uid-" + name + "/" + item);
+    node.annotations.Set(kCordonReasonAnnotation,
+                         item.empty() ? "NodeUnhealthy" : "PreflightFailed");
+    node.annotations.Set(kCordonedAtAnnotation,
+                         cache::FormatRfc3339(wall_now - std::chrono::seconds(seconds_ago)));
+    return node;
+  };
+  // Four cordons in the last 5 s, two of them for pre-flight item dns; one by someone else.
+  const NodeInfo a = cordoned("a", 5, ""), b = cordoned("b", 4, "dns"), c = cordoned("c", 1, "dns"),
+                 d = cordoned("d", 0, "");
+  NodeInfo theirs = cordoned("e", 0, "");
+  theirs.annotations.Set(kCordonedByAnnotation, "someone");
+  safety.Restore({&a, &b, &c, &d, &theirs}, wall_now, now_);
+
+  // dns failed on two nodes already: a third trips the breaker.
+  EXPECT_EQ(DecideFresh(safety, Request("f", "dns")), CordonVerdict::kSystemic);
+  // Six tokens less four: two more cordons, then the rate limit.
+  EXPECT_EQ(DecideFresh(safety, Request("g")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("h")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("i")), CordonVerdict::kRateLimited);
+  now_ += std::chrono::seconds(10);
+  EXPECT_EQ(DecideFresh(safety, Request("i")), CordonVerdict::kCordon);
+
+  // Cordons older than the window neither count for the breaker nor use up the bucket.
+  CordonSafety later(policy);
+  const TimePoint much_later = now_ + std::chrono::minutes(20);
+  later.Restore({&a, &b, &c, &d}, wall_now + std::chrono::minutes(20), much_later);
+  for (const char* name : {"j", "k", "l", "m", "n", "o"}) {
+    const NodeInfo node = Node(name);
+    EXPECT_EQ(later.Decide(Request(name, "dns"), &node, 0, kManyNodes, much_later),
+              std::string_view(name) <= "k" ? CordonVerdict::kCordon : CordonVerdict::kSystemic)
+        << name;
+  }
+}
+
 TEST_F(CordonSafetyTest, DryRunComesLastAndTakesNoToken) {
   CordonPolicy policy;
   policy.dry_run = true;
