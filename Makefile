@@ -11,6 +11,8 @@
 #   make bench-inplace  only bench's in-place restart section, on a control plane of its own
 #   make chaos   the seeded fault campaign, 10 minutes, on a control plane of its own
 #                (scripts/chaos.sh; CHAOS_SEEDS, CHAOS_SECONDS)
+#   make chaos-selftest  the campaign's checker must catch three deliberately broken operators
+#                (scripts/chaos-breaks.sh, patches in e2e/chaos-breaks/)
 #   make format  clang-format every C++ file
 #   make crd     regenerate crds/ from scripts/crd/ and the pinned Kubernetes OpenAPI
 #   make image   the Dockerfile's image, built with buildah from a Debian base made from the apt
@@ -24,7 +26,7 @@ CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
 # demo.sh and bench.sh do the same themselves).
 WITH_GO = gobin=$$(bash scripts/install-go.sh) && PATH="$$gobin:$$PATH"
 
-.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench bench-slice bench-inplace chaos format crd image clean notice-demo notice-test
+.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench bench-slice bench-inplace chaos chaos-selftest format crd image clean notice-demo notice-test
 
 all: build
 
@@ -75,6 +77,9 @@ bench-inplace: build tools
 
 chaos: build tools
 	@bash scripts/chaos.sh $(BUILD_DIR)
+
+chaos-selftest: build tools
+	@bash scripts/chaos-breaks.sh $(BUILD_DIR)
 
 format:
 	@TPUJOB_DEPS=format bash scripts/install-deps.sh

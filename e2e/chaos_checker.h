@@ -14,7 +14,10 @@
 //   cordon-cap           never more nodes cordoned by the operator than its cap;
 //   cordon-rate          never more new cordons in a window than the operator's token bucket
 //                        (burst, then `rate` per minute) allows; cordoned-at has whole seconds,
-//                        so one second of slack.
+//                        so one second of slack;
+//   cordon-breaker       never as many nodes cordoned for one pre-flight item within the
+//                        breaker's window (10 minutes) as --cordon-breaker-nodes: the failure on
+//                        the last of them trips the breaker, which cordons nothing for it.
 //
 // Pure: no cluster, no clock, so each invariant has a table test (tests/unit).
 #pragma once
@@ -77,6 +80,7 @@ struct Limits {
   int max_cordoned = 0;               // the operator's --max-cordoned-nodes (fraction 1)
   double cordon_rate_per_minute = 0;  // --cordon-rate; 0 = not checked
   std::string node_prefix;            // only nodes whose name starts with this count
+  int breaker_nodes = 0;              // --cordon-breaker-nodes; 0 = not checked
 };
 
 // "2026-11-28T07:23:30Z" or "2026-11-28T07:23:30.125Z" as seconds since the epoch, the
@@ -144,6 +148,7 @@ class Checker {
   };
 
   void Report(const std::string& invariant, const std::string& detail) {
+    if (!reported_.insert(invariant + "\n" + detail).second) return;  // once each
     violations_.push_back({invariant, detail});
   }
 
@@ -234,6 +239,12 @@ class Checker {
     if (ours && (!node.ours || cordoned_at != node.cordoned_at)) {
       const double at = ParseUtcSeconds(cordoned_at);
       if (at >= 0) CheckCordonRate(name, static_cast<int64_t>(at));
+      // The evidence of a pre-flight cordon is "<pod uid>/<items>".
+      const std::string evidence = annotations.value("tpujob.dev/cordon-evidence", "");
+      if (at >= 0 && annotations.value("tpujob.dev/cordon-reason", "") == "PreflightFailed" &&
+          evidence.find('/') != std::string::npos) {
+        CheckCordonBreaker(name, evidence.substr(evidence.find('/') + 1), static_cast<int64_t>(at));
+      }
     }
     node.ours = ours;
     node.cordoned_at = ours ? cordoned_at : "";
@@ -286,6 +297,26 @@ class Checker {
     }
   }
 
+  void CheckCordonBreaker(const std::string& node, const std::string& item, int64_t at) {
+    if (limits_.breaker_nodes <= 0) return;
+    ++checks_["cordon-breaker"];
+    auto& cordons = item_cordons_[item];
+    cordons.push_back({at, node});
+    std::set<std::string> nodes;
+    std::string names;
+    for (const auto& [when, name] : cordons) {
+      if (at - when < kBreakerWindowSeconds && nodes.insert(name).second) {
+        names += (names.empty() ? "" : ", ") + name + "@" + std::to_string(when);
+      }
+    }
+    if (static_cast<int>(nodes.size()) >= limits_.breaker_nodes) {
+      Report("cordon-breaker", std::to_string(nodes.size()) +
+                                   " nodes cordoned within 10 minutes for pre-flight item " + item +
+                                   " (breaker at " + std::to_string(limits_.breaker_nodes) +
+                                   "): " + names);
+    }
+  }
+
   void ApplyJob(const Event& event, const nlohmann::json& meta) {
     if (event.type == "DELETED") return;
     const nlohmann::json spec = event.object.value("spec", nlohmann::json::object());
@@ -317,7 +348,10 @@ class Checker {
   std::map<std::string, Pod> pods_;                // by uid
   std::map<std::string, NodeState> nodes_;         // by name
   std::vector<std::pair<int64_t, std::string>> cordon_times_;
+  static constexpr int64_t kBreakerWindowSeconds = 600;
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> item_cordons_;
   std::vector<Violation> violations_;
+  std::set<std::string> reported_;
   std::map<std::string, int64_t> checks_;
   int64_t applied_ = 0;
 };

@@ -550,6 +550,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   limits.max_cordoned = max_cordoned;
   limits.cordon_rate_per_minute = cordon_rate;
   limits.node_prefix = prefix + "-";
+  limits.breaker_nodes = 3;  // the operator's default --cordon-breaker-nodes
   chaos::Checker checker(limits);
   std::vector<std::vector<chaos::Event>> streams;
   for (const auto* record : {&pods_record, &jobs_record, &nodes_record}) {

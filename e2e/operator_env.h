@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -153,8 +154,10 @@ class OperatorProcess : public ChildProcess {
         metrics_port_(ports.second) {}
   static std::vector<std::string> Args(std::pair<int, int> ports,
                                        std::vector<std::string> extra_args) {
+    // TPUJOB_E2E_OPERATOR_BINARY runs another build (the fault campaign's broken ones).
+    const char* binary = std::getenv("TPUJOB_E2E_OPERATOR_BINARY");
     std::vector<std::string> args = {
-        TPUJOB_OPERATOR_BINARY, "run",
+        binary != nullptr && *binary != '\0' ? binary : TPUJOB_OPERATOR_BINARY, "run",
         "--health-address",     "127.0.0.1:" + std::to_string(ports.first),
         "--metrics-address",    "127.0.0.1:" + std::to_string(ports.second)};
     // The admin kubeconfig unless the test names another (e.g. the blackhole proxy's).

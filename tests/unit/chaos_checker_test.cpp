@@ -55,7 +55,7 @@ json Job(const std::string& name, int max_retries, int retries) {
 
 // Applies `events` (resource, type, object) with revisions 1, 2, ... in order.
 std::vector<Violation> Replay(const std::vector<std::tuple<std::string, std::string, json>>& events,
-                              Limits limits = {10, 0, "n"}) {
+                              Limits limits = {10, 0, "n", 0}) {
   Checker checker(limits);
   uint64_t revision = 0;
   for (const auto& [resource, type, object] : events) {
@@ -167,7 +167,7 @@ TEST(ChaosChecker, JobRetriesAboveTheMaximumAreReported) {
 }
 
 TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
-  const Limits cap2 = {2, 0, "n"};
+  const Limits cap2 = {2, 0, "n", 0};
   EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
                       {"nodes", "ADDED", Node("n2", true, "2026-11-28T07:00:01Z")},
                       {"nodes", "MODIFIED", Node("n1", false)},
@@ -187,7 +187,7 @@ TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
 
 TEST(ChaosChecker, CordonsFasterThanTheOperatorsBucketAreReported) {
   // 6 per minute: a burst of 6, then one every 10 s.
-  const Limits rate6 = {100, 6, "n"};
+  const Limits rate6 = {100, 6, "n", 0};
   std::vector<std::tuple<std::string, std::string, json>> lawful;
   for (int i = 0; i < 6; ++i) {
     lawful.push_back(
@@ -203,9 +203,37 @@ TEST(ChaosChecker, CordonsFasterThanTheOperatorsBucketAreReported) {
   EXPECT_NE(violations[0].detail.find("n7@"), std::string::npos) << violations[0].detail;
 }
 
+json PreflightCordon(const std::string& name, const std::string& at, const std::string& item) {
+  json node = Node(name, true, at);
+  node["metadata"]["annotations"]["tpujob.dev/cordon-reason"] = "PreflightFailed";
+  node["metadata"]["annotations"]["tpujob.dev/cordon-evidence"] = "pod-uid-" + name + "/" + item;
+  return node;
+}
+
+TEST(ChaosChecker, AsManyPreflightCordonsForOneItemAsTheBreakerAllowsNoneAreReported) {
+  const Limits breaker3 = {100, 0, "n", 3};
+  // Two nodes for `dns` within 10 minutes, a third for another item, a third for `dns` after
+  // the window: lawful.
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", PreflightCordon("n1", "2026-11-28T07:00:00Z", "dns")},
+                      {"nodes", "ADDED", PreflightCordon("n2", "2026-11-28T07:05:00Z", "dns")},
+                      {"nodes", "ADDED", PreflightCordon("n3", "2026-11-28T07:06:00Z", "disk")},
+                      {"nodes", "ADDED", PreflightCordon("n4", "2026-11-28T07:10:00Z", "dns")}},
+                     breaker3)
+                  .empty());
+  const auto violations =
+      Replay({{"nodes", "ADDED", PreflightCordon("n1", "2026-11-28T07:00:00Z", "dns")},
+              {"nodes", "ADDED", PreflightCordon("n2", "2026-11-28T07:05:00Z", "dns")},
+              {"nodes", "ADDED", PreflightCordon("n4", "2026-11-28T07:09:59Z", "dns")}},
+             breaker3);
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "cordon-breaker");
+  EXPECT_NE(violations[0].detail.find("item dns"), std::string::npos) << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("n4@"), std::string::npos) << violations[0].detail;
+}
+
 TEST(ChaosChecker, AReplayedOlderStateIsSkipped) {
   // A watch opened again without a resourceVersion lists the pod as ADDED at an older revision.
-  Checker checker({10, 0, "n"});
+  Checker checker({10, 0, "n", 0});
   json pod = Pod("a-worker-0", "u1", "a", 0, 1);
   checker.Apply({"pods", "ADDED", 5, pod});
   checker.Apply({"pods", "ADDED", 5, pod});
