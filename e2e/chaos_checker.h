@@ -143,8 +143,8 @@ class Checker {
   struct NodeState {
     bool fault_cordon = false;  // unschedulable and tainted tpujob.dev/faulty
     uint64_t fault_cordon_since = 0;
-    bool ours = false;  // unschedulable and tpujob.dev/cordoned-by: tpujob-operator
-    std::string cordoned_at;
+    bool ours = false;                // unschedulable and tpujob.dev/cordoned-by: tpujob-operator
+    std::string counted_cordoned_at;  // the last cordon counted for the rate and the breaker
   };
 
   void Report(const std::string& invariant, const std::string& detail) {
@@ -236,7 +236,11 @@ class Checker {
     const bool ours =
         unschedulable && annotations.value("tpujob.dev/cordoned-by", "") == "tpujob-operator";
     const std::string cordoned_at = annotations.value("tpujob.dev/cordoned-at", "");
-    if (ours && (!node.ours || cordoned_at != node.cordoned_at)) {
+    // A cordon by the operator writes a new cordoned-at. A person's `kubectl uncordon` and
+    // `kubectl cordon` of a node that still carries our annotations make it look ours again with
+    // the old one: not a new cordon.
+    if (ours && !cordoned_at.empty() && cordoned_at != node.counted_cordoned_at) {
+      node.counted_cordoned_at = cordoned_at;
       const double at = ParseUtcSeconds(cordoned_at);
       if (at >= 0) CheckCordonRate(name, static_cast<int64_t>(at));
       // The evidence of a pre-flight cordon is "<pod uid>/<items>".
@@ -247,7 +251,6 @@ class Checker {
       }
     }
     node.ours = ours;
-    node.cordoned_at = ours ? cordoned_at : "";
     CheckCordonCap(name);
   }
 

@@ -203,6 +203,26 @@ TEST(ChaosChecker, CordonsFasterThanTheOperatorsBucketAreReported) {
   EXPECT_NE(violations[0].detail.find("n7@"), std::string::npos) << violations[0].detail;
 }
 
+TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsIsNotAnOperatorCordon) {
+  // One cordon a minute, a burst of one: two operator cordons at once would be too many.
+  const Limits rate1 = {100, 1, "n", 0};
+  const json ours = Node("n1", true, "2026-11-28T07:00:00Z");
+  json uncordoned = ours;  // `kubectl uncordon`: our annotations and taint stay
+  uncordoned["spec"].erase("unschedulable");
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", ours},
+                      {"nodes", "MODIFIED", uncordoned},
+                      {"nodes", "MODIFIED", ours}},  // `kubectl cordon`: the same cordoned-at
+                     rate1)
+                  .empty());
+  // The operator cordoning it again writes a new cordoned-at: counted.
+  EXPECT_EQ(Replay({{"nodes", "ADDED", ours},
+                    {"nodes", "MODIFIED", uncordoned},
+                    {"nodes", "MODIFIED", Node("n1", true, "2026-11-28T07:00:01Z")}},
+                   rate1)
+                .size(),
+            1u);
+}
+
 json PreflightCordon(const std::string& name, const std::string& at, const std::string& item) {
   json node = Node(name, true, at);
   node["metadata"]["annotations"]["tpujob.dev/cordon-reason"] = "PreflightFailed";
