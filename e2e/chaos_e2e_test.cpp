@@ -195,7 +195,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
                                             "--max-cordoned-fraction",
                                             "1",
                                             "--cordon-rate",
-                                            "6"};
+                                            std::to_string(cordon_rate)};
   // Replica 1 talks to the API server through the blackhole proxy.
   const auto cluster = [](const std::string& command) {
     return RunCommand(ClusterScript() + " " + command + " --dir " + ClusterDir());
@@ -236,6 +236,10 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   };
   for (int r = 0; r < 2; ++r) replicas[r] = start_replica(r);
 
+  const auto set_suspend = [&](const std::string& job, bool suspend) {
+    Kubectl("patch tpujob " + job + " -n " + n +
+            " --type=merge -p '{\"spec\":{\"suspend\":" + (suspend ? "true" : "false") + "}}'");
+  };
   int created = 0;
   std::map<std::string, int> skipped;  // steps that found nothing to act on
   const auto create_job = [&](uint64_t choice) {
@@ -421,8 +425,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         if (step.kind == Kind::kDeleteJob) {
           Kubectl("delete tpujob " + job + " -n " + n + " --wait=false");
         } else {
-          Kubectl("patch tpujob " + job + " -n " + n + " --type=merge -p '{\"spec\":{\"suspend\":" +
-                  (step.kind == Kind::kSuspend ? "true" : "false") + "}}'");
+          set_suspend(job, step.kind == Kind::kSuspend);
         }
         break;
       }
@@ -492,8 +495,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   }
   for (const auto& job : ListJson("tpujobs -n " + n).value("items", json::array())) {
     if (job["spec"].value("suspend", false)) {
-      Kubectl("patch tpujob " + job["metadata"].value("name", "") + " -n " + n +
-              " --type=merge -p '{\"spec\":{\"suspend\":false}}'");
+      set_suspend(job["metadata"].value("name", ""), false);
     }
   }
   std::cout << "chaos seed " << seed << ": " << schedule.size() << " steps, "
