@@ -533,6 +533,9 @@ TEST_F(ChartE2E, InstallIntoRestrictedNamespaceAdmitsTheOperatorPods) {
                                "{.spec.template.spec.containers[0].args}");
   EXPECT_NE(args.find("\"--leader-elect\""), std::string::npos) << args;
   EXPECT_NE(args.find("\"--leader-elect-namespace=" + ns.name() + "\""), std::string::npos) << args;
+  EXPECT_NE(args.find("\"--cordon-state-configmap=" + std::string(kFullname) + "-cordon-state\""),
+            std::string::npos)
+      << args;
   EXPECT_EQ(Get(ns.name(), std::string("deployment ") + kFullname,
                 "{.spec.template.spec.containers[0].env[?(@.name==\"POD_NAME\")]"
                 ".valueFrom.fieldRef.fieldPath}"),
@@ -581,6 +584,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
   TestNamespace ns("chart-rbac");
   TestNamespace other("chart-other");
   const std::string lease = kFullname;
+  const std::string state = std::string(kFullname) + "-cordon-state";  // cordon.keepState
   const std::string account = "system:serviceaccount:" + ns.name() + ":" + kFullname;
   {
     Release release(ns.name(), "");
@@ -609,6 +613,9 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"create", "leases.coordination.k8s.io", r},
         {"get", "leases.coordination.k8s.io", r, "", lease},
         {"update", "leases.coordination.k8s.io", r, "", lease},
+        {"create", "configmaps", r},
+        {"get", "configmaps", r, "", state},
+        {"patch", "configmaps", r, "", state},
         {"create", "tokenreviews.authentication.k8s.io", ""},  // secure /metrics
         {"create", "subjectaccessreviews.authorization.k8s.io", ""},
     };
@@ -618,6 +625,10 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"watch", "secrets", o},
         {"get", "configmaps", r},
         {"create", "configmaps", o},
+        {"update", "configmaps", r, "", state},
+        {"delete", "configmaps", r, "", state},
+        {"get", "configmaps", r, "", "another-configmap"},
+        {"patch", "configmaps", o, "", state},
         {"get", "pods", o},  // reads come from the watch caches
         {"update", "pods", o},
         {"create", "pods", o, "exec"},

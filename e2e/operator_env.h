@@ -157,9 +157,12 @@ class OperatorProcess : public ChildProcess {
     // TPUJOB_E2E_OPERATOR_BINARY runs another build (the fault campaign's broken ones).
     const char* binary = std::getenv("TPUJOB_E2E_OPERATOR_BINARY");
     std::vector<std::string> args = {
-        binary != nullptr && *binary != '\0' ? binary : TPUJOB_OPERATOR_BINARY, "run",
-        "--health-address",     "127.0.0.1:" + std::to_string(ports.first),
-        "--metrics-address",    "127.0.0.1:" + std::to_string(ports.second)};
+        binary != nullptr && *binary != '\0' ? binary : TPUJOB_OPERATOR_BINARY,
+        "run",
+        "--health-address",
+        "127.0.0.1:" + std::to_string(ports.first),
+        "--metrics-address",
+        "127.0.0.1:" + std::to_string(ports.second)};
     // The admin kubeconfig unless the test names another (e.g. the blackhole proxy's).
     if (std::find(extra_args.begin(), extra_args.end(), "--kubeconfig") == extra_args.end()) {
       args.insert(args.end(), {"--kubeconfig", KubeconfigPath()});
@@ -167,6 +170,14 @@ class OperatorProcess : public ChildProcess {
     if (std::none_of(extra_args.begin(), extra_args.end(),
                      [](const std::string& a) { return a.starts_with("--metrics-secure"); })) {
       args.push_back("--metrics-secure=false");
+    }
+    // The cordon safety state of this test's operators only: replicas (and restarts) within one
+    // test share it, as a Deployment's do; another test's breaker never refuses this one's
+    // cordons.
+    if (std::none_of(extra_args.begin(), extra_args.end(), [](const std::string& a) {
+          return a.starts_with("--cordon-state-configmap");
+        })) {
+      args.push_back("--cordon-state-configmap=e2e-cordon-state-" + std::to_string(::getpid()));
     }
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     return args;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +62,7 @@ struct RunFlags {
   bool enable_preemption = true;
   std::string kueue = "auto";
   int auto_uncordon_after_seconds = 0;
+  std::string cordon_state_configmap = "tpujob-operator-cordon-state";
   bool leader_elect = false;
   int leader_elect_lease_duration_seconds = 15;
   int leader_elect_renew_deadline_seconds = 10;
@@ -152,7 +155,10 @@ int Run(const RunFlags& flags) {
                                                                  : flags.watch_namespace},
                      {"workers", flags.workers},
                      {"leader_elect", flags.leader_elect},
-                     {"identity", election.identity}});
+                     {"identity", election.identity},
+                     {"cordon_state", flags.cordon_state_configmap.empty()
+                                          ? std::string("<memory>")
+                                          : election.ns + "/" + flags.cordon_state_configmap}});
 
   // Every API request the operator makes, by verb and resource: logged at shutdown, so the cost
   // of a workload can be read from the log.
@@ -228,6 +234,10 @@ int Run(const RunFlags& flags) {
       std::chrono::seconds(flags.maintenance_avoid_window_seconds);
   options.cordon = flags.cordon;
   options.cordon.enabled = !flags.no_cordon;
+  if (!flags.cordon_state_configmap.empty()) {
+    options.cordon_state =
+        tpujob::controller::CordonStateLocation{election.ns, flags.cordon_state_configmap};
+  }
   options.preemption = flags.enable_preemption;
   options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
   options.nodes.node_health = options.reconciler.node_health;
@@ -396,6 +406,22 @@ int main(int argc, char** argv) {
                   "When one pre-flight item fails on this many nodes within 10 minutes it is "
                   "taken for a configuration problem and nothing is cordoned for it; 0 = off.")
       ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  run->add_option("--cordon-state-configmap", flags.cordon_state_configmap,
+                  "ConfigMap, in the leader-election namespace (--leader-elect-namespace), where "
+                  "the cordon rate limit and circuit breaker are kept so that a restarted or new "
+                  "leader resumes them; no node is cordoned while it cannot be read or written. "
+                  "\"\" = keep them in memory only (rebuilt from the nodes' annotations).")
+      ->check([](const std::string& name) -> std::string {
+        if (name.empty()) return {};
+        const bool valid =
+            name.size() <= 253 && std::isalnum(static_cast<unsigned char>(name.front())) &&
+            std::isalnum(static_cast<unsigned char>(name.back())) &&
+            std::all_of(name.begin(), name.end(), [](char c) {
+              return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+            });
+        return valid ? std::string() : "not a valid ConfigMap name: " + name;
+      })
       ->capture_default_str();
   run->add_option("--auto-uncordon-after", flags.auto_uncordon_after_seconds,
                   "Seconds a node the operator cordoned must stay healthy (Ready, no hardware "

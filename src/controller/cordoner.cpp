@@ -108,30 +108,78 @@ std::optional<Cordoner::Outcome> Cordoner::Retry(const std::string& node) {
 std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonRequest>& requests,
                                              bool record_failures,
                                              std::vector<std::string>& failed) {
+  // The first decision of this process reads the state its predecessor saved (outside the lock:
+  // an API round trip).
+  std::optional<kube::Result<kube::Json>> loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!restored_ && state_) loaded.emplace(kube::Json(nullptr));
+  }
+  if (loaded) *loaded = LoadState();
+
   std::vector<Decision> decisions;
   decisions.reserve(requests.size());
+  std::optional<kube::Json> to_save;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const TimePoint now = clock_.Now();
+    std::optional<kube::Error> unrestored;
     if (!restored_) {
-      // The first decision of this process: the cordons its predecessors made (the nodes'
-      // annotations, in a cache that has synced by now) count against the rate and the breaker.
-      restored_ = true;
-      const auto listed = nodes_.List();
-      std::vector<const cache::NodeInfo*> nodes;
-      nodes.reserve(listed.size());
-      for (const auto& node : listed) nodes.push_back(node.get());
-      safety_.Restore(nodes, clock_.WallNow(), now);
+      if (state_ && (!loaded || !*loaded)) {
+        unrestored = loaded ? (*loaded).error() : kube::Error{};
+        unrestored->message =
+            fmt::format("reading the cordon safety state from ConfigMap {}/{}: {}", state_->ns,
+                        state_->name, unrestored->message);
+      } else {
+        // The cordons its predecessors made (the saved state, and the nodes' annotations in a
+        // cache that has synced by now) count against the rate and the breaker.
+        restored_ = true;
+        const auto listed = nodes_.List();
+        std::vector<const cache::NodeInfo*> nodes;
+        nodes.reserve(listed.size());
+        for (const auto& node : listed) nodes.push_back(node.get());
+        const kube::Json saved = loaded ? std::move(**loaded) : kube::Json(nullptr);
+        const std::string unread = safety_.Restore(nodes, saved, clock_.WallNow(), now);
+        if (!unread.empty()) {
+          log::Warn("part of the saved cordon safety state could not be read; the rest is used",
+                    {{"configmap", state_->ns + "/" + state_->name}, {"unread", unread}});
+        }
+      }
     }
     if (record_failures) {
       for (const auto& request : requests) safety_.RecordFailure(request, now);
     }
-    for (const auto& request : requests) decisions.push_back(DecideLocked(request, now));
+    for (const auto& request : requests) {
+      if (!unrestored) {
+        decisions.push_back(DecideLocked(request, now));
+        continue;
+      }
+      // Decided on nothing: the request fails as a failed write would, and is retried.
+      Decision& decision = decisions.emplace_back();
+      decision.outcome.verdict = CordonVerdict::kCordon;
+      decision.outcome.error = unrestored;
+      decision.outcome.message =
+          fmt::format("cordoning node {} failed: {}", request.node, unrestored->ToString());
+    }
+    if (state_ && restored_ && safety_.generation() != queued_generation_) {
+      generation = queued_generation_ = safety_.generation();
+      to_save = safety_.Save(clock_.WallNow(), now);
+    }
+  }
+  // The state first: a cordon it does not record is not made.
+  std::optional<kube::Error> unsaved;
+  if (to_save) {
+    if (auto saved = SaveState(*to_save, generation); !saved) unsaved = std::move(saved.error());
   }
   // The writes, outside the lock: each node is reserved, so the cap holds meanwhile.
   std::vector<std::optional<kube::Result<kube::Json>>> written(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     if (!decisions[i].patch) continue;
+    if (unsaved) {
+      written[i] = std::unexpected(*unsaved);
+      continue;
+    }
     written[i] = client_.Patch(kube::Resource::Nodes(), "", requests[i].node,
                                kube::PatchType::kMerge, *decisions[i].patch);
   }
@@ -139,6 +187,9 @@ std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonReq
   outcomes.reserve(requests.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (unsaved && generation == queued_generation_) {
+      queued_generation_ = 0;  // saved again at the next decision, whatever it changes
+    }
     for (size_t i = 0; i < requests.size(); ++i) {
       if (written[i]) FinishLocked(requests[i], decisions[i], std::move(*written[i]));
       if (decisions[i].outcome.error) {
@@ -154,6 +205,65 @@ std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonReq
     outcomes.push_back(std::move(decisions[i].outcome));
   }
   return outcomes;
+}
+
+kube::Result<kube::Json> Cordoner::LoadState() const {
+  auto configmap = client_.Get(kube::Resource::ConfigMaps(), state_->ns, state_->name);
+  if (!configmap) {
+    if (configmap.error().IsNotFound()) return kube::Json(nullptr);  // nothing saved yet
+    return std::unexpected(configmap.error());
+  }
+  const kube::Json& data = (*configmap)["data"];
+  if (!data.is_object() || !data.contains(kCordonStateKey) || !data[kCordonStateKey].is_string()) {
+    return kube::Json(nullptr);
+  }
+  kube::Json saved = kube::Json::parse(data[kCordonStateKey].get<std::string>(), nullptr,
+                                       /*allow_exceptions=*/false);
+  if (saved.is_discarded()) {
+    // Never written by us: a person's edit. The nodes still tell what they can.
+    log::Warn("the saved cordon safety state is not JSON; ignoring it",
+              {{"configmap", state_->ns + "/" + state_->name}});
+    return kube::Json(nullptr);
+  }
+  return saved;
+}
+
+kube::Result<void> Cordoner::SaveState(const kube::Json& saved, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(save_mu_);
+  if (generation <= saved_generation_) return {};  // a later state, which includes this one
+  const std::string text = saved.dump();
+  const kube::Json patch = {{"data", {{kCordonStateKey, text}}}};
+  auto written = client_.Patch(kube::Resource::ConfigMaps(), state_->ns, state_->name,
+                               kube::PatchType::kMerge, patch);
+  if (!written && written.error().IsNotFound()) {
+    const kube::Json configmap = {
+        {"apiVersion", "v1"},
+        {"kind", "ConfigMap"},
+        {"metadata",
+         {{"name", state_->name},
+          {"namespace", state_->ns},
+          {"labels", {{"app.kubernetes.io/managed-by", "tpujob-operator"}}},
+          {"annotations",
+           {{"tpujob.dev/description",
+             "The operator's cordon safety limits (rate, circuit breaker), kept for the next "
+             "leader. Deleting it forgets them."}}}}},
+        {"data", {{kCordonStateKey, text}}}};
+    written = client_.Create(kube::Resource::ConfigMaps(), state_->ns, configmap);
+    if (!written && written.error().IsAlreadyExists()) {
+      written = client_.Patch(kube::Resource::ConfigMaps(), state_->ns, state_->name,
+                              kube::PatchType::kMerge, patch);
+    }
+  }
+  if (!written) {
+    kube::Error error = written.error();
+    log::Warn("saving the cordon safety state failed; no node is cordoned until it is saved",
+              {{"configmap", state_->ns + "/" + state_->name}, {"error", error.ToString()}});
+    error.message = fmt::format("saving the cordon safety state in ConfigMap {}/{}: {}", state_->ns,
+                                state_->name, error.message);
+    return std::unexpected(std::move(error));
+  }
+  saved_generation_ = generation;
+  return {};
 }
 
 size_t Cordoner::PendingRetries() const {

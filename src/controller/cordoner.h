@@ -25,6 +25,17 @@
 // or the request gets a verdict other than kCordon (the node was cordoned by then, the cap
 // filled up, ...). The job's own decision is not repeated: its status already records it.
 //
+// The safety limits' memory (the rate bucket, the breaker's recent failures) is kept in a
+// ConfigMap when KeepStateIn names one, so that the next leader resumes it instead of starting
+// afresh: a leader's cordons may be gone from the nodes already (auto-uncordon removes them) and
+// a cordon the breaker refused leaves no mark anywhere else. At the first decision the Cordoner
+// reads it back (policy::CordonSafety::Restore, merged with the cordons the nodes show); after
+// each decision that changed it, it writes it (policy::CordonSafety::Save) before any node is
+// patched. Both fail closed: while the state cannot be read, or the write before a cordon
+// fails, no node is cordoned (the request fails like a failed node write and is retried), since
+// a cordon decided on forgotten limits is what the limits exist to prevent. Writes go through
+// the manager's fenced client, so a replica that lost the Lease writes nothing.
+//
 // Every decision logs one line:
 //   msg="cordon" node=n1 job=team/llm reason=PreflightFailed verdict=Cordon dry_run=false ...
 //
@@ -60,6 +71,14 @@ namespace tpujob::controller {
 // of a cordon that never shows up (undone by a person before the cache saw it).
 inline constexpr Duration kUnconfirmedCordonTtl = std::chrono::minutes(2);
 
+// Where the cordon safety limits' memory is kept between processes: data key kCordonStateKey of
+// a ConfigMap, written by the leader and read back by the next one.
+struct CordonStateLocation {
+  std::string ns;
+  std::string name;
+};
+inline constexpr std::string_view kCordonStateKey = "state.json";
+
 // The Event reason recorded on a node the operator cordoned.
 inline constexpr std::string_view kNodeCordonedReason = "NodeCordoned";
 
@@ -87,6 +106,10 @@ class Cordoner {
     // Whether the node is now cordoned by this request.
     bool cordoned() const { return verdict == policy::CordonVerdict::kCordon && !error; }
   };
+
+  // Keeps the safety limits' memory in the ConfigMap at `location` (see above). Call once,
+  // before the first Cordon; without it the memory is rebuilt from the nodes alone.
+  void KeepStateIn(CordonStateLocation location) { state_ = std::move(location); }
 
   // Decides on `request` and, for kCordon, patches the node and records the node's Event.
   Outcome Cordon(const policy::CordonRequest& request);
@@ -147,6 +170,10 @@ class Cordoner {
   // ones for Retry; returns one outcome per request and the nodes whose write failed.
   std::vector<Outcome> Run(const std::vector<policy::CordonRequest>& requests, bool record_failures,
                            std::vector<std::string>& failed);
+  // The saved state (null when there is none yet), read from the ConfigMap.
+  kube::Result<kube::Json> LoadState() const;
+  // Writes `saved`, the state at `generation`, unless a later generation was written already.
+  kube::Result<void> SaveState(const kube::Json& saved, uint64_t generation);
   // The decision's log line and metric.
   void Report(const policy::CordonRequest& request, const Decision& decision) const;
   void NotifyRetry(const std::vector<std::string>& nodes) const;
@@ -161,6 +188,10 @@ class Cordoner {
   mutable std::mutex mu_;
   policy::CordonSafety safety_;
   bool restored_ = false;  // safety_.Restore has run (at the first decision)
+  std::optional<CordonStateLocation> state_;
+  uint64_t queued_generation_ = 0;  // the latest generation handed to SaveState (under mu_)
+  std::mutex save_mu_;              // serialises SaveState; held without mu_
+  uint64_t saved_generation_ = 0;   // the latest generation written (under save_mu_)
   std::map<std::string, Unconfirmed, std::less<>> unconfirmed_;      // by node name
   std::map<std::string, policy::CordonRequest, std::less<>> retry_;  // failed writes, by node
   std::function<void(const std::string& node)> retry_hook_;

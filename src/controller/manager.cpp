@@ -93,6 +93,7 @@ Manager::Manager(kube::Client& client, ManagerOptions options, Clock& clock)
   recorder_ = std::make_unique<EventRecorder>(client_, options_.events, clock_);
   cordoner_ =
       std::make_unique<Cordoner>(client_, nodes_->store(), *recorder_, options_.cordon, clock_);
+  if (options_.cordon_state) cordoner_->KeepStateIn(*options_.cordon_state);
   job_queue_ = std::make_unique<JobQueue>(client_, jobs_->store(), pods_->store(), nodes_->store(),
                                           options_.reconciler.node_health, clock_);
   options_.reconciler.admission = [this](const cache::TPUJobInfo& job, const policy::JobSpec&,

@@ -72,6 +72,9 @@ struct ManagerOptions {
   std::chrono::seconds watch_idle_timeout{0};
   EventRecorderOptions events;
   policy::CordonPolicy cordon;
+  // Set: the cordon safety limits' memory is kept in this ConfigMap for the next leader
+  // (Cordoner::KeepStateIn). Unset: rebuilt from the nodes alone after a restart.
+  std::optional<CordonStateLocation> cordon_state;
   NodeReconcilerOptions nodes;
   // Set: run only while this replica holds the Lease (see above). Unset: always run.
   std::optional<LeaderElectionOptions> leader_election;

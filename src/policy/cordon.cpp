@@ -138,12 +138,28 @@ CordonVerdict CordonSafety::Decide(const CordonRequest& request, const cache::No
     if (tokens_ < 1.0 - kTokenSlack) return CordonVerdict::kRateLimited;
   }
   if (policy_.dry_run) return CordonVerdict::kDryRun;
-  if (rate_limited) tokens_ = std::max(0.0, tokens_ - 1.0);
+  if (rate_limited) {
+    tokens_ = std::max(0.0, tokens_ - 1.0);
+    ++generation_;
+  }
   return CordonVerdict::kCordon;
 }
 
-void CordonSafety::Restore(const std::vector<const cache::NodeInfo*>& nodes, WallTime wall_now,
-                           TimePoint now) {
+std::string CordonSafety::Restore(const std::vector<const cache::NodeInfo*>& nodes,
+                                  const Json& saved, WallTime wall_now, TimePoint now) {
+  // A wall time as the steady clock's, never later than now.
+  const auto steady = [&](WallTime at) {
+    return now - std::max(Duration::zero(), std::chrono::duration_cast<Duration>(wall_now - at));
+  };
+  const bool rate_limited = policy_.rate_per_minute > 0;
+  // The bucket as of now, then the stricter of what each source says it holds.
+  if (rate_limited) Refill(now);
+  const auto grow = [&](double tokens, TimePoint from, TimePoint to) {
+    const double minutes = std::chrono::duration<double, std::ratio<60>>(to - from).count();
+    return std::min(burst_, tokens + std::max(0.0, minutes) * policy_.rate_per_minute);
+  };
+  const auto refilled = [&](double tokens, TimePoint at) { return grow(tokens, at, now); };
+
   struct Past {
     TimePoint at;
     std::string node;
@@ -157,9 +173,6 @@ void CordonSafety::Restore(const std::vector<const cache::NodeInfo*>& nodes, Wal
     const std::optional<WallTime> at =
         cache::ParseRfc3339(node->annotations.Value(kCordonedAtAnnotation));
     if (!at) continue;
-    // A stamp from the future (clock skew between replicas) counts as now.
-    const auto age =
-        std::max(Duration::zero(), std::chrono::duration_cast<Duration>(wall_now - *at));
     std::string item;
     if (node->annotations.Value(kCordonReasonAnnotation) == "PreflightFailed") {
       const std::string_view evidence = node->annotations.Value(kCordonEvidenceAnnotation);
@@ -167,32 +180,123 @@ void CordonSafety::Restore(const std::vector<const cache::NodeInfo*>& nodes, Wal
         item = std::string(evidence.substr(slash + 1));
       }
     }
-    past.push_back({now - age, node->name, std::move(item)});
+    past.push_back({steady(*at), node->name, std::move(item)});
   }
   std::sort(past.begin(), past.end(), [](const Past& a, const Past& b) { return a.at < b.at; });
-  if (policy_.rate_per_minute > 0 && !past.empty()) {
+  if (rate_limited && !past.empty()) {
     // The bucket, full before the first of them, as those cordons left it.
     double tokens = burst_;
     for (size_t i = 0; i < past.size(); ++i) {
-      if (i > 0) {
-        const double minutes =
-            std::chrono::duration<double, std::ratio<60>>(past[i].at - past[i - 1].at).count();
-        tokens = std::min(burst_, tokens + minutes * policy_.rate_per_minute);
-      }
+      if (i > 0) tokens = grow(tokens, past[i - 1].at, past[i].at);
       tokens = std::max(0.0, tokens - 1.0);
     }
-    tokens_ = std::min(tokens_, tokens);
-    refilled_at_ = past.back().at;
+    tokens_ = std::min(tokens_, refilled(tokens, past.back().at));
   }
   for (const Past& p : past) {
-    if (p.item.empty() || now - p.at >= policy_.breaker_window) continue;
-    ItemFailures& failures = failures_[p.item];
-    failures.nodes.insert_or_assign(p.node, p.at);
-    if (policy_.breaker_nodes > 0 &&
-        static_cast<int>(failures.nodes.size()) >= policy_.breaker_nodes) {
-      failures.tripped_until = p.at + policy_.breaker_window;
-    }
+    if (!p.item.empty() && now - p.at < policy_.breaker_window) MergeFailure(p.item, p.node, p.at);
   }
+
+  std::vector<std::string> unread;
+  if (saved.is_object()) {
+    if (rate_limited && saved.contains("tokens")) {
+      const Json& tokens = saved["tokens"];
+      const std::optional<WallTime> at = saved.contains("at") && saved["at"].is_string()
+                                             ? cache::ParseRfc3339(saved["at"].get<std::string>())
+                                             : std::nullopt;
+      if (tokens.is_number() && at) {
+        tokens_ = std::min(tokens_, refilled(std::max(0.0, tokens.get<double>()), steady(*at)));
+      } else {
+        unread.push_back("the rate bucket");
+      }
+    }
+    static const Json kNoItems = Json::object();
+    const Json& items = saved.contains("items") ? saved["items"] : kNoItems;
+    if (!items.is_object()) unread.push_back("the items");
+    if (items.is_object()) {
+      for (const auto& [item, entry] : items.items()) {
+        const Json* failed =
+            entry.is_object() && entry.contains("nodes") ? &entry["nodes"] : nullptr;
+        if (failed == nullptr || !failed->is_object()) {
+          unread.push_back("item " + item);
+          continue;
+        }
+        for (const auto& [node, at_text] : failed->items()) {
+          const std::optional<WallTime> at =
+              at_text.is_string() ? cache::ParseRfc3339(at_text.get<std::string>()) : std::nullopt;
+          if (!at) {
+            unread.push_back("item " + item + " node " + node);
+            continue;
+          }
+          if (now - steady(*at) < policy_.breaker_window) MergeFailure(item, node, steady(*at));
+        }
+        if (entry.contains("openUntil")) {
+          const Json& until = entry["openUntil"];
+          const std::optional<WallTime> wall_until =
+              until.is_string() ? cache::ParseRfc3339(until.get<std::string>()) : std::nullopt;
+          if (!wall_until) {
+            unread.push_back("item " + item + " openUntil");
+          } else if (*wall_until > wall_now && policy_.breaker_nodes > 0) {
+            // Not longer than one window from now, whatever a skewed clock wrote.
+            const TimePoint until_steady =
+                now + std::min(policy_.breaker_window,
+                               std::chrono::duration_cast<Duration>(*wall_until - wall_now));
+            std::optional<TimePoint>& tripped = failures_[item].tripped_until;
+            if (!tripped || *tripped < until_steady) tripped = until_steady;
+          }
+        }
+      }
+    }
+  } else if (!saved.is_null()) {
+    unread.push_back("not a JSON object");
+  }
+  std::string problems;
+  for (const std::string& what : unread) problems += (problems.empty() ? "" : ", ") + what;
+  return problems;
+}
+
+Json CordonSafety::Save(WallTime wall_now, TimePoint now) const {
+  const auto wall = [&](TimePoint at) {
+    return cache::FormatRfc3339Millis(wall_now - std::chrono::duration_cast<Duration>(now - at));
+  };
+  Json saved = Json::object();
+  if (policy_.rate_per_minute > 0) {
+    saved["tokens"] = TokensAt(now);
+    saved["at"] = wall(now);
+  }
+  Json items = Json::object();
+  for (const auto& [item, failures] : failures_) {
+    std::vector<std::pair<TimePoint, std::string_view>> recent;
+    for (const auto& [node, at] : failures.nodes) {
+      if (now - at < policy_.breaker_window) recent.emplace_back(at, node);
+    }
+    std::sort(recent.begin(), recent.end(), std::greater<>());
+    if (recent.size() > kMaxSavedNodesPerItem) recent.resize(kMaxSavedNodesPerItem);
+    Json entry = {{"nodes", Json::object()}};
+    for (const auto& [at, node] : recent) entry["nodes"][std::string(node)] = wall(at);
+    if (failures.tripped_until && now < *failures.tripped_until) {
+      entry["openUntil"] = wall(*failures.tripped_until);
+    }
+    if (!recent.empty() || entry.contains("openUntil")) items[item] = std::move(entry);
+  }
+  if (!items.empty()) saved["items"] = std::move(items);
+  return saved;
+}
+
+void CordonSafety::MergeFailure(const std::string& item, const std::string& node, TimePoint at) {
+  ItemFailures& failures = failures_[item];
+  auto [it, inserted] = failures.nodes.try_emplace(node, at);
+  if (!inserted && it->second < at) it->second = at;
+  if (policy_.breaker_nodes > 0 &&
+      static_cast<int>(failures.nodes.size()) >= policy_.breaker_nodes) {
+    const TimePoint until = at + policy_.breaker_window;
+    if (!failures.tripped_until || *failures.tripped_until < until) failures.tripped_until = until;
+  }
+}
+
+double CordonSafety::TokensAt(TimePoint now) const {
+  if (!refilled_at_ || now <= *refilled_at_) return tokens_;
+  const double minutes = std::chrono::duration<double, std::ratio<60>>(now - *refilled_at_).count();
+  return std::min(burst_, tokens_ + minutes * policy_.rate_per_minute);
 }
 
 void CordonSafety::ReturnToken() { tokens_ = std::min(burst_, tokens_ + 1.0); }
@@ -215,6 +319,7 @@ bool CordonSafety::RecordAndCheckBreaker(const CordonRequest& request, TimePoint
   if (policy_.breaker_nodes <= 0 || request.item.empty()) return false;
   ItemFailures& failures = failures_[request.item];
   failures.nodes.insert_or_assign(request.node, now);
+  ++generation_;
   if (static_cast<int>(failures.nodes.size()) >= policy_.breaker_nodes) {
     failures.tripped_until = now + policy_.breaker_window;
   }

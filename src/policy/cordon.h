@@ -39,15 +39,19 @@
 //                        dry-run requests never rate-limit each other.
 //   9. kCordon           go ahead; one rate token is taken.
 //
-// The rate bucket and the breaker's memory live in this object; Restore rebuilds them from the
-// nodes' annotations when an operator starts or becomes leader, so that a restart does not
-// grant a fresh burst.
+// The rate bucket and the breaker's memory live in this object. Save writes them out as JSON,
+// which the operator keeps in a ConfigMap before each cordon; Restore rebuilds them from that
+// and from the nodes' annotations when an operator starts or becomes leader, so that neither a
+// restart nor a change of leader grants a fresh burst or forgets a tripped breaker (the nodes
+// alone do not say so: auto-uncordon removes a cordon's annotations, and a refused cordon
+// leaves no mark on its node).
 //
 // Thread-safety: CordonSafety is not synchronised; its owner serialises calls (the Cordoner
 // holds a mutex around decision and write, so that the cap also holds across threads).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -157,13 +161,31 @@ class CordonSafety {
   // Distinct nodes `item` failed on within breaker_window before `now`, as last recorded.
   int FailingNodes(std::string_view item, TimePoint now) const;
 
-  // What an operator that starts (or becomes leader) knows of the cordons before it: the nodes
-  // that still carry our annotations (kCordonedAtAnnotation, and for pre-flight cordons the item
-  // in kCordonEvidenceAnnotation, "<pod uid>/<item>"). They are replayed into the rate bucket
-  // and, within breaker_window, into the breaker's failures, as if this object had made them, so
-  // that neither limit starts afresh after a restart. Call once, before the first decision;
-  // `wall_now` and `now` are the same instant on the wall and the steady clock.
-  void Restore(const std::vector<const cache::NodeInfo*>& nodes, WallTime wall_now, TimePoint now);
+  // The limits' memory as it stands at `now`, for Restore in another process: the rate bucket
+  // ({"tokens": 2.5, "at": "<RFC 3339>"}) and, per pre-flight item, when it last failed on each
+  // node within breaker_window and until when its breaker is open
+  // ({"items": {"dns": {"nodes": {"n1": "<RFC 3339>"}, "openUntil": "<RFC 3339>"}}}). Times are
+  // wall times with milliseconds; `wall_now` and `now` are the same instant. At most
+  // kMaxSavedNodesPerItem nodes per item are kept, the most recent: enough to keep a breaker
+  // open, and a bound on the size of the object it is kept in.
+  nlohmann::json Save(WallTime wall_now, TimePoint now) const;
+
+  // Counts the changes Save would show (a rate token taken, a pre-flight failure recorded): a
+  // caller saves again when it moved since the generation it saved last.
+  uint64_t generation() const { return generation_; }
+
+  // What an operator that starts (or becomes leader) knows of the cordons before it, merged into
+  // this object's memory, always towards the stricter:
+  //   - `saved`, what Save wrote in the previous process (null when there is none);
+  //   - the nodes that still carry our annotations (kCordonedAtAnnotation, and for pre-flight
+  //     cordons the item in kCordonEvidenceAnnotation, "<pod uid>/<item>"), replayed into the
+  //     rate bucket and, within breaker_window, into the breaker's failures, as if this object
+  //     had made them: this covers cordons made by an operator that saved nothing.
+  // Call before the first decision; `wall_now` and `now` are the same instant on the wall and
+  // the steady clock. A stamp from the future (clock skew between replicas) counts as now.
+  // Returns what of `saved` could not be read ("" when all of it could); the rest is used.
+  std::string Restore(const std::vector<const cache::NodeInfo*>& nodes, const nlohmann::json& saved,
+                      WallTime wall_now, TimePoint now);
 
   const CordonPolicy& policy() const { return policy_; }
 
@@ -179,13 +201,22 @@ class CordonSafety {
   // Forgets failures that left the window and breakers that closed.
   void ForgetExpired(TimePoint now);
   void Refill(TimePoint now);
+  // The tokens the bucket holds at `now` (not before its last refill), without changing it.
+  double TokensAt(TimePoint now) const;
+  // Merges one failure of `item` on `node` at `at` (the later time wins) and trips the breaker
+  // when the item has failed on breaker_nodes nodes.
+  void MergeFailure(const std::string& item, const std::string& node, TimePoint at);
 
   const CordonPolicy policy_;
   const double burst_;
   std::map<std::string, ItemFailures, std::less<>> failures_;
   double tokens_;
   std::optional<TimePoint> refilled_at_;  // unset until the first decision: the bucket starts full
+  uint64_t generation_ = 0;
 };
+
+// The most nodes per pre-flight item CordonSafety::Save keeps.
+inline constexpr size_t kMaxSavedNodesPerItem = 64;
 
 // The JSON merge patch that cordons `node` for `request` at `now`: spec.unschedulable, the
 // node's taints from the snapshot plus ours (kept as it is when a tpujob.dev/faulty NoSchedule

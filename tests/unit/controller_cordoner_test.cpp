@@ -525,5 +525,127 @@ TEST_F(CordonerTest, CordonBeingWrittenCountsAgainstTheCapUntilItFails) {
   EXPECT_EQ(cordoner_->CordonedByUs(), 1);
 }
 
+// The safety limits kept in a ConfigMap: what the next leader needs and the nodes cannot tell.
+class CordonerStateTest : public CordonerTest {
+ protected:
+  static constexpr char kNamespace[] = "tpujob-system";
+  static constexpr char kName[] = "tpujob-operator-cordon-state";
+
+  static CordonPolicy Limits() {
+    CordonPolicy policy = Permissive();
+    policy.rate_per_minute = 6;
+    policy.breaker_nodes = 3;
+    return policy;
+  }
+  std::unique_ptr<Cordoner> Leader(bool keep_state = true) {
+    auto cordoner = std::make_unique<Cordoner>(fake_, nodes_, recorder_, Limits(), clock_);
+    if (keep_state) cordoner->KeepStateIn({kNamespace, kName});
+    return cordoner;
+  }
+  Json SavedState() const {
+    const auto configmap = fake_.Stored(Resource::ConfigMaps(), kNamespace, kName);
+    if (!configmap) return Json();
+    return Json::parse((*configmap)["data"][std::string(kCordonStateKey)].get<std::string>());
+  }
+  // Automatic uncordon of `name`: the node as it was before, none of our annotations left.
+  void Uncordon(const std::string& name) { AddNode(name); }
+};
+
+// The case the fault campaign found: the old leader cordoned two nodes for item dns and the
+// breaker refused the third; auto-uncordon then lifted both cordons, and the leader changed.
+TEST_F(CordonerStateTest, ANewLeaderKeepsTheBreakerTheOldOneTrippedAfterItsCordonsWereLifted) {
+  AddNodes(6);
+  {
+    auto old_leader = Leader();
+    EXPECT_TRUE(old_leader->Cordon(Request("n0")).cordoned());
+    EXPECT_TRUE(old_leader->Cordon(Request("n1", "pod-uid-2/dns")).cordoned());
+    EXPECT_EQ(old_leader->Cordon(Request("n2", "pod-uid-3/dns")).verdict, CordonVerdict::kSystemic);
+  }
+  const Json saved = SavedState();
+  ASSERT_TRUE(saved.is_object()) << "nothing saved";
+  EXPECT_EQ(saved["items"]["dns"]["nodes"].size(), 3u) << saved.dump();
+  Uncordon("n0");
+  Uncordon("n1");
+  clock_.Advance(seconds(15));
+
+  auto new_leader = Leader();
+  fake_.ClearActions();
+  const Cordoner::Outcome refused = new_leader->Cordon(Request("n3", "pod-uid-4/dns"));
+  EXPECT_EQ(refused.verdict, CordonVerdict::kSystemic) << refused.message;
+  EXPECT_THAT(NodeWrites(), SizeIs(0));
+
+  // A leader that keeps nothing would have cordoned it: the nodes no longer show the cordons.
+  auto forgetful = Leader(/*keep_state=*/false);
+  EXPECT_TRUE(forgetful->Cordon(Request("n4", "pod-uid-5/dns")).cordoned());
+}
+
+TEST_F(CordonerStateTest, ANewLeaderKeepsTheRateTheOldOneUsedUp) {
+  AddNodes(10);
+  {
+    auto old_leader = Leader();
+    for (int i = 0; i < 6; ++i) {
+      const std::string node = "n" + std::to_string(i);
+      EXPECT_TRUE(old_leader->Cordon(Request(node, "pod/" + node, "")).cordoned()) << node;
+    }
+  }
+  for (int i = 0; i < 6; ++i) Uncordon("n" + std::to_string(i));
+  clock_.Advance(seconds(5));  // half a token
+  auto new_leader = Leader();
+  EXPECT_EQ(new_leader->Cordon(Request("n6", "pod/n6", "")).verdict, CordonVerdict::kRateLimited);
+  clock_.Advance(seconds(5));
+  EXPECT_TRUE(new_leader->Cordon(Request("n6", "pod/n6", "")).cordoned());
+}
+
+TEST_F(CordonerStateTest, NoNodeIsCordonedWhileTheStateCannotBeRead) {
+  AddNodes(2);
+  auto leader = Leader();
+  fake_.FailNext("get", kube::ApiError(403, "Forbidden", "configmaps is forbidden"));
+  const Cordoner::Outcome failed = leader->Cordon(Request("n0"));
+  EXPECT_FALSE(failed.cordoned());
+  ASSERT_TRUE(failed.error.has_value());
+  EXPECT_THAT(failed.message, HasSubstr("reading the cordon safety state"));
+  EXPECT_THAT(failed.message, HasSubstr("forbidden"));
+  EXPECT_THAT(NodeWrites(), SizeIs(0));
+  EXPECT_EQ(leader->PendingRetries(), 1u);
+
+  const std::optional<Cordoner::Outcome> retried = leader->Retry("n0");
+  ASSERT_TRUE(retried.has_value());
+  EXPECT_TRUE(retried->cordoned()) << retried->message;
+  EXPECT_TRUE(SavedState().is_object());
+}
+
+TEST_F(CordonerStateTest, NoNodeIsCordonedWhileTheStateCannotBeSaved) {
+  AddNodes(2);
+  auto leader = Leader();
+  // Saving patches the ConfigMap first (404: created then); this patch fails outright.
+  fake_.FailNext("patch", kube::ApiError(500, "InternalError", "etcdserver: request timed out"));
+  const Cordoner::Outcome failed = leader->Cordon(Request("n0"));
+  EXPECT_FALSE(failed.cordoned());
+  EXPECT_THAT(failed.message, HasSubstr("saving the cordon safety state"));
+  EXPECT_THAT(NodeWrites(), SizeIs(0));
+  EXPECT_EQ(leader->CordonedByUs(), 0) << "the reservation is dropped";
+
+  const std::optional<Cordoner::Outcome> retried = leader->Retry("n0");
+  ASSERT_TRUE(retried.has_value());
+  EXPECT_TRUE(retried->cordoned()) << retried->message;
+  // The failed attempt's token came back: of six, one is used.
+  EXPECT_NEAR(SavedState()["tokens"].get<double>(), 5.0, 1e-6) << SavedState().dump();
+  const auto configmap = fake_.Stored(Resource::ConfigMaps(), kNamespace, kName);
+  ASSERT_TRUE(configmap.has_value());
+  EXPECT_EQ((*configmap)["metadata"]["labels"]["app.kubernetes.io/managed-by"], "tpujob-operator");
+}
+
+TEST_F(CordonerStateTest, AStateThatIsNotJsonIsIgnoredAndOverwritten) {
+  AddNodes(1);
+  fake_.Upsert(Resource::ConfigMaps(),
+               Json{{"apiVersion", "v1"},
+                    {"kind", "ConfigMap"},
+                    {"metadata", {{"name", kName}, {"namespace", kNamespace}}},
+                    {"data", {{std::string(kCordonStateKey), "{not json"}}}});
+  auto leader = Leader();
+  EXPECT_TRUE(leader->Cordon(Request("n0")).cordoned());
+  EXPECT_TRUE(SavedState().contains("items")) << SavedState().dump();
+}
+
 }  // namespace
 }  // namespace tpujob::controller

@@ -197,7 +197,7 @@ TEST_F(CordonSafetyTest, RestoreReplaysTheCordonsStillOnTheNodesIntoTheRateAndTh
                  d = cordoned("d", 0, "");
   NodeInfo theirs = cordoned("e", 0, "");
   theirs.annotations.Set(kCordonedByAnnotation, "someone");
-  safety.Restore({&a, &b, &c, &d, &theirs}, wall_now, now_);
+  EXPECT_EQ(safety.Restore({&a, &b, &c, &d, &theirs}, nullptr, wall_now, now_), "");
 
   // dns failed on two nodes already: a third trips the breaker.
   EXPECT_EQ(DecideFresh(safety, Request("f", "dns")), CordonVerdict::kSystemic);
@@ -211,13 +211,149 @@ TEST_F(CordonSafetyTest, RestoreReplaysTheCordonsStillOnTheNodesIntoTheRateAndTh
   // Cordons older than the window neither count for the breaker nor use up the bucket.
   CordonSafety later(policy);
   const TimePoint much_later = now_ + std::chrono::minutes(20);
-  later.Restore({&a, &b, &c, &d}, wall_now + std::chrono::minutes(20), much_later);
+  later.Restore({&a, &b, &c, &d}, nullptr, wall_now + std::chrono::minutes(20), much_later);
   for (const char* name : {"j", "k", "l", "m", "n", "o"}) {
     const NodeInfo node = Node(name);
     EXPECT_EQ(later.Decide(Request(name, "dns"), &node, 0, kManyNodes, much_later),
               std::string_view(name) <= "k" ? CordonVerdict::kCordon : CordonVerdict::kSystemic)
         << name;
   }
+}
+
+// A change of leader: the new one restores what the old one saved. The old leader's cordons are
+// gone from the nodes (auto-uncordon removed them) and its refusal never touched a node, so
+// without the saved state the new leader would grant a fresh burst and cordon for an item whose
+// breaker is open.
+TEST_F(CordonSafetyTest, SaveAndRestoreCarryTheBucketAndTheOpenBreakerToTheNextLeader) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 6;  // a burst of 6, then one every 10 s
+  policy.breaker_nodes = 3;
+  CordonSafety old_leader(policy);
+  const WallTime wall_now = WallTime{} + std::chrono::hours(500000);
+  const uint64_t before = old_leader.generation();
+  EXPECT_EQ(DecideFresh(old_leader, Request("a", "dns")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(old_leader, Request("b", "dns")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(old_leader, Request("c", "dns")), CordonVerdict::kSystemic);
+  EXPECT_EQ(DecideFresh(old_leader, Request("d")), CordonVerdict::kCordon);
+  EXPECT_GT(old_leader.generation(), before);
+  const nlohmann::json saved = old_leader.Save(wall_now, now_);
+  ASSERT_TRUE(saved.contains("items")) << saved.dump();
+  EXPECT_EQ(saved["items"]["dns"]["nodes"].size(), 3u) << saved.dump();
+  EXPECT_TRUE(saved["items"]["dns"].contains("openUntil")) << saved.dump();
+  EXPECT_DOUBLE_EQ(saved["tokens"].get<double>(), 3.0) << saved.dump();
+
+  // The new leader's steady clock has another origin; 5 s have passed on the wall.
+  const TimePoint new_now = TimePoint{} + std::chrono::hours(3);
+  const WallTime new_wall = wall_now + seconds(5);
+  CordonSafety new_leader(policy);
+  EXPECT_EQ(new_leader.Restore({}, nlohmann::json::parse(saved.dump()), new_wall, new_now), "");
+  const NodeInfo e = Node("e");
+  EXPECT_EQ(new_leader.Decide(Request("e", "dns"), &e, 0, kManyNodes, new_now),
+            CordonVerdict::kSystemic);
+  // 3 tokens were left, half a token came back in 5 s: three cordons, then the limit.
+  for (const char* name : {"f", "g", "h", "i"}) {
+    const NodeInfo node = Node(name);
+    EXPECT_EQ(new_leader.Decide(Request(name), &node, 0, kManyNodes, new_now),
+              std::string_view(name) < "i" ? CordonVerdict::kCordon : CordonVerdict::kRateLimited)
+        << name;
+  }
+
+  // Without the saved state (what an operator restored from the nodes alone), both limits
+  // would have started afresh: this is what the saved state prevents.
+  CordonSafety forgetful(policy);
+  EXPECT_EQ(forgetful.Restore({}, nullptr, new_wall, new_now), "");
+  EXPECT_EQ(forgetful.Decide(Request("e", "dns"), &e, 0, kManyNodes, new_now),
+            CordonVerdict::kCordon);
+
+  // The breaker closes one window after it opened, on the new leader's clock too.
+  const TimePoint after_window = new_now + policy.breaker_window;
+  const NodeInfo j = Node("j");
+  EXPECT_EQ(new_leader.Decide(Request("j", "dns"), &j, 0, kManyNodes, after_window),
+            CordonVerdict::kCordon);
+}
+
+TEST_F(CordonSafetyTest, RestoreKeepsTheStricterOfTheSavedStateAndTheNodes) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 6;
+  policy.breaker_nodes = 3;
+  const WallTime wall_now = WallTime{} + std::chrono::hours(500000);
+  // Saved: a full bucket, dns failed on one node. The nodes: five cordons just now, one for dns
+  // on another node. Together: one token, and dns failed on two nodes.
+  const nlohmann::json saved = {
+      {"tokens", 6.0},
+      {"at", cache::FormatRfc3339Millis(wall_now)},
+      {"items", {{"dns", {{"nodes", {{"x", cache::FormatRfc3339Millis(wall_now)}}}}}}}};
+  std::vector<NodeInfo> cordoned;
+  for (const char* name : {"a", "b", "c", "d", "y"}) {
+    NodeInfo node = CordonedNode(name, std::string("pod/") + (name[0] == 'y' ? "dns" : "disk"));
+    node.annotations.Set(kCordonReasonAnnotation, "PreflightFailed");
+    node.annotations.Set(kCordonedAtAnnotation, cache::FormatRfc3339(wall_now));
+    cordoned.push_back(node);
+  }
+  std::vector<const NodeInfo*> nodes;
+  for (const NodeInfo& node : cordoned) nodes.push_back(&node);
+  CordonSafety safety(policy);
+  EXPECT_EQ(safety.Restore(nodes, saved, wall_now, now_), "");
+  EXPECT_EQ(safety.FailingNodes("dns", now_), 2);
+  EXPECT_EQ(DecideFresh(safety, Request("z")), CordonVerdict::kCordon);
+  EXPECT_EQ(DecideFresh(safety, Request("w")), CordonVerdict::kRateLimited);
+  EXPECT_EQ(DecideFresh(safety, Request("v", "dns")), CordonVerdict::kSystemic);
+}
+
+TEST_F(CordonSafetyTest, RestoreUsesWhatItCanReadOfAMangledStateAndSaysWhatItCouldNot) {
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 6;
+  policy.breaker_nodes = 2;
+  const WallTime wall_now = WallTime{} + std::chrono::hours(500000);
+  const std::string at = cache::FormatRfc3339Millis(wall_now);
+  struct Case {
+    const char* name;
+    nlohmann::json saved;
+    std::string problems;
+    int dns_nodes;  // FailingNodes("dns") after the restore
+  };
+  const std::vector<Case> cases = {
+      {"empty", nlohmann::json::object(), "", 0},
+      {"not an object", nlohmann::json::array(), "not a JSON object", 0},
+      {"bad bucket", {{"tokens", "many"}, {"at", at}}, "the rate bucket", 0},
+      {"bad items", {{"items", 3}}, "the items", 0},
+      {"bad item", {{"items", {{"dns", 1}, {"disk", {{"nodes", {{"n1", at}}}}}}}}, "item dns", 0},
+      {"bad node time",
+       {{"items", {{"dns", {{"nodes", {{"n1", "yesterday"}, {"n2", at}}}}}}}},
+       "item dns node n1",
+       1},
+      {"bad openUntil",
+       {{"items", {{"dns", {{"nodes", {{"n2", at}}}, {"openUntil", 7}}}}}},
+       "item dns openUntil",
+       1},
+  };
+  for (const Case& c : cases) {
+    CordonSafety safety(policy);
+    EXPECT_EQ(safety.Restore({}, c.saved, wall_now, now_), c.problems) << c.name;
+    EXPECT_EQ(safety.FailingNodes("dns", now_), c.dns_nodes) << c.name;
+  }
+}
+
+TEST_F(CordonSafetyTest, SaveKeepsOnlyTheRecentFailuresAndAtMostABoundedNumberPerItem) {
+  CordonPolicy policy = Permissive();
+  policy.breaker_nodes = 1000;  // never trips here
+  CordonSafety safety(policy);
+  const WallTime wall_now = WallTime{} + std::chrono::hours(500000);
+  safety.RecordFailure(Request("old", "disk"), now_);
+  now_ += policy.breaker_window;
+  for (size_t i = 0; i < kMaxSavedNodesPerItem + 10; ++i) {
+    safety.RecordFailure(Request("n" + std::to_string(i), "dns"), now_);
+    now_ += std::chrono::milliseconds(10);
+  }
+  const nlohmann::json saved = safety.Save(wall_now, now_);
+  EXPECT_FALSE(saved.contains("tokens")) << "no rate limit, no bucket";
+  ASSERT_TRUE(saved.contains("items"));
+  EXPECT_FALSE(saved["items"].contains("disk")) << saved.dump();
+  ASSERT_EQ(saved["items"]["dns"]["nodes"].size(), kMaxSavedNodesPerItem);
+  EXPECT_TRUE(
+      saved["items"]["dns"]["nodes"].contains("n" + std::to_string(kMaxSavedNodesPerItem + 9)));
+  EXPECT_FALSE(saved["items"]["dns"]["nodes"].contains("n0"));
+  EXPECT_FALSE(saved["items"]["dns"].contains("openUntil"));
 }
 
 TEST_F(CordonSafetyTest, DryRunComesLastAndTakesNoToken) {

@@ -51,6 +51,10 @@ app.kubernetes.io/part-of: tpujob-operator
 {{- default (include "tpujob-operator.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
+{{- define "tpujob-operator.cordonStateName" -}}
+{{- printf "%s-cordon-state" (include "tpujob-operator.fullname" .) | trunc 253 }}
+{{- end }}
+
 {{- define "tpujob-operator.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "tpujob-operator.fullname" .) }}
 {{- end }}
