@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -362,6 +363,76 @@ TEST_F(CordonSafetyE2E, CapHoldsWhenEveryNodeOfSeveralJobsFailsAtOnce) {
         << dump();
   }
   EXPECT_NE(restarted.Log().find("verdict=CapReached"), std::string::npos) << restarted.Log();
+}
+
+// --cordon-rate 1 with --auto-uncordon-after: the operator cordons a node, the node heals and is
+// uncordoned (nothing of the cordon is left on it), and the operator is replaced. The next one
+// resumes the rate from the ConfigMap the first one kept: a second faulty node within the minute
+// is not cordoned. (Rebuilt from the nodes alone, the bucket would have been full again.)
+TEST_F(CordonSafetyE2E, RateSurvivesARestartAfterItsCordonWasLifted) {
+  CreateNodes(4);
+  ASSERT_NO_FATAL_FAILURE(AwaitNoNodeHeldCordoned());
+  TestNamespace ns("cs-state");
+  const std::string configmap = "cs-state-" + ns.name();
+  const std::vector<std::string> flags = {"--namespace",
+                                          ns.name(),
+                                          "--cordon-rate",
+                                          "1",
+                                          "--auto-uncordon-after",
+                                          "1",
+                                          "--leader-elect-namespace",
+                                          ns.name(),
+                                          "--cordon-state-configmap",
+                                          configmap};
+  auto first = std::make_unique<OperatorProcess>(flags);
+  ASSERT_EQ(ApplyYaml(ns.name(), Job("st")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "st", "{.status.phase}", "Running")) << first->Log();
+  const std::string cordoned = NodeOf(ns.name(), "st-worker-0");
+  ASSERT_FALSE(cordoned.empty());
+  ASSERT_EQ(SetNodeCondition(cordoned, "TPUUnhealthy", "True", "ChipError", "chip 0: HBM errors")
+                .exit_code,
+            0);
+  ASSERT_TRUE(Eventually([&] { return CordonedNodes() == std::vector<std::string>{cordoned}; },
+                         seconds(60), milliseconds(200)))
+      << first->Log();
+  // The state kept for the next process: the bucket emptied by that cordon.
+  const std::string saved = Trim(Get(ns.name(), "configmap " + configmap, "{.data.state\\.json}"));
+  const auto state = nlohmann::json::parse(saved, nullptr, false);
+  ASSERT_TRUE(state.is_object()) << saved;
+  EXPECT_LT(state.value("tokens", 1.0), 0.5) << saved;
+
+  // The node heals; a second later it is uncordoned and none of our annotations stay.
+  ASSERT_EQ(SetNodeCondition(cordoned, "TPUUnhealthy", "False", "ChipHealthy", "").exit_code, 0);
+  ASSERT_TRUE(
+      Eventually([&] { return CordonedNodes().empty() && OperatorAnnotations(cordoned).empty(); },
+                 seconds(60), milliseconds(200)))
+      << Join(OperatorAnnotations(cordoned)) << first->Log();
+  first->Kill();
+  first.reset();
+  OperatorProcess second(flags);
+
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "st", "{.status.phase}", "Running")) << second.Log();
+  const std::string next = NodeOf(ns.name(), "st-worker-0");
+  ASSERT_FALSE(next.empty());
+  ASSERT_EQ(
+      SetNodeCondition(next, "TPUUnhealthy", "True", "ChipError", "chip 2: HBM errors").exit_code,
+      0);
+  const std::string limited = "node " + next + " not cordoned: more than 1 new cordons per minute";
+  std::vector<EventRecord> events;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        events = JobEvents(ns.name(), "st");
+        return !EventsWith(events, "NodeNotCordoned", limited).empty() ||
+               !EventsWith(events, "NodeCordoned", "cordoned node " + next).empty();
+      },
+      seconds(60), milliseconds(200)))
+      << DescribeEvents(events) << second.Log();
+  EXPECT_FALSE(EventsWith(events, "NodeNotCordoned", limited).empty())
+      << DescribeEvents(events) << second.Log();
+  EXPECT_TRUE(EventsWith(events, "NodeCordoned", "cordoned node " + next).empty())
+      << DescribeEvents(events);
+  EXPECT_EQ(NodeField(next, "{.spec.unschedulable}"), "") << next;
+  EXPECT_NE(second.Log().find("verdict=RateLimited"), std::string::npos) << second.Log();
 }
 
 }  // namespace
