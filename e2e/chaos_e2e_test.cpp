@@ -11,9 +11,11 @@
 // program exits (retryable, permanent, success), pre-flight failures (the real pre-flight run
 // here for the pod, its report written as the kubelet would), operator replicas SIGKILLed (the
 // leader among them: leadership changes), jobs created, deleted, suspended and resumed,
-// kube-apiserver and etcd SIGKILLed and started again, and the blackhole proxy in front of one
-// replica silent for 10 s (a leader cut off loses its Lease and exits; it is started again). A
-// step comes every 0.7 s on average, so faults overlap: a re-issue takes seconds.
+// kube-apiserver and etcd SIGKILLed and started again, the blackhole proxy in front of one
+// replica silent for 10 s (a leader cut off loses its Lease and exits; it is started again), and
+// API Priority and Fairness rejecting the replicas' requests for 15 s (`e2e/cluster apf-tight`
+// on their ServiceAccount: real 429s with Retry-After). A step comes every 0.7 s on average, so
+// faults overlap: a re-issue takes seconds.
 //
 // Then every fault is healed, suspended jobs resumed, and the run waits (up to
 // TPUJOB_CHAOS_SETTLE_SECONDS, default 180) until every job is Succeeded or Failed, or Running or
@@ -22,8 +24,8 @@
 // uncordons after 10 healthy seconds). Then every job is deleted and nothing may be left.
 // Over the whole run, the recorded watch streams of pods, nodes and TPUJobs are replayed
 // through the checker: no duplicate worker, no two attempts alive, no placement on a node
-// cordoned for a fault, jobRetries within bounds, cordon cap and rate. Both operators' peak RSS
-// must stay under 256 MiB. A failure names the seed, the invariant and the objects.
+// cordoned for a fault, jobRetries within bounds, cordon cap, rate and breaker. Both operators'
+// peak RSS must stay under 256 MiB. A failure names the seed, the invariant and the objects.
 
 #include <gtest/gtest.h>
 
@@ -196,24 +198,60 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
                                             "1",
                                             "--cordon-rate",
                                             std::to_string(cordon_rate)};
-  // Replica 1 talks to the API server through the blackhole proxy.
+  // The replicas run as a ServiceAccount, as in a cluster (the admin's requests are exempt from
+  // API Priority and Fairness; theirs are not). Replica 1 talks to the API server through the
+  // blackhole proxy.
   const auto cluster = [](const std::string& command) {
     return RunCommand(ClusterScript() + " " + command + " --dir " + ClusterDir());
   };
+  const std::string account = "operator";
+  ASSERT_EQ(Kubectl("create serviceaccount " + account + " -n " + n).exit_code, 0);
+  struct Binding {
+    std::string name;
+    ~Binding() { Kubectl("delete clusterrolebinding " + name + " --ignore-not-found", false); }
+  } binding{"chaos-" + n};
+  ASSERT_EQ(Kubectl("create clusterrolebinding " + binding.name + " --clusterrole=cluster-admin " +
+                    "--serviceaccount=" + n + ":" + account)
+                .exit_code,
+            0);
+  const std::string kubeconfig = ServiceAccountKubeconfig(n, account);
+  ASSERT_FALSE(kubeconfig.empty());
   const auto proxy = cluster("proxy");
   ASSERT_EQ(proxy.exit_code, 0) << proxy.output;
+  const std::string proxy_server = Trim(Kubectl("--kubeconfig " + ClusterDir() +
+                                                    "/proxy.kubeconfig config view --minify -o "
+                                                    "jsonpath='{.clusters[0].cluster.server}'",
+                                                false)
+                                            .output);
+  ASSERT_FALSE(proxy_server.empty());
+  const std::string proxied_kubeconfig = dir + "/operator-proxied.kubeconfig";
+  {
+    std::string text = ReadFile(kubeconfig);
+    const size_t at = text.find("server: ");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, text.find('\n', at) - at, "server: " + proxy_server);
+    std::ofstream(proxied_kubeconfig) << text;
+  }
+  std::vector<std::string> direct_args = operator_args;
+  direct_args.insert(direct_args.end(), {"--kubeconfig", kubeconfig});
   std::vector<std::string> proxied_args = operator_args;
-  proxied_args.insert(proxied_args.end(), {"--kubeconfig", ClusterDir() + "/proxy.kubeconfig"});
+  proxied_args.insert(proxied_args.end(), {"--kubeconfig", proxied_kubeconfig});
   const auto start_replica = [&](int r) {
-    return std::make_unique<OperatorProcess>(r == 1 ? proxied_args : operator_args);
+    return std::make_unique<OperatorProcess>(r == 1 ? proxied_args : direct_args);
   };
-  struct Heal {  // should the test end early: the proxy forwarding, etcd running
+  // Should the test end early: the proxy forwarding, etcd running, API Priority and Fairness
+  // back to normal.
+  struct Heal {
     std::function<CommandResult(const std::string&)> cluster;
     ~Heal() {
       cluster("unblackhole");
       cluster("start-etcd");
+      cluster("apf-reset");
     }
   } heal{cluster};
+  const std::string apf_subject = "serviceaccount:" + n + "/" + account;
+  bool throttled = false;
+  Clock::time_point throttled_at;
   std::map<std::string, int> done;  // executed steps by kind
   // What a kubelet does for the control plane's static pods: a component that exited is started
   // again (kube-scheduler exits when an API server restart left its cache corrupted).
@@ -286,6 +324,10 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     if (blackholed && Clock::now() - blackholed_at > std::chrono::seconds(10)) {
       cluster("unblackhole");
       blackholed = false;
+    }
+    if (throttled && Clock::now() - throttled_at > std::chrono::seconds(15)) {
+      EXPECT_EQ(cluster("apf-reset").exit_code, 0);
+      throttled = false;
     }
     const std::string kind(chaos::KindName(step.kind));
     bool acted = true;
@@ -455,6 +497,17 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         acted = blackholed = cluster("blackhole").exit_code == 0;
         blackholed_at = Clock::now();
         break;
+      case Kind::kApfThrottle: {
+        if (throttled) {
+          acted = false;
+          break;
+        }
+        const CommandResult tight = cluster("apf-tight --subject " + apf_subject);
+        EXPECT_EQ(tight.exit_code, 0) << tight.output;
+        acted = throttled = tight.exit_code == 0;
+        throttled_at = Clock::now();
+        break;
+      }
       case Kind::kCreateJob:
         if (created >= total_jobs) {
           acted = false;
@@ -471,6 +524,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   // The faults stop: every node healed, every person's cordon lifted, every job resumed, both
   // replicas running.
   cluster("unblackhole");
+  if (throttled) {
+    EXPECT_EQ(cluster("apf-reset").exit_code, 0);
+  }
   for (int r = 0; r < 2; ++r) {
     if (replicas[r] && replicas[r]->Exited()) replicas[r].reset();
     if (!replicas[r]) replicas[r] = start_replica(r);

@@ -38,6 +38,8 @@ enum class Kind {
   kRestartApiServer,     // kube-apiserver SIGKILLed and started again
   kRestartEtcd,          // etcd SIGKILLed, then started again (its data kept)
   kBlackhole,            // the proxy in front of one replica silent for 10 s
+  kApfThrottle,          // the replicas' ServiceAccount on a priority level that rejects (real
+                         // API Priority and Fairness 429s) for 15 s
 };
 
 inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
@@ -59,7 +61,8 @@ inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
                                      Kind::kResume,
                                      Kind::kRestartApiServer,
                                      Kind::kRestartEtcd,
-                                     Kind::kBlackhole};
+                                     Kind::kBlackhole,
+                                     Kind::kApfThrottle};
 
 inline std::string_view KindName(Kind kind) {
   switch (kind) {
@@ -103,6 +106,8 @@ inline std::string_view KindName(Kind kind) {
       return "restart-etcd";
     case Kind::kBlackhole:
       return "blackhole";
+    case Kind::kApfThrottle:
+      return "apf-throttle";
   }
   return "?";
 }
@@ -149,6 +154,7 @@ inline int Weight(Kind kind) {
     case Kind::kRestartApiServer:
     case Kind::kRestartEtcd:
     case Kind::kBlackhole:
+    case Kind::kApfThrottle:
       return 1;
   }
   return 0;
