@@ -6,8 +6,9 @@
 // default 60: single-host, multi-host, 2-slice multislice; priorities 0-200, some not
 // preemptible; a third with pre-flight; deadlines, TTLs, some created suspended). The schedule
 // (e2e/chaos_schedule.h, from TPUJOB_CHAOS_SEED, printed first) runs for TPUJOB_CHAOS_SECONDS
-// (default 120): hardware conditions set and cleared, nodes reporting NotReady, maintenance
-// notices given and withdrawn, pods deleted by hand, people cordoning and uncordoning nodes,
+// (default 120): hardware conditions set and cleared, nodes reporting NotReady, nodes lost
+// (deleted, registering again 10 s later), maintenance taints and scheduled-maintenance labels
+// given and withdrawn, pods deleted by hand, people cordoning and uncordoning nodes,
 // program exits (retryable, permanent, success), pre-flight failures (the real pre-flight run
 // here for the pod, its report written as the kubelet would), operator replicas SIGKILLed (the
 // leader among them: leadership changes), jobs created, deleted, suspended and resumed,
@@ -130,6 +131,27 @@ std::string Pick(const std::vector<std::string>& names, uint64_t choice) {
 }
 
 constexpr char kMaintenanceTaint[] = "cloud.google.com/impending-node-termination";
+constexpr char kScheduledMaintenanceLabel[] = "cloud.google.com/scheduled-maintenance-time";
+
+// The node as it registers again after it was lost: its name, labels and capacity, none of what
+// people or the operator wrote on it since.
+json RegisteredAgain(const json& node) {
+  json metadata = {{"name", node["metadata"].value("name", "")},
+                   {"annotations", {{"kwok.x-k8s.io/node", "fake"}}},
+                   {"labels", node["metadata"].value("labels", json::object())}};
+  metadata["labels"].erase(kScheduledMaintenanceLabel);
+  const json status = node.value("status", json::object());
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", metadata},
+          {"spec",
+           {{"taints",
+             json::array(
+                 {{{"key", "google.com/tpu"}, {"value", "present"}, {"effect", "NoSchedule"}}})}}},
+          {"status",
+           {{"capacity", status.value("capacity", json::object())},
+            {"allocatable", status.value("allocatable", json::object())}}}};
+}
 
 class ChaosE2E : public ::testing::Test {
  protected:
@@ -249,6 +271,27 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       cluster("apf-reset");
     }
   } heal{cluster};
+  // Lost nodes register again (as a replaced VM's kubelet does) 10 s after they were deleted;
+  // `all` brings every one back now.
+  std::map<std::string, std::pair<json, Clock::time_point>> lost;
+  const auto register_again = [&](bool all) {
+    for (auto it = lost.begin(); it != lost.end();) {
+      if (!all && Clock::now() - it->second.second < std::chrono::seconds(10)) {
+        ++it;
+        continue;
+      }
+      const std::string path = dir + "/node-" + it->first + ".json";
+      std::ofstream(path) << it->second.first.dump();
+      // Refused while the deleted node is still being removed: tried again at the next step.
+      CommandResult created;
+      const bool back =
+          all ? Eventually([&] { return (created = Kubectl("create -f " + path)).exit_code == 0; },
+                           std::chrono::seconds(60), std::chrono::milliseconds(500))
+              : Kubectl("create -f " + path).exit_code == 0;
+      EXPECT_TRUE(back || !all) << it->first << ": " << created.output;
+      it = back ? lost.erase(it) : std::next(it);
+    }
+  };
   const std::string apf_subject = "serviceaccount:" + n + "/" + account;
   bool throttled = false;
   Clock::time_point throttled_at;
@@ -329,12 +372,14 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       EXPECT_EQ(cluster("apf-reset").exit_code, 0);
       throttled = false;
     }
+    register_again(false);
     const std::string kind(chaos::KindName(step.kind));
     bool acted = true;
     switch (step.kind) {
       case Kind::kHardwareFault:
       case Kind::kHardwareHeal:
       case Kind::kNodeNotReady:
+      case Kind::kNodeLost:
       case Kind::kMaintenance:
       case Kind::kMaintenanceOver:
       case Kind::kHumanCordon:
@@ -351,10 +396,12 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           const std::string name = node["metadata"].value("name", "");
           const bool unschedulable = node["spec"].value("unschedulable", false);
           const bool faulty = ConditionStatus(node, "TPUUnhealthy") == "True";
-          const bool maintenance = HasTaint(node, kMaintenanceTaint);
+          const bool maintenance =
+              HasTaint(node, kMaintenanceTaint) || !Label(node, kScheduledMaintenanceLabel).empty();
           switch (step.kind) {
             case Kind::kHardwareFault:
             case Kind::kNodeNotReady:
+            case Kind::kNodeLost:
               if (!faulty && busy.contains(name)) candidates.push_back(name);
               break;
             case Kind::kHardwareHeal:
@@ -386,10 +433,25 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         } else if (step.kind == Kind::kNodeNotReady) {
           // KWOK reports Ready again with its next heartbeat: a node that flaps.
           SetNodeCondition(node, "Ready", "False", "KubeletNotReady", "chaos");
+        } else if (step.kind == Kind::kNodeLost) {
+          const json lost_node = ListJson("node " + node);
+          if (!lost_node.is_object() ||
+              Kubectl("delete node " + node + " --wait=false").exit_code != 0) {
+            acted = false;
+            break;
+          }
+          lost[node] = {RegisteredAgain(lost_node), Clock::now()};
         } else if (step.kind == Kind::kMaintenance) {
-          Kubectl("taint node " + node + " " + kMaintenanceTaint + "=true:NoSchedule");
+          if ((step.choice / 7919) % 2 == 0) {
+            Kubectl("taint node " + node + " " + kMaintenanceTaint + "=true:NoSchedule");
+          } else {
+            // Announced: the maintenance starts in 5 minutes, within the move window.
+            Kubectl("label node " + node + " " + kScheduledMaintenanceLabel + "=" +
+                    std::to_string(std::time(nullptr) + 300));
+          }
         } else if (step.kind == Kind::kMaintenanceOver) {
           Kubectl("taint node " + node + " " + kMaintenanceTaint + "-");
+          Kubectl("label node " + node + " " + kScheduledMaintenanceLabel + "-");
         } else if (step.kind == Kind::kHumanCordon) {
           Kubectl("cordon " + node);
         } else {
@@ -531,6 +593,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     if (replicas[r] && replicas[r]->Exited()) replicas[r].reset();
     if (!replicas[r]) replicas[r] = start_replica(r);
   }
+  register_again(true);
   const json nodes = ListJson("nodes");
   for (const auto& node : nodes.value("items", json::array())) {
     if (!node_ours(node)) continue;
@@ -543,6 +606,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     }
     if (HasTaint(node, kMaintenanceTaint)) {
       Kubectl("taint node " + name + " " + kMaintenanceTaint + "-");
+    }
+    if (!Label(node, kScheduledMaintenanceLabel).empty()) {
+      Kubectl("label node " + name + " " + kScheduledMaintenanceLabel + "-");
     }
     const bool ours =
         node["metadata"].value("annotations", json::object()).value("tpujob.dev/cordoned-by", "") ==

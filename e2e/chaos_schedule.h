@@ -21,6 +21,7 @@ enum class Kind {
   kHardwareFault,        // TPUUnhealthy=True on a node
   kHardwareHeal,         // a hardware condition cleared
   kNodeNotReady,         // Ready=False written on a node (a kubelet that reports trouble)
+  kNodeLost,             // a node with pods deleted (its VM gone); it registers again 10 s later
   kMaintenance,          // the GKE maintenance taint / scheduled-maintenance label on a node
   kMaintenanceOver,      // one removed again
   kDeletePod,            // a worker pod deleted by hand
@@ -45,6 +46,7 @@ enum class Kind {
 inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
                                      Kind::kHardwareHeal,
                                      Kind::kNodeNotReady,
+                                     Kind::kNodeLost,
                                      Kind::kMaintenance,
                                      Kind::kMaintenanceOver,
                                      Kind::kDeletePod,
@@ -72,6 +74,8 @@ inline std::string_view KindName(Kind kind) {
       return "hardware-heal";
     case Kind::kNodeNotReady:
       return "node-not-ready";
+    case Kind::kNodeLost:
+      return "node-lost";
     case Kind::kMaintenance:
       return "maintenance";
     case Kind::kMaintenanceOver:
@@ -123,6 +127,8 @@ inline int Weight(Kind kind) {
       return 8;
     case Kind::kNodeNotReady:
       return 3;
+    case Kind::kNodeLost:
+      return 2;
     case Kind::kMaintenance:
       return 3;
     case Kind::kMaintenanceOver:
