@@ -74,6 +74,9 @@ void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInpu
   // With its goodput still the old one, `after` equals `before` exactly when nothing else
   // changed: then there is no write to fold into.
   if (old && old->state == state && after == before) return;
+  // A finished job's account is closed: a later write (a node cordoned for its last fault, a
+  // condition's message) neither adds time nor moves accountedUntil past the finish.
+  if (old && old->state.empty() && state.empty()) return;
 
   const WallTime now = Millis(input.now);
   Goodput g = old.value_or(Goodput{});

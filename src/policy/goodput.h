@@ -67,7 +67,8 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running);
 
 // Folds the time since before.goodput's `accountedUntil` into `after.goodput` when `after` is
 // written anyway (it differs from `before` outside goodput) or the state changes; otherwise
-// leaves after.goodput equal to before.goodput, so no write is caused by the clock alone.
+// leaves after.goodput equal to before.goodput, so no write is caused by the clock alone. Once
+// the job has finished (state ""), the account stays as the finishing write left it.
 void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInput& input);
 
 // The account as of `now`: the open interval since `accountedUntil` added to the current state.

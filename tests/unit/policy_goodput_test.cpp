@@ -153,6 +153,28 @@ TEST(PolicyGoodputTest, AStateChangeFoldsIntoTheOldState) {
   EXPECT_EQ(after.goodput->productive_ms, 0);
 }
 
+// The fault campaign's finding: a job failed, and 5 s later the node of its last fault was
+// cordoned and added to status.cordonedNodes. That write moved accountedUntil on with nothing
+// accrued (a finished job has no state), so the account no longer added up to its wall time.
+TEST(PolicyGoodputTest, AWriteAfterTheFinishLeavesTheAccountClosed) {
+  JobStatus running = StatusIn(Phase::kRunning);
+  running.goodput = Goodput{"Productive", T(0), T(0), 8, 0, 0, {}, {}};
+  JobStatus failed = StatusIn(Phase::kFailed);
+  AccountGoodput(running, failed, Now(T(10'000)));
+  ASSERT_TRUE(failed.goodput.has_value());
+  EXPECT_EQ(failed.goodput->state, "");
+  EXPECT_EQ(failed.goodput->accounted_until, T(10'000));
+  EXPECT_EQ(failed.goodput->productive_ms, 10'000);
+
+  JobStatus later = failed;
+  later.cordoned_nodes.push_back("n1");  // written anyway
+  AccountGoodput(failed, later, Now(T(15'150)));
+  EXPECT_EQ(later.goodput, failed.goodput);
+  EXPECT_EQ(later.goodput->TotalMs(), 10'000);
+  EXPECT_EQ(*later.goodput->accounted_until - T(0),
+            std::chrono::milliseconds(later.goodput->TotalMs()));
+}
+
 TEST(PolicyGoodputTest, DecidingTwiceFromTheSameStatusCountsOnce) {
   // A refused write (a stale cache) or an operator restart decides again from the last written
   // status: the interval since accountedUntil is counted once, in the write that lands.
