@@ -40,20 +40,63 @@ struct Event {
   std::string type;      // ADDED, MODIFIED, DELETED
   uint64_t revision = 0;
   nlohmann::json object;
+  // A DELETED the stream never showed: the object was gone when the stream listed again (see
+  // ReadEvents). It carries the revision of the object's last state seen.
+  bool vanished = false;
 };
 
 // The events of one recorded stream (bookmarks, errors and a line cut short left out).
+//
+// A stream opened again after "410 Expired" (its resourceVersion compacted away) starts over
+// with the objects as they are, as ADDED events, up to a bookmark annotated
+// k8s.io/initial-events-end; an object deleted in the gap has no DELETED event. Every object the
+// stream showed before and did not list again is given one (vanished): gone right after the
+// last state seen of it. When in the gap it went is unknown, so the checker takes the reading
+// that accuses no one; without it, a pod deleted in the gap would stay live for good, and its
+// replacement would read as a duplicate.
 inline std::vector<Event> ReadEvents(std::istream& in, const std::string& resource) {
   std::vector<Event> events;
+  std::map<std::string, Event> shown;  // by uid: the last state of every object not deleted
+  std::set<std::string> listed;        // uids ADDED since the stream was last opened again
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
     if (!event.is_object() || !event.contains("object") || !event["object"].is_object()) continue;
     const std::string type = event.value("type", "");
+    const nlohmann::json meta = event["object"].value("metadata", nlohmann::json::object());
+    if (type == "ERROR") {
+      listed.clear();
+      continue;
+    }
+    if (type == "BOOKMARK") {
+      if (meta.value("annotations", nlohmann::json::object())
+              .value("k8s.io/initial-events-end", "") == "true") {
+        for (auto it = shown.begin(); it != shown.end();) {
+          if (listed.contains(it->first)) {
+            ++it;
+            continue;
+          }
+          Event gone = std::move(it->second);
+          gone.type = "DELETED";
+          gone.vanished = true;
+          events.push_back(std::move(gone));
+          it = shown.erase(it);
+        }
+        listed.clear();
+      }
+      continue;
+    }
     if (type != "ADDED" && type != "MODIFIED" && type != "DELETED") continue;
-    const std::string rv =
-        event["object"].value("metadata", nlohmann::json::object()).value("resourceVersion", "");
+    const std::string rv = meta.value("resourceVersion", "");
     if (rv.empty() || rv.find_first_not_of("0123456789") != std::string::npos) continue;
     events.push_back({resource, type, std::stoull(rv), event["object"]});
+    const std::string uid = meta.value("uid", "");
+    if (type == "ADDED") listed.insert(uid);
+    if (type == "DELETED") {
+      shown.erase(uid);
+    } else if (auto it = shown.find(uid);
+               it == shown.end() || it->second.revision <= events.back().revision) {
+      shown.insert_or_assign(uid, events.back());
+    }
   }
   return events;
 }
@@ -116,7 +159,9 @@ class Checker {
     const std::string uid = meta.value("uid", "");
     if (uid.empty()) return;
     uint64_t& last = last_revision_[uid];
-    if (event.revision <= last) return;  // a replayed state after a watch was opened again
+    // A replayed state after a watch was opened again; a vanished object's DELETED comes at the
+    // revision of its last state.
+    if (event.revision < last || (event.revision == last && !event.vanished)) return;
     last = event.revision;
     ++applied_;
     if (event.resource == "pods") ApplyPod(event, meta, uid);

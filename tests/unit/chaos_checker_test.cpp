@@ -280,6 +280,56 @@ TEST(ChaosChecker, RecordedStreamsMergeInRevisionOrder) {
   EXPECT_EQ(merged[2].type, "DELETED");
 }
 
+// The campaign's false alarm: the pods stream expired (410), a pod was deleted in the gap, and the
+// stream listed again without it. Its replacement with the same worker id is no duplicate; a pod
+// that was listed again stays.
+TEST(ChaosChecker, AnObjectMissingWhenTheStreamListsAgainIsGone) {
+  const auto line = [](const std::string& type, const json& object) {
+    return json{{"type", type}, {"object", object}}.dump() + "\n";
+  };
+  const auto at = [](json object, int rv) {
+    object["metadata"]["resourceVersion"] = std::to_string(rv);
+    return object;
+  };
+  const json end = {
+      {"metadata",
+       {{"resourceVersion", "30"}, {"annotations", {{"k8s.io/initial-events-end", "true"}}}}}};
+  std::istringstream pods(
+      line("ADDED", at(Pod("a-worker-0", "old", "a", 0, 2, "n1"), 10)) +
+      line("ADDED", at(Pod("a-worker-1", "kept", "a", 1, 2, "n2"), 11)) +
+      line("ERROR", {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"}}) +
+      line("ADDED", at(Pod("a-worker-1", "kept", "a", 1, 2, "n2"), 11)) + line("BOOKMARK", end) +
+      line("ADDED", at(Pod("a-worker-0", "new", "a", 0, 2), 40)));
+  const std::vector<Event> events = ReadEvents(pods, "pods");
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[3].type, "DELETED");
+  EXPECT_TRUE(events[3].vanished);
+  EXPECT_EQ(events[3].object["metadata"].value("uid", ""), "old");
+  EXPECT_EQ(events[3].revision, 10u);
+  Checker checker({10, 0, "n", 0});
+  for (const Event& event : Merge({events})) checker.Apply(event);
+  EXPECT_TRUE(checker.violations().empty()) << checker.violations().front().detail;
+
+  // Without the relist the old pod would still be live: the same history is a duplicate.
+  Checker unaware({10, 0, "n", 0});
+  for (const Event& event : Merge({events})) {
+    if (!event.vanished) unaware.Apply(event);
+  }
+  ASSERT_EQ(unaware.violations().size(), 1u);
+  EXPECT_EQ(unaware.violations()[0].invariant, "duplicate-worker");
+
+  // A pod the stream listed again is not taken for gone, and its replay changes nothing.
+  Checker kept({10, 0, "n", 0});
+  std::istringstream again(line("ADDED", at(Pod("a-worker-1", "kept", "a", 1, 2, "n2"), 11)) +
+                           line("ERROR", json::object()) +
+                           line("ADDED", at(Pod("a-worker-1", "kept", "a", 1, 2, "n2"), 11)) +
+                           line("BOOKMARK", end) +
+                           line("ADDED", at(Pod("a-worker-1x", "dup", "a", 1, 2), 41)));
+  for (const Event& event : Merge({ReadEvents(again, "pods")})) kept.Apply(event);
+  ASSERT_EQ(kept.violations().size(), 1u);
+  EXPECT_EQ(kept.violations()[0].invariant, "duplicate-worker");
+}
+
 json FinishedJob(const std::string& phase, double productive, double lost, int retries,
                  json faults) {
   return {{"metadata", {{"name", "a"}, {"creationTimestamp", "2026-11-28T07:00:00Z"}}},
