@@ -388,7 +388,14 @@ class CrashAtEveryWriteE2E : public ReliabilityE2E {
     TestNamespace ns("rl-crash");
     const std::string n = ns.name();
     PodWatch watch(n);
-    std::vector<std::string> args = {"--namespace", n, "--max-cordoned-fraction", "1",
+    // Each life is a cluster of its own to the operator: its cordon safety state (kept across
+    // the crash, as in a cluster) starts empty, or the lives before would use up the rate.
+    std::vector<std::string> args = {"--namespace",
+                                     n,
+                                     "--max-cordoned-fraction",
+                                     "1",
+                                     "--cordon-state-configmap",
+                                     "cordon-state-" + n,
                                      kDebugCacheFlag};
     std::vector<std::string> first = args;
     if (crash_at > 0) first.insert(first.end(), {"--crash-after-writes", std::to_string(crash_at)});
