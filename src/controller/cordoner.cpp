@@ -110,12 +110,13 @@ std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonReq
                                              std::vector<std::string>& failed) {
   // The first decision of this process reads the state its predecessor saved (outside the lock:
   // an API round trip).
-  std::optional<kube::Result<kube::Json>> loaded;
+  bool load = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!restored_ && state_) loaded.emplace(kube::Json(nullptr));
+    load = !restored_ && state_;
   }
-  if (loaded) *loaded = LoadState();
+  std::optional<kube::Result<kube::Json>> loaded;
+  if (load) loaded = LoadState();
 
   std::vector<Decision> decisions;
   decisions.reserve(requests.size());

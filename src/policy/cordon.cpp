@@ -25,6 +25,12 @@ constexpr double kFractionSlack = 1e-9;
 // as whole although the sum of the steps comes out a hair below 1.
 constexpr double kTokenSlack = 1e-9;
 
+// A token bucket of `burst` holding `tokens` at `from`, refilled at `rate` per minute until `to`.
+double Refilled(double tokens, double burst, double rate, TimePoint from, TimePoint to) {
+  const double minutes = std::chrono::duration<double, std::ratio<60>>(to - from).count();
+  return std::min(burst, tokens + std::max(0.0, minutes) * rate);
+}
+
 // Annotation texts quote what containers wrote; see base/utf8.h.
 std::string AnnotationText(std::string_view text, size_t max_bytes) {
   return ValidUtf8(text, max_bytes);
@@ -155,8 +161,7 @@ std::string CordonSafety::Restore(const std::vector<const cache::NodeInfo*>& nod
   // The bucket as of now, then the stricter of what each source says it holds.
   if (rate_limited) Refill(now);
   const auto grow = [&](double tokens, TimePoint from, TimePoint to) {
-    const double minutes = std::chrono::duration<double, std::ratio<60>>(to - from).count();
-    return std::min(burst_, tokens + std::max(0.0, minutes) * policy_.rate_per_minute);
+    return Refilled(tokens, burst_, policy_.rate_per_minute, from, to);
   };
   const auto refilled = [&](double tokens, TimePoint at) { return grow(tokens, at, now); };
 
@@ -295,8 +300,7 @@ void CordonSafety::MergeFailure(const std::string& item, const std::string& node
 
 double CordonSafety::TokensAt(TimePoint now) const {
   if (!refilled_at_ || now <= *refilled_at_) return tokens_;
-  const double minutes = std::chrono::duration<double, std::ratio<60>>(now - *refilled_at_).count();
-  return std::min(burst_, tokens_ + minutes * policy_.rate_per_minute);
+  return Refilled(tokens_, burst_, policy_.rate_per_minute, *refilled_at_, now);
 }
 
 void CordonSafety::ReturnToken() { tokens_ = std::min(burst_, tokens_ + 1.0); }
@@ -337,11 +341,7 @@ void CordonSafety::ForgetExpired(TimePoint now) {
 }
 
 void CordonSafety::Refill(TimePoint now) {
-  if (refilled_at_ && now > *refilled_at_) {
-    const double minutes =
-        std::chrono::duration<double, std::ratio<60>>(now - *refilled_at_).count();
-    tokens_ = std::min(burst_, tokens_ + minutes * policy_.rate_per_minute);
-  }
+  tokens_ = TokensAt(now);
   if (!refilled_at_ || now > *refilled_at_) refilled_at_ = now;
 }
 
