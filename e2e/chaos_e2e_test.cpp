@@ -295,13 +295,15 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   const std::string apf_subject = "serviceaccount:" + n + "/" + account;
   bool throttled = false;
   Clock::time_point throttled_at;
-  std::map<std::string, int> done;  // executed steps by kind
+  std::map<std::string, int> done;        // executed steps by kind
+  std::map<std::string, int> done_after;  // what happened while the cluster settled
+  bool settling = false;
   // What a kubelet does for the control plane's static pods: a component that exited is started
   // again (kube-scheduler exits when an API server restart left its cache corrupted).
   const auto revive = [&] {
     const std::string started =
         Trim(RunCommand(ClusterScript() + " start-stopped --dir " + ClusterDir(), false).output);
-    if (!started.empty()) ++done["restarted " + started];
+    if (!started.empty()) ++(settling ? done_after : done)["restarted " + started];
   };
   bool blackholed = false;
   Clock::time_point blackholed_at;
@@ -316,6 +318,21 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     }
   };
   for (int r = 0; r < 2; ++r) replicas[r] = start_replica(r);
+  // What the replicas' Deployment does: a replica killed two seconds ago or more comes back, and
+  // so does one that exited on its own (a leader that could not renew its Lease in time exits 1,
+  // by design), during the faults and after them alike.
+  const auto keep_replicas = [&] {
+    for (int r = 0; r < 2; ++r) {
+      if (replicas[r] && replicas[r]->Exited()) {
+        replicas[r].reset();
+        killed_at[r] = Clock::now();
+        ++(settling ? done_after : done)["replica-exited"];
+      }
+      if (!replicas[r] && Clock::now() - killed_at[r] > std::chrono::seconds(2)) {
+        replicas[r] = start_replica(r);
+      }
+    }
+  };
 
   const auto set_suspend = [&](const std::string& job, bool suspend) {
     Kubectl("patch tpujob " + job + " -n " + n +
@@ -351,18 +368,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           std::max(lag_ms, std::chrono::duration<double, std::milli>(Clock::now() - due).count());
     }
     sample_rss();
-    // A replica killed two seconds ago or more comes back, and so does one that exited on its
-    // own (a leader that could not renew its Lease exits 1, by design).
-    for (int r = 0; r < 2; ++r) {
-      if (replicas[r] && replicas[r]->Exited()) {
-        replicas[r].reset();
-        killed_at[r] = Clock::now();
-        ++done["replica-exited"];
-      }
-      if (!replicas[r] && Clock::now() - killed_at[r] > std::chrono::seconds(2)) {
-        replicas[r] = start_replica(r);
-      }
-    }
+    keep_replicas();
     revive();
     if (blackholed && Clock::now() - blackholed_at > std::chrono::seconds(10)) {
       cluster("unblackhole");
@@ -589,8 +595,12 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   if (throttled) {
     EXPECT_EQ(cluster("apf-reset").exit_code, 0);
   }
+  settling = true;
   for (int r = 0; r < 2; ++r) {
-    if (replicas[r] && replicas[r]->Exited()) replicas[r].reset();
+    if (replicas[r] && replicas[r]->Exited()) {
+      replicas[r].reset();
+      ++done_after["replica-exited"];
+    }
     if (!replicas[r]) replicas[r] = start_replica(r);
   }
   register_again(true);
@@ -632,6 +642,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     std::string problems = chaos::FinalJobProblems(ListJson("tpujobs -n " + n));
     problems += OrphanProblems(n);
     revive();
+    keep_replicas();
     for (const auto& node : ListJson("nodes").value("items", json::array())) {
       // Cordoned, or still carrying the operator's taint (`kubectl uncordon` leaves it).
       if (node_ours(node) &&
@@ -650,6 +661,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   Kubectl("delete tpujobs --all -n " + n + " --wait=false");
   EXPECT_TRUE(HoldsWithin(
       [&] {
+        keep_replicas();
         const std::string left =
             Kubectl("get tpujobs,pods,services -n " + n + " -o name", false).output;
         return left.empty() ? std::string() : "left after every job was deleted:\n" + left;
@@ -657,6 +669,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       std::chrono::seconds(120)))
       << "chaos seed " << seed;
   sample_rss();
+  std::cout << "chaos seed " << seed << ": while the cluster settled and emptied:";
+  for (const auto& [what, count] : done_after) std::cout << " " << what << "=" << count;
+  std::cout << std::endl;
   std::cout << "chaos seed " << seed << ": operator peak RSS " << peak_rss_kib / 1024 << " MiB"
             << std::endl;
   EXPECT_LT(peak_rss_kib, 256 * 1024) << "chaos seed " << seed << ": operator RSS";
