@@ -188,7 +188,9 @@ class Checker {
   struct NodeState {
     bool fault_cordon = false;  // unschedulable and tainted tpujob.dev/faulty
     uint64_t fault_cordon_since = 0;
-    bool ours = false;                // unschedulable and tpujob.dev/cordoned-by: tpujob-operator
+    // Unschedulable by a cordon the operator made (a new tpujob.dev/cordoned-at), not by a
+    // person cordoning again a node that still carries the operator's annotations.
+    bool ours = false;
     std::string counted_cordoned_at;  // the last cordon counted for the rate and the breaker
   };
 
@@ -284,7 +286,8 @@ class Checker {
     // A cordon by the operator writes a new cordoned-at. A person's `kubectl uncordon` and
     // `kubectl cordon` of a node that still carries our annotations make it look ours again with
     // the old one: not a new cordon.
-    if (ours && !cordoned_at.empty() && cordoned_at != node.counted_cordoned_at) {
+    const bool new_cordon = ours && !cordoned_at.empty() && cordoned_at != node.counted_cordoned_at;
+    if (new_cordon) {
       node.counted_cordoned_at = cordoned_at;
       const double at = ParseUtcSeconds(cordoned_at);
       if (at >= 0) CheckCordonRate(name, static_cast<int64_t>(at));
@@ -295,7 +298,10 @@ class Checker {
         CheckCordonBreaker(name, evidence.substr(evidence.find('/') + 1), static_cast<int64_t>(at));
       }
     }
-    node.ours = ours;
+    // The cap is the operator's promise about the cordons it makes. It counts a person's new
+    // cordon of a node with its annotations too (stricter), so leaving those out here never
+    // hides a cordon the operator made beyond it.
+    node.ours = ours && (new_cordon || node.ours);
     CheckCordonCap(name);
   }
 

@@ -223,6 +223,30 @@ TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsIsNotAnOperatorCordo
             1u);
 }
 
+TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsDoesNotCountTowardsTheCap) {
+  const Limits cap1 = {1, 0, "n", 0};
+  const json first = Node("n1", true, "2026-11-28T07:00:00Z");
+  json uncordoned = first;  // `kubectl uncordon`: our annotations and taint stay
+  uncordoned["spec"].erase("unschedulable");
+  // The operator's one cordon moves to n2 once n1 is uncordoned; a person then cordons n1
+  // again, with the operator's annotations still on it: not the operator's cordon.
+  EXPECT_TRUE(Replay({{"nodes", "ADDED", first},
+                      {"nodes", "MODIFIED", uncordoned},
+                      {"nodes", "ADDED", Node("n2", true, "2026-11-28T07:00:05Z")},
+                      {"nodes", "MODIFIED", first}},
+                     cap1)
+                  .empty());
+  // The operator cordoning n1 again (a new cordoned-at) while n2 is cordoned: over the cap.
+  const auto violations = Replay({{"nodes", "ADDED", first},
+                                  {"nodes", "MODIFIED", uncordoned},
+                                  {"nodes", "ADDED", Node("n2", true, "2026-11-28T07:00:05Z")},
+                                  {"nodes", "MODIFIED", Node("n1", true, "2026-11-28T07:00:09Z")}},
+                                 cap1);
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "cordon-cap");
+  EXPECT_NE(violations[0].detail.find("n1, n2"), std::string::npos) << violations[0].detail;
+}
+
 json PreflightCordon(const std::string& name, const std::string& at, const std::string& item) {
   json node = Node(name, true, at);
   node["metadata"]["annotations"]["tpujob.dev/cordon-reason"] = "PreflightFailed";
