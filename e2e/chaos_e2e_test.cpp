@@ -18,6 +18,9 @@
 // on their ServiceAccount: real 429s with Retry-After). A step comes every 0.7 s on average, so
 // faults overlap: a re-issue takes seconds.
 //
+// After the first TPUJOB_CHAOS_JOBS jobs, new ones keep coming while fewer than half that number
+// are unfinished, so that a long schedule has something to act on to its end.
+//
 // Then every fault is healed, suspended jobs resumed, and the run waits (up to
 // TPUJOB_CHAOS_SETTLE_SECONDS, default 180) until every job is Succeeded or Failed, or Running or
 // Queued with a reason, every finished job's goodput adds up, every counted re-issue has its
@@ -576,13 +579,26 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         throttled_at = Clock::now();
         break;
       }
-      case Kind::kCreateJob:
-        if (created >= total_jobs) {
+      case Kind::kCreateJob: {
+        // The mix first; after it, new jobs keep coming while fewer than half of its number are
+        // unfinished, so that a long run keeps something to act on to its end.
+        bool room = created < total_jobs;
+        if (!room) {
+          const json jobs = ListJson("tpujobs -n " + n);
+          int unfinished = 0;
+          for (const auto& job : jobs.is_object() ? jobs["items"] : json::array()) {
+            const std::string phase = job.value("status", json::object()).value("phase", "");
+            unfinished += phase != "Succeeded" && phase != "Failed";
+          }
+          room = jobs.is_object() && unfinished < total_jobs / 2;
+        }
+        if (!room) {
           acted = false;
           break;
         }
         create_job(job_choices.Next());
         break;
+      }
     }
     ++(acted ? done : skipped)[kind];
   }

@@ -3,7 +3,8 @@
 # $TPUJOB_CHAOS_DIR (default /tmp/tpujob-chaos), started here and stopped at the end.
 #   CHAOS_SEEDS    the seeds to run, one campaign each (default: one random seed, printed first)
 #   CHAOS_SECONDS  how long each schedule runs (default 600)
-#   CHAOS_JOBS     jobs per campaign (default 60)
+#   CHAOS_JOBS     jobs per campaign (default 60; after them new jobs keep coming while fewer
+#                  than half that number are unfinished)
 # Each campaign prints its seed, the steps done by kind and the checks made; a failure names the
 # seed, the invariant and the objects. TPUJOB_CHAOS_SEED=<seed> with the same CHAOS_SECONDS
 # replays a schedule. After the campaigns every line the operators logged must parse.
