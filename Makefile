@@ -9,8 +9,8 @@
 #   make bench   benchmarks that print numbers
 #   make bench-slice  only bench's slice recovery section, on a control plane of its own
 #   make bench-inplace  only bench's in-place restart section, on a control plane of its own
-#   make chaos   the seeded fault campaign, 10 minutes, on a control plane of its own
-#                (scripts/chaos.sh; CHAOS_SEEDS, CHAOS_SECONDS)
+#   make chaos   the seeded fault campaign, 10 minutes, on a control plane of its own with
+#                the real node (scripts/chaos.sh; CHAOS_SEEDS, CHAOS_SECONDS, CHAOS_REAL_NODE)
 #   make chaos-selftest  the campaign's checker must catch three deliberately broken operators
 #                (scripts/chaos-breaks.sh, patches in e2e/chaos-breaks/)
 #   make format  clang-format every C++ file

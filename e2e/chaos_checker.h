@@ -122,8 +122,9 @@ struct Violation {
 struct Limits {
   int max_cordoned = 0;               // the operator's --max-cordoned-nodes (fraction 1)
   double cordon_rate_per_minute = 0;  // --cordon-rate; 0 = not checked
-  std::string node_prefix;            // only nodes whose name starts with this count
+  std::string node_prefix;            // only nodes whose name starts with this count,
   int breaker_nodes = 0;              // --cordon-breaker-nodes; 0 = not checked
+  std::set<std::string> other_nodes;  // and these nodes (the real node)
 };
 
 // "2026-11-28T07:23:30Z" or "2026-11-28T07:23:30.125Z" as seconds since the epoch, the
@@ -263,7 +264,7 @@ class Checker {
 
   void ApplyNode(const Event& event, const nlohmann::json& meta) {
     const std::string name = meta.value("name", "");
-    if (!name.starts_with(limits_.node_prefix)) return;
+    if (!name.starts_with(limits_.node_prefix) && !limits_.other_nodes.contains(name)) return;
     if (event.type == "DELETED") {
       nodes_.erase(name);
       CheckCordonCap(name);

@@ -18,6 +18,16 @@
 // on their ServiceAccount: real 429s with Retry-After). A step comes every 0.7 s on average, so
 // faults overlap: a re-issue takes seconds.
 //
+// On a cluster with a real node (`e2e/cluster up --real-node`; `make chaos` starts one) the
+// node takes part: a fifth of the jobs run one worker of the test workload there as a real
+// process (10-30 s of steps per run, then an exit planned in the job: success, retryable or
+// permanent), a node agent (`tpujob-operator node-agent`, a process here) checks the device
+// nodes its device plugin makes, a hardware fault on it is a chip the device plugin reports
+// unhealthy whose programs die at once (SIGKILL, before the agent's next round flags the node),
+// and every other node fault, maintenance, cordon and pod deletion applies to it as to the KWOK
+// nodes; not a node lost (its kubelet registers it only when it starts) and not the written
+// exits (its kubelet owns the pods' status).
+//
 // After the first TPUJOB_CHAOS_JOBS jobs, new ones keep coming while fewer than half that number
 // are unfinished, so that a long schedule has something to act on to its end.
 //
@@ -33,10 +43,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -52,6 +65,7 @@
 #include "chaos_schedule.h"
 #include "e2e_env.h"
 #include "operator_env.h"
+#include "real_node_env.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
@@ -66,15 +80,32 @@ uint64_t EnvNumber(const char* name, uint64_t fallback) {
   return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
 }
 
-// The job a choice describes: its shape and settings, all from bits of `choice`.
-std::string ChaosJobYaml(const std::string& name, const std::string& accelerator, uint64_t choice) {
-  const int shape = static_cast<int>(choice % 10);  // 4 single-host, 3 multi-host, 3 multislice
+// A job of the mix that runs on the real node: one worker of the test workload
+// (e2e/tools/node/tpu-worker) as a real process, with its checkpoint in a host directory.
+struct RealWorker {
+  std::string accelerator;
+  std::string topology;
+  std::string chips;
+  std::string image;
+  std::string checkpoint_dir;  // on the host; /ckpt in the pod
+};
+
+// What the program on the real node does at the end of each of its runs: every exit class, as
+// the process's own exit code (0 success, 42 retryable, 1 permanent).
+constexpr const char* kRealExitPlans[] = {"0", "42,0", "1", "42,42,0", "0"};
+
+// The job a choice describes: its shape and settings, all from bits of `choice`. On the real
+// node (`real` set) it is one worker of the test workload, without pre-flight.
+std::string ChaosJobYaml(const std::string& name, const std::string& accelerator, uint64_t choice,
+                         const RealWorker* real = nullptr) {
+  // 4 single-host, 3 multi-host, 3 multislice; on the real node one host.
+  const int shape = real != nullptr ? 0 : static_cast<int>(choice % 10);
   const int workers = shape < 4 ? 1 : 2;
-  const std::string topology = shape < 4 ? "2x2" : "2x4";
+  const std::string topology = real != nullptr ? real->topology : shape < 4 ? "2x2" : "2x4";
   const int slices = shape >= 7 ? 2 : 1;
   const int priority = static_cast<int>((choice >> 8) % 3) * 100;
   const bool preemptible = (choice >> 12) % 5 != 0;
-  const bool preflight = (choice >> 16) % 3 == 0;
+  const bool preflight = real == nullptr && (choice >> 16) % 3 == 0;
   const int retries = static_cast<int>((choice >> 20) % 4);
   const bool deadline = (choice >> 24) % 6 == 0;
   const bool ttl = (choice >> 28) % 3 == 0;
@@ -83,8 +114,10 @@ std::string ChaosJobYaml(const std::string& name, const std::string& accelerator
   y << "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " << name
     << "\nspec:\n  priority: " << priority
     << "\n  preemptible: " << (preemptible ? "true" : "false")
-    << "\n  tpu: {accelerator: " << accelerator << ", topology: " << topology
-    << ", chipsPerWorker: 4, slices: " << slices << "}\n";
+    << "\n  tpu: {accelerator: " << (real != nullptr ? real->accelerator : accelerator)
+    << ", topology: " << topology << ", chipsPerWorker: " << (real != nullptr ? real->chips : "4")
+    << ", slices: " << slices << "}\n";
+  if (real != nullptr) y << "  checkpoint: {path: /ckpt}\n";
   if (deadline) y << "  activeDeadlineSeconds: " << 30 + (choice >> 36) % 90 << "\n";
   if (ttl) y << "  ttlSecondsAfterFinished: " << (choice >> 40) % 20 << "\n";
   if (suspended) y << "  suspend: true\n";
@@ -92,8 +125,21 @@ std::string ChaosJobYaml(const std::string& name, const std::string& accelerator
     << "\n    faultAttributionSeconds: 3\n    maintenanceGracePeriodSeconds: 2\n";
   if (preflight) y << "    preflight: {enabled: true, checks: [accelerator]}\n";
   y << "  replicaSpecs:\n    Worker:\n      replicas: " << workers
-    << "\n      template:\n        spec:\n          containers:\n"
-       "          - {name: trainer, image: busybox, command: [sh, -c, train]}\n";
+    << "\n      template:\n        spec:\n          containers:\n";
+  if (real == nullptr) {
+    y << "          - {name: trainer, image: busybox, command: [sh, -c, train]}\n";
+    return y.str();
+  }
+  // 10-30 s of steps per run, then the planned exit.
+  y << "          - name: trainer\n            image: \"" << real->image
+    << "\"\n            imagePullPolicy: Never\n            env:\n"
+    << "            - {name: WORKER_STEP_MS, value: \"100\"}\n"
+    << "            - {name: WORKER_STEPS, value: \"" << 100 + (choice >> 48) % 200 << "\"}\n"
+    << "            - {name: WORKER_EXIT_CODES, value: \""
+    << kRealExitPlans[(choice >> 56) % std::size(kRealExitPlans)] << "\"}\n"
+    << "            volumeMounts:\n            - {name: ckpt, mountPath: /ckpt}\n"
+    << "          volumes:\n          - {name: ckpt, hostPath: {path: " << real->checkpoint_dir
+    << ", type: Directory}}\n";
   return y.str();
 }
 
@@ -199,6 +245,56 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       for (const auto& pool : pools) DeleteTpuNodes(pool);
     }
   } node_cleanup{pools};
+
+  // The real node, where the cluster has one (`make chaos` starts it): a share of the jobs run
+  // there as real processes of the test workload, a node agent checks the device nodes its
+  // device plugin makes, and its hardware faults are real ones (see real_chip_fails below).
+  const std::string real_node = WorkerImage().empty() ? std::string() : RealNode();
+  std::unique_ptr<ChildProcess> node_agent;
+  if (!real_node.empty()) {
+    SetChips("unhealthy", "");
+    SetChips("hidden", "");
+    node_agent = std::make_unique<ChildProcess>(
+        std::vector<std::string>{TPUJOB_OPERATOR_BINARY, "node-agent", "--kubeconfig",
+                                 KubeconfigPath(), "--node-name", real_node, "--dev-root",
+                                 TpuDir() + "/dev", "--interval", "2", "--pass-after", "1"},
+        ClusterDir() + "/operator-node-agent-" + n + ".log");
+    ASSERT_TRUE(Eventually(
+        [&] { return ConditionStatus(ListJson("node " + real_node), "TPUUnhealthy") == "False"; },
+        std::chrono::seconds(30)))
+        << node_agent->Log();
+    std::cout << "chaos: the real node " << real_node << " takes part" << std::endl;
+  }
+  struct ChipsHealed {
+    bool real;
+    ~ChipsHealed() {
+      if (real) SetChips("unhealthy", "");
+    }
+  } chips_healed{!real_node.empty()};
+  bool real_chip_failed = false;
+  // A chip of the real node dies: the device plugin reports it unhealthy and removes its device
+  // node, and the programs of the campaign's pods on the node die with it (SIGKILL), before the
+  // node agent's next round: the exit comes first, the node's condition after it, as on
+  // hardware. Returns how many programs it killed.
+  const auto real_chip_fails = [&](uint64_t choice) {
+    SetChips("unhealthy", std::to_string(choice % 4));
+    real_chip_failed = true;
+    const std::string mark = "TPUJOB_NAMESPACE=" + n;
+    int killed = 0;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+      const std::string pid = entry.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (Trim(ReadFile(entry.path() / "comm")) != "tpu-worker") continue;
+      std::string environ = ReadFile(entry.path() / "environ");
+      std::replace(environ.begin(), environ.end(), '\0', '\n');
+      if (("\n" + environ).find("\n" + mark + "\n") != std::string::npos &&
+          ::kill(std::stoi(pid), SIGKILL) == 0) {
+        ++killed;
+      }
+    }
+    return killed;
+  };
 
   const int max_cordoned = 4;
   const double cordon_rate = 6;
@@ -342,10 +438,20 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
             " --type=merge -p '{\"spec\":{\"suspend\":" + (suspend ? "true" : "false") + "}}'");
   };
   int created = 0;
+  int real_jobs = 0;
   std::map<std::string, int> skipped;  // steps that found nothing to act on
   const auto create_job = [&](uint64_t choice) {
     const std::string name = "j" + std::to_string(created++);
-    const std::string yaml = ChaosJobYaml(name, accelerator, choice);
+    // A fifth of the jobs go to the real node, where there is one.
+    const bool on_real = !real_node.empty() && (choice >> 44) % 5 == 0;
+    RealWorker real;
+    if (on_real) {
+      real = {PortsEnv("REAL_TPU_ACCELERATOR"), PortsEnv("REAL_TPU_TOPOLOGY"),
+              PortsEnv("REAL_TPU_CHIPS"), WorkerImage(), dir + "/ckpt-" + name};
+      std::filesystem::create_directories(real.checkpoint_dir);
+      ++real_jobs;
+    }
+    const std::string yaml = ChaosJobYaml(name, accelerator, choice, on_real ? &real : nullptr);
     CommandResult applied;
     // Retried: the API server may be restarting, or etcd down.
     EXPECT_TRUE(Eventually([&] { return (applied = ApplyYaml(n, yaml)).exit_code == 0; },
@@ -355,9 +461,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   chaos::SplitMix64 job_choices(seed ^ 0x5eedULL);
   for (int i = 0; i < total_jobs / 2; ++i) create_job(job_choices.Next());
 
-  std::vector<std::string> our_nodes;
   const auto node_ours = [&](const json& node) {
-    return node["metadata"].value("name", "").starts_with(prefix + "-");
+    const std::string name = node["metadata"].value("name", "");
+    return name.starts_with(prefix + "-") || (!real_node.empty() && name == real_node);
   };
 
   const Clock::time_point start = Clock::now();
@@ -404,14 +510,19 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           if (!node_ours(node)) continue;
           const std::string name = node["metadata"].value("name", "");
           const bool unschedulable = node["spec"].value("unschedulable", false);
-          const bool faulty = ConditionStatus(node, "TPUUnhealthy") == "True";
+          const bool real = name == real_node;
+          const bool faulty =
+              ConditionStatus(node, "TPUUnhealthy") == "True" || (real && real_chip_failed);
           const bool maintenance =
               HasTaint(node, kMaintenanceTaint) || !Label(node, kScheduledMaintenanceLabel).empty();
           switch (step.kind) {
             case Kind::kHardwareFault:
             case Kind::kNodeNotReady:
-            case Kind::kNodeLost:
               if (!faulty && busy.contains(name)) candidates.push_back(name);
+              break;
+            case Kind::kNodeLost:
+              // Not the real node: a kubelet registers its node once, when it starts.
+              if (!faulty && busy.contains(name) && !real) candidates.push_back(name);
               break;
             case Kind::kHardwareHeal:
               if (faulty) candidates.push_back(name);
@@ -435,7 +546,13 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           acted = false;
           break;
         }
-        if (step.kind == Kind::kHardwareFault) {
+        if (node == real_node) ++done["real-node/" + kind];
+        if (step.kind == Kind::kHardwareFault && node == real_node) {
+          done["real-node/programs-killed-by-a-chip"] += real_chip_fails(step.choice);
+        } else if (step.kind == Kind::kHardwareHeal && node == real_node) {
+          SetChips("unhealthy", "");  // the node agent clears its condition after a round
+          real_chip_failed = false;
+        } else if (step.kind == Kind::kHardwareFault) {
           SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chaos");
         } else if (step.kind == Kind::kHardwareHeal) {
           SetNodeCondition(node, "TPUUnhealthy", "False", "ChipHealthy", "chaos");
@@ -485,7 +602,10 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           // Worker 0 exiting 0 ends the job (no Master here).
           const bool worker0 = Label(pod, "tpujob.dev/replica-type") == "Worker" &&
                                Label(pod, "tpujob.dev/replica-index") == "0";
-          const bool running = phase == "Running" && !node_of[name].empty();
+          // On the real node the program's exits are its own (WORKER_EXIT_CODES) and the
+          // kubelet writes the pod's status: only deleting it by hand applies there.
+          const bool running = phase == "Running" && !node_of[name].empty() &&
+                               (real_node.empty() || node_of[name] != real_node);
           if (step.kind == Kind::kDeletePod ||
               (running && step.kind == Kind::kPreflightFailure && preflight) ||
               (running && step.kind == Kind::kJobSucceeds && worker0) ||
@@ -620,6 +740,10 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     if (!replicas[r]) replicas[r] = start_replica(r);
   }
   register_again(true);
+  if (!real_node.empty()) {
+    SetChips("unhealthy", "");
+    real_chip_failed = false;
+  }
   const json nodes = ListJson("nodes");
   for (const auto& node : nodes.value("items", json::array())) {
     if (!node_ours(node)) continue;
@@ -651,7 +775,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   for (const auto& [kind, count] : done) std::cout << " " << kind << "=" << count;
   std::cout << "; nothing to act on:";
   for (const auto& [kind, count] : skipped) std::cout << " " << kind << "=" << count;
-  std::cout << "; jobs created " << created << std::endl;
+  std::cout << "; jobs created " << created;
+  if (!real_node.empty()) std::cout << ", " << real_jobs << " of them on the real node";
+  std::cout << std::endl;
 
   // Settled: every job where it may rest, nothing orphaned, every operator cordon lifted.
   const auto settled = [&] {
@@ -705,6 +831,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   limits.max_cordoned = max_cordoned;
   limits.cordon_rate_per_minute = cordon_rate;
   limits.node_prefix = prefix + "-";
+  if (!real_node.empty()) limits.other_nodes.insert(real_node);
   limits.breaker_nodes = 3;  // the operator's default --cordon-breaker-nodes
   chaos::Checker checker(limits);
   std::vector<std::vector<chaos::Event>> streams;

@@ -45,6 +45,20 @@ inline std::string PortsEnv(const std::string& key) {
 
 inline std::string RealNode() { return PortsEnv("REAL_NODE"); }
 
+// The directory of the node's fake TPU device plugin (dev/, unhealthy, hidden).
+inline std::string TpuDir() { return PortsEnv("REAL_TPU_DIR"); }
+
+// The test workload's image (e2e/tools/node/tpu-worker), imported into the node.
+inline std::string WorkerImage() {
+  return PortsEnvOf(PortsEnv("REAL_NODE_TOOLS") + "/images/images.env", "WORKER_IMAGE");
+}
+
+// Writes a chip list into one of the device plugin's files (unhealthy, hidden): "" for none,
+// "0" or "1,3".
+inline void SetChips(const std::string& file, const std::string& chips) {
+  std::ofstream(TpuDir() + "/" + file) << chips << "\n";
+}
+
 // The project image's archive: $TPUJOB_E2E_IMAGE_ARCHIVE, else the one the fixture imported
 // (DIR/image-archive names it).
 inline std::string ImageArchive() {

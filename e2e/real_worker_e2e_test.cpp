@@ -49,17 +49,6 @@ int64_t NowMs() {
       .count();
 }
 
-std::string TpuDir() { return PortsEnv("REAL_TPU_DIR"); }
-
-std::string WorkerImage() {
-  return PortsEnvOf(PortsEnv("REAL_NODE_TOOLS") + "/images/images.env", "WORKER_IMAGE");
-}
-
-// Writes a chip list into one of the device plugin's files (unhealthy, hidden).
-void SetChips(const std::string& file, const std::string& chips) {
-  std::ofstream(TpuDir() + "/" + file) << chips << "\n";
-}
-
 // The worker program's record: every line of <checkpoint dir>/events.jsonl.
 std::vector<Json> WorkerEvents(const std::string& dir) {
   std::vector<Json> events;

@@ -55,7 +55,7 @@ json Job(const std::string& name, int max_retries, int retries) {
 
 // Applies `events` (resource, type, object) with revisions 1, 2, ... in order.
 std::vector<Violation> Replay(const std::vector<std::tuple<std::string, std::string, json>>& events,
-                              Limits limits = {10, 0, "n", 0}) {
+                              Limits limits = {10, 0, "n", 0, {}}) {
   Checker checker(limits);
   uint64_t revision = 0;
   for (const auto& [resource, type, object] : events) {
@@ -167,7 +167,7 @@ TEST(ChaosChecker, JobRetriesAboveTheMaximumAreReported) {
 }
 
 TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
-  const Limits cap2 = {2, 0, "n", 0};
+  const Limits cap2 = {2, 0, "n", 0, {}};
   EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
                       {"nodes", "ADDED", Node("n2", true, "2026-11-28T07:00:01Z")},
                       {"nodes", "MODIFIED", Node("n1", false)},
@@ -185,9 +185,22 @@ TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
   EXPECT_NE(violations[0].detail.find("n1, n2, n3"), std::string::npos) << violations[0].detail;
 }
 
+TEST(ChaosChecker, ANodeNamedBesideThePrefixCountsTowardsTheCap) {
+  Limits cap1 = {1, 0, "n", 0, {}};
+  const std::vector<std::tuple<std::string, std::string, json>> events = {
+      {"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
+      {"nodes", "ADDED", Node("real-0", true, "2026-11-28T07:00:01Z")}};
+  EXPECT_TRUE(Replay(events, cap1).empty());
+  cap1.other_nodes = {"real-0"};
+  const auto violations = Replay(events, cap1);
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "cordon-cap");
+  EXPECT_NE(violations[0].detail.find("real-0"), std::string::npos) << violations[0].detail;
+}
+
 TEST(ChaosChecker, CordonsFasterThanTheOperatorsBucketAreReported) {
   // 6 per minute: a burst of 6, then one every 10 s.
-  const Limits rate6 = {100, 6, "n", 0};
+  const Limits rate6 = {100, 6, "n", 0, {}};
   std::vector<std::tuple<std::string, std::string, json>> lawful;
   for (int i = 0; i < 6; ++i) {
     lawful.push_back(
@@ -205,7 +218,7 @@ TEST(ChaosChecker, CordonsFasterThanTheOperatorsBucketAreReported) {
 
 TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsIsNotAnOperatorCordon) {
   // One cordon a minute, a burst of one: two operator cordons at once would be too many.
-  const Limits rate1 = {100, 1, "n", 0};
+  const Limits rate1 = {100, 1, "n", 0, {}};
   const json ours = Node("n1", true, "2026-11-28T07:00:00Z");
   json uncordoned = ours;  // `kubectl uncordon`: our annotations and taint stay
   uncordoned["spec"].erase("unschedulable");
@@ -224,7 +237,7 @@ TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsIsNotAnOperatorCordo
 }
 
 TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsDoesNotCountTowardsTheCap) {
-  const Limits cap1 = {1, 0, "n", 0};
+  const Limits cap1 = {1, 0, "n", 0, {}};
   const json first = Node("n1", true, "2026-11-28T07:00:00Z");
   json uncordoned = first;  // `kubectl uncordon`: our annotations and taint stay
   uncordoned["spec"].erase("unschedulable");
@@ -255,7 +268,7 @@ json PreflightCordon(const std::string& name, const std::string& at, const std::
 }
 
 TEST(ChaosChecker, AsManyPreflightCordonsForOneItemAsTheBreakerAllowsNoneAreReported) {
-  const Limits breaker3 = {100, 0, "n", 3};
+  const Limits breaker3 = {100, 0, "n", 3, {}};
   // Two nodes for `dns` within 10 minutes, a third for another item, a third for `dns` after
   // the window: lawful.
   EXPECT_TRUE(Replay({{"nodes", "ADDED", PreflightCordon("n1", "2026-11-28T07:00:00Z", "dns")},
@@ -277,7 +290,7 @@ TEST(ChaosChecker, AsManyPreflightCordonsForOneItemAsTheBreakerAllowsNoneAreRepo
 
 TEST(ChaosChecker, AReplayedOlderStateIsSkipped) {
   // A watch opened again without a resourceVersion lists the pod as ADDED at an older revision.
-  Checker checker({10, 0, "n", 0});
+  Checker checker({10, 0, "n", 0, {}});
   json pod = Pod("a-worker-0", "u1", "a", 0, 1);
   checker.Apply({"pods", "ADDED", 5, pod});
   checker.Apply({"pods", "ADDED", 5, pod});
@@ -330,12 +343,12 @@ TEST(ChaosChecker, AnObjectMissingWhenTheStreamListsAgainIsGone) {
   EXPECT_TRUE(events[3].vanished);
   EXPECT_EQ(events[3].object["metadata"].value("uid", ""), "old");
   EXPECT_EQ(events[3].revision, 10u);
-  Checker checker({10, 0, "n", 0});
+  Checker checker({10, 0, "n", 0, {}});
   for (const Event& event : Merge({events})) checker.Apply(event);
   EXPECT_TRUE(checker.violations().empty()) << checker.violations().front().detail;
 
   // Without the relist the old pod would still be live: the same history is a duplicate.
-  Checker unaware({10, 0, "n", 0});
+  Checker unaware({10, 0, "n", 0, {}});
   for (const Event& event : Merge({events})) {
     if (!event.vanished) unaware.Apply(event);
   }
@@ -343,7 +356,7 @@ TEST(ChaosChecker, AnObjectMissingWhenTheStreamListsAgainIsGone) {
   EXPECT_EQ(unaware.violations()[0].invariant, "duplicate-worker");
 
   // A pod the stream listed again is not taken for gone, and its replay changes nothing.
-  Checker kept({10, 0, "n", 0});
+  Checker kept({10, 0, "n", 0, {}});
   std::istringstream again(line("ADDED", at(Pod("a-worker-1", "kept", "a", 1, 2, "n2"), 11)) +
                            line("ERROR", json::object()) +
                            line("ADDED", at(Pod("a-worker-1", "kept", "a", 1, 2, "n2"), 11)) +
