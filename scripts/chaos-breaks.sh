@@ -58,7 +58,7 @@ for name in $breaks; do
   set -e
   if ((rc != 0)) && grep -qF -- "$expect" "$log" && grep -qF -- "chaos seed $seed" "$log"; then
     echo "chaos-breaks: $name: caught, as it must be:"
-    grep -F -- "$expect" "$log" | head -n 3 | cut -c1-400 | sed 's/^/    /'
+    grep -m 3 -F -- "$expect" "$log" | cut -c1-400 | sed 's/^/    /'
   else
     echo "chaos-breaks: $name: NOT caught (exit $rc; the campaign's output: $log)" >&2
     tail -n 40 "$log" >&2
