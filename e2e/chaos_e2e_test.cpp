@@ -611,8 +611,8 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
                                Label(pod, "tpujob.dev/replica-index") == "0";
           // On the real node the program's exits are its own (WORKER_EXIT_CODES) and the
           // kubelet writes the pod's status: only deleting it by hand applies there.
-          const bool running = phase == "Running" && !node_of[name].empty() &&
-                               (real_node.empty() || node_of[name] != real_node);
+          const bool running =
+              phase == "Running" && !node_of[name].empty() && node_of[name] != real_node;
           if (step.kind == Kind::kDeletePod ||
               (running && step.kind == Kind::kPreflightFailure && preflight) ||
               (running && step.kind == Kind::kJobSucceeds && worker0) ||

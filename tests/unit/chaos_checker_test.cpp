@@ -47,6 +47,12 @@ json Node(const std::string& name, bool operator_cordon, const std::string& cord
   return node;
 }
 
+// `kubectl uncordon` of `node`: our annotations and taint stay.
+json Uncordoned(json node) {
+  node["spec"].erase("unschedulable");
+  return node;
+}
+
 json Job(const std::string& name, int max_retries, int retries) {
   return {{"metadata", {{"name", name}, {"uid", "uid-" + name}}},
           {"spec", {{"faultTolerance", {{"maxJobRetries", max_retries}}}}},
@@ -220,8 +226,7 @@ TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsIsNotAnOperatorCordo
   // One cordon a minute, a burst of one: two operator cordons at once would be too many.
   const Limits rate1 = {100, 1, "n", 0, {}};
   const json ours = Node("n1", true, "2026-11-28T07:00:00Z");
-  json uncordoned = ours;  // `kubectl uncordon`: our annotations and taint stay
-  uncordoned["spec"].erase("unschedulable");
+  const json uncordoned = Uncordoned(ours);
   EXPECT_TRUE(Replay({{"nodes", "ADDED", ours},
                       {"nodes", "MODIFIED", uncordoned},
                       {"nodes", "MODIFIED", ours}},  // `kubectl cordon`: the same cordoned-at
@@ -239,8 +244,7 @@ TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsIsNotAnOperatorCordo
 TEST(ChaosChecker, APersonRecordoningANodeWithOurAnnotationsDoesNotCountTowardsTheCap) {
   const Limits cap1 = {1, 0, "n", 0, {}};
   const json first = Node("n1", true, "2026-11-28T07:00:00Z");
-  json uncordoned = first;  // `kubectl uncordon`: our annotations and taint stay
-  uncordoned["spec"].erase("unschedulable");
+  const json uncordoned = Uncordoned(first);
   // The operator's one cordon moves to n2 once n1 is uncordoned; a person then cordons n1
   // again, with the operator's annotations still on it: not the operator's cordon.
   EXPECT_TRUE(Replay({{"nodes", "ADDED", first},
