@@ -606,6 +606,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"delete", "tpujobs.tpujob.dev", o},  // ttlSecondsAfterFinished
         {"patch", "tpujobs.tpujob.dev", o, "status"},
         {"update", "tpujobs.tpujob.dev", o, "finalizers"},  // blockOwnerDeletion
+        {"get", "nodes", ""},  // confirms a node's health before a permanent failure
         {"list", "nodes", ""},
         {"watch", "nodes", ""},
         {"patch", "nodes", ""},
@@ -638,7 +639,6 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"delete", "services", o},
         {"get", "services", o},
         {"delete", "events", o},
-        {"get", "nodes", ""},
         {"create", "nodes", ""},
         {"delete", "nodes", ""},
         {"update", "nodes", ""},
@@ -697,6 +697,7 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
       {"delete", "tpujobs.tpujob.dev", w},  // ttlSecondsAfterFinished
       {"patch", "tpujobs.tpujob.dev", w, "status"},
       {"update", "tpujobs.tpujob.dev", w, "finalizers"},
+      {"get", "nodes", ""},
       {"list", "nodes", ""},
       {"watch", "nodes", ""},
       {"patch", "nodes", ""},
@@ -803,6 +804,94 @@ TEST_F(ChartE2E, OperatorWithTheServiceAccountTokenRunsAPreflightJob) {
   }
   EXPECT_GT(request_series, 0) << scraped.body;
   ASSERT_EQ(Kubectl("delete tpujob pf -n " + jobs.name()).exit_code, 0);
+}
+
+// The operator's node watch breaks and cannot be opened again (list and watch on nodes taken
+// from the release's ClusterRole, as an API server that restarted refuses them until its RBAC is
+// loaded); a worker exits with a permanent code and its node is flagged a second later. The node
+// cache never shows the flag, but the failure is final, so the operator reads the node (the
+// chart's `get nodes`) before failing the job: it finds the fault, and the exit is the
+// hardware's, a re-issue.
+TEST_F(ChartE2E, AFaultTheNodeWatchMissedStillMakesTheExitTheHardwares) {
+  TestNamespace ops("chart-op");
+  TestNamespace jobs("chart-jobs");
+  Release release(ops.name(), "--set watchNamespace=" + jobs.name());
+  ASSERT_EQ(release.install().exit_code, 0) << release.install().output;
+  const std::string kubeconfig = ServiceAccountKubeconfig(ops.name(), kFullname);
+  ASSERT_FALSE(kubeconfig.empty());
+  static int counter = 0;
+  const std::string prefix =
+      "cs" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
+  NodesGuard nodes{prefix};
+  CreateTpuNodes(prefix, 2, "tpu-" + prefix, "2x4", "pool-" + prefix);
+
+  std::vector<std::string> args = DeploymentArgs(ops.name());
+  ASSERT_FALSE(args.empty());
+  args.push_back("--watch-idle-timeout=10");  // the server ends each watch within 8 s
+  ChartOperator op(kubeconfig, args, std::string(kFullname) + "-stale-nodes");
+  ASSERT_TRUE(Eventually([&] { return HttpStatus(op.health_port(), "/readyz") == 200; },
+                         std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << op.Log();
+  ASSERT_EQ(ApplyYaml(jobs.name(),
+                      JobYaml("st", 2, "2x4",
+                              "  faultTolerance: {maxJobRetries: 1, faultAttributionSeconds: 15}\n",
+                              false, "", "tpu-" + prefix))
+                .exit_code,
+            0);
+  ASSERT_TRUE(
+      JobFieldBecomes(jobs.name(), "st", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+
+  // Take list and watch on nodes away; the next node watch is refused.
+  const std::string role = std::string(kFullname) + "-" + ops.name();
+  nlohmann::json cluster_role = nlohmann::json::parse(
+      Kubectl("get clusterrole " + role + " -o json", false).output, nullptr, false);
+  ASSERT_TRUE(cluster_role.is_object()) << role;
+  bool revoked = false;
+  for (auto& rule : cluster_role["rules"]) {
+    const auto resources = rule.value("resources", std::vector<std::string>{});
+    if (std::find(resources.begin(), resources.end(), "nodes") != resources.end()) {
+      rule["verbs"] = {"get", "patch"};
+      revoked = true;
+    }
+  }
+  ASSERT_TRUE(revoked) << cluster_role.dump();
+  const std::string role_file = ClusterDir() + "/" + role + "-no-node-watch.json";
+  std::ofstream(role_file) << cluster_role.dump();
+  ASSERT_EQ(Kubectl("replace -f " + role_file).exit_code, 0);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string log = op.Log();
+        return log.find("reflector=nodes error=\"403") != std::string::npos;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(200)))
+      << op.Log();
+
+  const std::string pod = "st-worker-1";
+  const std::string node = NodeOf(jobs.name(), pod);
+  ASSERT_FALSE(node.empty());
+  ASSERT_EQ(
+      TerminatePod(jobs.name(), pod, 1, "Error", "libtpu: chip 1 stopped responding").exit_code, 0);
+  ASSERT_EQ(
+      SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 1: HBM errors").exit_code,
+      0);
+
+  EXPECT_TRUE(
+      JobFieldBecomes(jobs.name(), "st", "{.status.attempt}", "2", std::chrono::seconds(60)))
+      << JobField(jobs.name(), "st", "{.status}") << "\n"
+      << op.Log();
+  const nlohmann::json status =
+      JobJson(jobs.name(), "st").value("status", nlohmann::json::object());
+  EXPECT_NE(status.value("phase", ""), "Failed") << status.dump();
+  const nlohmann::json faults = status.value("faults", nlohmann::json::array());
+  ASSERT_FALSE(faults.empty()) << status.dump();
+  EXPECT_EQ(faults.back().value("kind", ""), "NodeUnhealthy") << status.dump();
+  EXPECT_EQ(faults.back().value("node", ""), node) << status.dump();
+  EXPECT_EQ(faults.back().value("exitCode", 0), 1) << status.dump();
+  // The node cache still showed the node healthy: the read decided.
+  EXPECT_NE(op.Log().find("the node cache is behind the API server"), std::string::npos)
+      << op.Log();
+  ASSERT_EQ(Kubectl("delete tpujob st -n " + jobs.name()).exit_code, 0);
 }
 
 TEST_F(ChartE2E, PromtoolAcceptsTheAlertRules) {

@@ -272,7 +272,11 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
 
   CountPreflightReports(key, pods);
-  const policy::Plan plan = policy::Decide(input);
+  policy::Plan plan = policy::Decide(input);
+  if (!plan.confirm_nodes.empty()) {
+    auto confirmed = ConfirmNodes(key, input, plan);
+    if (!confirmed) return std::unexpected(confirmed.error());
+  }
   Expectations expect;
   if (auto written = WriteStatus(*job, plan, expect); !written)
     return std::unexpected(written.error());
@@ -423,6 +427,60 @@ void TPUJobReconciler::CountPreflightReports(
   // Remember only pods that still exist, so the set stays as small as the job.
   counted = std::move(still_there);
   if (counted.empty()) preflight_counted_.erase(key);
+}
+
+kube::Status TPUJobReconciler::ConfirmNodes(const std::string& key, policy::LifecycleInput& input,
+                                            policy::Plan& plan) {
+  // A quorum read of each node: what the API server has now, whatever the node watch delivered.
+  auto fresh = std::make_shared<std::map<std::string, cache::Store<cache::NodeInfo>::Ptr>>();
+  for (const std::string& name : plan.confirm_nodes) {
+    if (fresh->contains(name)) continue;
+    auto read = client_.Get(kube::Resource::Nodes(), "", name);
+    if (!read && read.error().IsNotFound()) {
+      (*fresh)[name] = nullptr;  // deleted: a lost node, whatever the cache still shows
+      continue;
+    }
+    if (!read) {
+      log::Warn("could not read the node that decides a permanent failure; deciding again later",
+                {{"tpujob", key}, {"node", name}, {"error", read.error().ToString()}});
+      return std::unexpected(read.error());
+    }
+    auto node = cache::NodeInfo::FromJson(*read);
+    if (!node) return std::unexpected(node.error());
+    (*fresh)[name] = std::make_shared<const cache::NodeInfo>(std::move(*node));
+  }
+  auto cached = [this, fresh](std::string_view node) {
+    const auto it = fresh->find(std::string(node));
+    return it != fresh->end() ? it->second : nodes_.Get(node);
+  };
+  input.node_health = [this, cached, now = input.now](std::string_view node) {
+    return policy::EvaluateNode(cached(node).get(), options_.node_health, now);
+  };
+  input.node_cordoned = [cached](std::string_view node) {
+    const auto found = cached(node);
+    return found != nullptr && found->unschedulable;
+  };
+  const policy::Phase before = plan.status.phase;
+  plan = policy::Decide(input);
+  for (const auto& [name, node] : *fresh) {
+    const policy::NodeHealth health =
+        policy::EvaluateNode(node.get(), options_.node_health, input.now);
+    const policy::NodeHealth in_cache =
+        policy::EvaluateNode(nodes_.Get(name).get(), options_.node_health, input.now);
+    if (health.verdict != in_cache.verdict) {
+      log::Warn(
+          "the node cache is behind the API server on a node that decides a permanent failure; "
+          "deciding on the API server's answer",
+          {{"tpujob", key},
+           {"node", name},
+           {"cached", std::string(policy::ToString(in_cache.verdict))},
+           {"read", std::string(policy::ToString(health.verdict))},
+           {"reason", health.reason},
+           {"phaseBefore", std::string(policy::ToString(before))},
+           {"phase", std::string(policy::ToString(plan.status.phase))}});
+    }
+  }
+  return {};
 }
 
 kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,

@@ -100,6 +100,12 @@ class TPUJobReconciler {
   void ReportWorkloadRefusal(const cache::TPUJobInfo& job, const kube::Status& write);
   // spec.ttlSecondsAfterFinished has passed: deletes the job (its pods go with it).
   kube::Result<ReconcileResult> DeleteFinishedJob(const cache::TPUJobInfo& job);
+  // A plan whose failure rests on nodes' health (policy::Plan::confirm_nodes): reads each from
+  // the API server and decides again with what it read, so a node watch that fell behind cannot
+  // fail a job whose node was found faulty in time. An error (a read failed): nothing is
+  // committed, the key is retried.
+  kube::Status ConfirmNodes(const std::string& key, policy::LifecycleInput& input,
+                            policy::Plan& plan);
   kube::Status WriteStatus(const cache::TPUJobInfo& job, const policy::Plan& plan,
                            Expectations& expect);
   // Writes `desired` as a merge patch on the status subresource at the job's cached

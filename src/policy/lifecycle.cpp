@@ -831,6 +831,16 @@ class Decider {
       }
       std::string waited;
       if (until) {
+        // Final on the node's health: every failed pod's node is read again before it stands
+        // (another one found faulty would make the whole attempt the hardware's).
+        plan_.confirm_nodes.emplace_back(f.pod->pod->node_name.view());
+        for (const Failure& other : failures) {
+          const std::string node(other.pod->pod->node_name.view());
+          if (!node.empty() && std::find(plan_.confirm_nodes.begin(), plan_.confirm_nodes.end(),
+                                         node) == plan_.confirm_nodes.end()) {
+            plan_.confirm_nodes.push_back(node);
+          }
+        }
         waited = "; its node " + std::string(f.pod->pod->node_name.view()) +
                  " was not found faulty within the fault attribution window of " +
                  std::to_string(spec.fault_tolerance.fault_attribution_seconds) + "s";

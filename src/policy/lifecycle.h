@@ -18,10 +18,13 @@
 // hardware case of the fault table (cordon, re-issue against maxJobRetries, the fault record
 // naming the exit and the node's verdict), a node under maintenance a disruption (re-issue, no
 // retry used); a node still healthy at the end fails the job with PermanentError, the message
-// saying how long it waited. Meanwhile nothing else waits: the other workers run, retryable
-// exits restart at once; only success and preemption are not decided while a verdict is due.
-// The deadline comes from the pod's status, so an operator restarted inside the window decides
-// the same, once. A terminated container without finishedAt is decided at once.
+// saying how long it waited. That last verdict is final, so it is not taken on the cache alone:
+// the plan names the node in confirm_nodes, and the caller reads it from the API server and
+// decides again with what it read (a node watch that broke and could not be opened again
+// would otherwise hide a verdict written inside the window). Meanwhile nothing else waits: the
+// other workers run, retryable exits restart at once; only success and preemption are not decided
+// while a verdict is due. The deadline comes from the pod's status, so an operator restarted inside
+// the window decides the same, once. A terminated container without finishedAt is decided at once.
 //
 // Slice recovery (spec.faultTolerance.recovery Slice, the default): a multislice job whose fault
 // is confined to one slice (every pod it names is a worker of that slice: a faulty, lost or
@@ -201,6 +204,12 @@ struct Plan {
   // The job finished longer than spec.ttlSecondsAfterFinished ago: delete it (its pods go with
   // it through the garbage collector).
   bool delete_job = false;
+  // Nodes whose health, as input.node_health gave it, decided something final: a permanent exit
+  // fails the job because its node was not found faulty within the fault attribution window
+  // (that node first, then the nodes of the job's other failed pods). Before committing the plan,
+  // the caller reads each from the API server (not a cache) and decides again with node_health
+  // answering from what it read; when a read fails, it commits nothing and tries again later.
+  std::vector<std::string> confirm_nodes;
 };
 
 Plan Decide(const LifecycleInput& input);

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "policy/job_spec.h"
 #include "policy/lifecycle.h"
@@ -125,6 +127,12 @@ TEST(PolicyFaultAttributionTest, DecisionTable) {
     if (c.verdict != H) nodes.Set("node-1", c.verdict, "TPUUnhealthy", c.unreachable);
     const Plan plan = DecideWith(sim, nodes);
     EXPECT_EQ(Name(Classify(plan)), Name(c.want));
+    // Only a failure that rests on the node not being found faulty in the window asks for the
+    // node to be read from the API server before it is committed.
+    const bool waited_failure =
+        c.want == Outcome::kFailed && c.window > 0 && std::string_view(c.reason) != "OOMKilled";
+    EXPECT_EQ(plan.confirm_nodes,
+              waited_failure ? std::vector<std::string>{"node-1"} : std::vector<std::string>{});
     const JobStatus& s = plan.status;
     switch (c.want) {
       case Outcome::kHeld: {
@@ -173,6 +181,28 @@ TEST(PolicyFaultAttributionTest, DecisionTable) {
         break;
     }
   }
+}
+
+// Two permanent exits past their window: the failure asks for both nodes to be read again, the
+// deciding one first.
+TEST(PolicyFaultAttributionTest, AFailureAsksForEveryFailedPodsNodeToBeReadAgain) {
+  PodSim sim = AttributionJob(10);
+  RunJob(sim);
+  ExitAt(sim.Worker(1), 1, sim.now());
+  ExitAt(sim.Worker(0), 137, sim.now());
+  sim.Advance(seconds(10));
+  const Plan plan = DecideWith(sim, Nodes{});
+  EXPECT_EQ(plan.status.phase, Phase::kFailed);
+  ASSERT_EQ(plan.confirm_nodes.size(), 2u);
+  EXPECT_EQ(std::set<std::string>(plan.confirm_nodes.begin(), plan.confirm_nodes.end()),
+            (std::set<std::string>{"node-0", "node-1"}));
+  // Read again, node-0 is faulty: the hardware's, re-issued.
+  Nodes nodes;
+  nodes.Set("node-0", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  const Plan again = DecideWith(sim, nodes);
+  EXPECT_NE(again.status.phase, Phase::kFailed);
+  EXPECT_EQ(again.status.attempt, 2);
+  EXPECT_TRUE(again.confirm_nodes.empty());
 }
 
 // Exit 1, the hardware condition 5 s later: re-issued once, and Failed never shows in between;

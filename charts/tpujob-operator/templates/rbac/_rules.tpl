@@ -56,9 +56,10 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 
 {{/* Cluster-scoped resources, always through a ClusterRole. */}}
 {{- define "tpujob-operator.clusterRules" -}}
+{{- /* get: a node is read from the API server before a permanent exit on it fails a job. */ -}}
 - apiGroups: [""]
   resources: ["nodes"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get"]
