@@ -17,7 +17,12 @@
 //                        so one second of slack;
 //   cordon-breaker       never as many nodes cordoned for one pre-flight item within the
 //                        breaker's window (10 minutes) as --cordon-breaker-nodes: the failure on
-//                        the last of them trips the breaker, which cordons nothing for it.
+//                        the last of them trips the breaker, which cordons nothing for it;
+//   attribution          no job turns Failed with PermanentError while a worker of its attempt
+//                        that exited with a permanent code (not OOMKilled) ran on a node the API
+//                        server shows faulty (a hardware condition True, Ready False or Unknown)
+//                        since before the end of that exit's fault attribution window (2 s of
+//                        slack: lastTransitionTime and finishedAt have whole seconds).
 //
 // Pure: no cluster, no clock, so each invariant has a table test (tests/unit).
 #pragma once
@@ -185,6 +190,10 @@ class Checker {
     std::string node;
     uint64_t created = 0;  // revision of the first event seen
     bool live = false;     // exists and is neither Succeeded nor Failed
+    // The last container exit with a non-zero code (not OOMKilled): code and finishedAt in
+    // seconds since the epoch; finished -1 when there is none.
+    int exit_code = 0;
+    double exit_finished = -1;
   };
   struct NodeState {
     bool fault_cordon = false;  // unschedulable and tainted tpujob.dev/faulty
@@ -193,6 +202,9 @@ class Checker {
     // person cordoning again a node that still carries the operator's annotations.
     bool ours = false;
     std::string counted_cordoned_at;  // the last cordon counted for the rate and the breaker
+    // Since when the node shows a hardware fault (TPUUnhealthy True, Ready False or Unknown), by
+    // the condition's lastTransitionTime in seconds since the epoch; -1 while it shows none.
+    double faulty_since = -1;
   };
 
   void Report(const std::string& invariant, const std::string& detail) {
@@ -229,6 +241,18 @@ class Checker {
     pod.node = event.object.value("spec", nlohmann::json::object()).value("nodeName", "");
     pod.live = live;
     if (first) pod.created = event.revision;
+    const nlohmann::json pod_status = event.object.value("status", nlohmann::json::object());
+    for (const auto& c : pod_status.value("containerStatuses", nlohmann::json::array())) {
+      const nlohmann::json terminated =
+          c.value("state", nlohmann::json::object()).value("terminated", nlohmann::json::object());
+      const int code = terminated.value("exitCode", 0);
+      const double finished = ParseUtcSeconds(terminated.value("finishedAt", ""));
+      if (code != 0 && finished >= pod.exit_finished &&
+          terminated.value("reason", "") != "OOMKilled") {
+        pod.exit_code = code;
+        pod.exit_finished = finished;
+      }
+    }
 
     // A pod turning live, or a live pod moved to another attempt (slice recovery in place
     // relabels the kept slices' pods), is compared with every other live pod of its job.
@@ -278,6 +302,19 @@ class Checker {
     }
     const nlohmann::json annotations = meta.value("annotations", nlohmann::json::object());
     NodeState& node = nodes_[name];
+    node.faulty_since = -1;
+    const nlohmann::json node_status = event.object.value("status", nlohmann::json::object());
+    for (const auto& c : node_status.value("conditions", nlohmann::json::array())) {
+      const std::string type = c.value("type", "");
+      const std::string status = c.value("status", "");
+      if ((type == "TPUUnhealthy" && status == "True") ||
+          (type == "Ready" && (status == "False" || status == "Unknown"))) {
+        const double since = ParseUtcSeconds(c.value("lastTransitionTime", ""));
+        if (since >= 0 && (node.faulty_since < 0 || since < node.faulty_since)) {
+          node.faulty_since = since;
+        }
+      }
+    }
     const bool fault_cordon = unschedulable && faulty_taint;
     if (fault_cordon && !node.fault_cordon) node.fault_cordon_since = event.revision;
     node.fault_cordon = fault_cordon;
@@ -388,6 +425,7 @@ class Checker {
         max_retries = std::stoi(text);
       }
     }
+    CheckAttribution(event, meta, ft, status);
     ++checks_["retries"];
     const int retries = status.value("jobRetries", 0);
     if (retries > max_retries) {
@@ -398,7 +436,54 @@ class Checker {
     }
   }
 
+  // A job's first Failed state with reason PermanentError: the exits that could have decided
+  // it, each against its node as the API server showed it before that write.
+  void CheckAttribution(const Event& event, const nlohmann::json& meta, const nlohmann::json& ft,
+                        const nlohmann::json& status) {
+    if (status.value("phase", "") != "Failed") return;
+    bool permanent_error = false;
+    for (const auto& c : status.value("conditions", nlohmann::json::array())) {
+      permanent_error = permanent_error || (c.value("type", "") == "Failed" &&
+                                            c.value("reason", "") == "PermanentError");
+    }
+    const std::string uid = meta.value("uid", "");
+    if (!permanent_error || !failed_jobs_.insert(uid).second) return;
+    ++checks_["attribution"];
+    const int64_t window = ft.value("faultAttributionSeconds", int64_t{30});
+    if (window <= 0) return;
+    std::set<int> permanent = {1, 137};  // faultTolerance.exitCodes.permanent's default
+    const nlohmann::json codes = ft.value("exitCodes", nlohmann::json::object());
+    if (codes.contains("permanent") && codes["permanent"].is_array()) {
+      permanent.clear();
+      for (const auto& code : codes["permanent"]) {
+        if (code.is_number_integer()) permanent.insert(code.get<int>());
+      }
+    }
+    const std::string name = meta.value("name", "");
+    const std::string attempt = std::to_string(status.value("attempt", 0));
+    for (const auto& [pod_uid, pod] : pods_) {
+      if (pod.job != name || pod.attempt != attempt || pod.exit_finished < 0 ||
+          !permanent.contains(pod.exit_code)) {
+        continue;
+      }
+      auto node = nodes_.find(pod.node);
+      if (node == nodes_.end() || node->second.faulty_since < 0) continue;
+      const double deadline = pod.exit_finished + static_cast<double>(window);
+      if (node->second.faulty_since <= deadline - 2) {
+        Report("attribution",
+               "job " + name + " (uid " + uid + ") failed with PermanentError at revision " +
+                   std::to_string(event.revision) + " while " + Describe(pod, pod_uid) +
+                   ", which exited with code " + std::to_string(pod.exit_code) + " at " +
+                   std::to_string(static_cast<int64_t>(pod.exit_finished)) + ", ran on node " +
+                   pod.node + ", shown faulty since " +
+                   std::to_string(static_cast<int64_t>(node->second.faulty_since)) +
+                   ", before the end of its " + std::to_string(window) + " s attribution window");
+      }
+    }
+  }
+
   Limits limits_;
+  std::set<std::string> failed_jobs_;              // uids of jobs checked by CheckAttribution
   std::map<std::string, uint64_t> last_revision_;  // by uid
   std::map<std::string, Pod> pods_;                // by uid
   std::map<std::string, NodeState> nodes_;         // by name

@@ -172,6 +172,92 @@ TEST(ChaosChecker, JobRetriesAboveTheMaximumAreReported) {
   EXPECT_EQ(Replay({{"tpujobs", "ADDED", annotated}}).size(), 1u);
 }
 
+// A worker of attempt 1 on `node` whose container exited with `code` at `finished`.
+json Exited(const std::string& node, int code, const std::string& finished,
+            const std::string& reason = "Error") {
+  json pod = Pod("a-worker-1", "u1", "a", 1, 1, node, "Failed");
+  pod["status"]["containerStatuses"] = {
+      {{"name", "trainer"},
+       {"state",
+        {{"terminated", {{"exitCode", code}, {"reason", reason}, {"finishedAt", finished}}}}}}};
+  return pod;
+}
+
+// `node` with TPUUnhealthy True since `since` ("" for a healthy node).
+json Flagged(const std::string& node, const std::string& since) {
+  json n = Node(node, false);
+  n["status"]["conditions"] = {{{"type", "Ready"}, {"status", "True"}}};
+  if (!since.empty()) {
+    n["status"]["conditions"].push_back(
+        {{"type", "TPUUnhealthy"}, {"status", "True"}, {"lastTransitionTime", since}});
+  }
+  return n;
+}
+
+// Job "a" (a 10 s attribution window) Failed with `reason` in attempt 1.
+json FailedJob(const std::string& reason = "PermanentError") {
+  json job = Job("a", 2, 0);
+  job["spec"]["faultTolerance"]["faultAttributionSeconds"] = 10;
+  job["status"]["phase"] = "Failed";
+  job["status"]["attempt"] = 1;
+  job["status"]["conditions"] = {{{"type", "Failed"}, {"status", "True"}, {"reason", reason}}};
+  return job;
+}
+
+TEST(ChaosChecker, APermanentErrorWhileTheExitsNodeShowedAFaultInTheWindowIsReported) {
+  const auto violations = Replay({{"nodes", "ADDED", Flagged("n1", "")},
+                                  {"pods", "ADDED", Exited("n1", 1, "2026-11-28T07:00:00Z")},
+                                  {"nodes", "MODIFIED", Flagged("n1", "2026-11-28T07:00:01Z")},
+                                  {"tpujobs", "ADDED", FailedJob()}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "attribution");
+  EXPECT_NE(violations[0].detail.find("job a"), std::string::npos) << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("a-worker-1"), std::string::npos) << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("node n1"), std::string::npos) << violations[0].detail;
+  // Ready False is a fault too.
+  json not_ready = Flagged("n1", "");
+  not_ready["status"]["conditions"][0] = {
+      {"type", "Ready"}, {"status", "False"}, {"lastTransitionTime", "2026-11-28T07:00:05Z"}};
+  EXPECT_EQ(Replay({{"pods", "ADDED", Exited("n1", 137, "2026-11-28T07:00:00Z")},
+                    {"nodes", "ADDED", not_ready},
+                    {"tpujobs", "ADDED", FailedJob()}})
+                .size(),
+            1u);
+}
+
+TEST(ChaosChecker, APermanentErrorTheNodeCouldNotHaveChangedIsLawful) {
+  const std::string exit = "2026-11-28T07:00:00Z";
+  // Flagged after the window (deadline 07:00:10, 2 s of slack).
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Exited("n1", 1, exit)},
+                      {"nodes", "ADDED", Flagged("n1", "2026-11-28T07:00:09Z")},
+                      {"tpujobs", "ADDED", FailedJob()}})
+                  .empty());
+  // Flagged in the window, but written after the job failed.
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Exited("n1", 1, exit)},
+                      {"nodes", "ADDED", Flagged("n1", "")},
+                      {"tpujobs", "ADDED", FailedJob()},
+                      {"nodes", "MODIFIED", Flagged("n1", "2026-11-28T07:00:03Z")}})
+                  .empty());
+  // OOMKilled is decided at once; 143 is not permanent; another reason is not attribution's.
+  for (const json& pod : {Exited("n1", 137, exit, "OOMKilled"), Exited("n1", 143, exit)}) {
+    EXPECT_TRUE(Replay({{"pods", "ADDED", pod},
+                        {"nodes", "ADDED", Flagged("n1", "2026-11-28T07:00:01Z")},
+                        {"tpujobs", "ADDED", FailedJob()}})
+                    .empty())
+        << pod.dump();
+  }
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Exited("n1", 1, exit)},
+                      {"nodes", "ADDED", Flagged("n1", "2026-11-28T07:00:01Z")},
+                      {"tpujobs", "ADDED", FailedJob("RetriesExhausted")}})
+                  .empty());
+  // The node flagged and cleared again before the job failed.
+  EXPECT_TRUE(Replay({{"pods", "ADDED", Exited("n1", 1, exit)},
+                      {"nodes", "ADDED", Flagged("n1", "2026-11-28T07:00:01Z")},
+                      {"nodes", "MODIFIED", Flagged("n1", "")},
+                      {"tpujobs", "ADDED", FailedJob()}})
+                  .empty());
+}
+
 TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
   const Limits cap2 = {2, 0, "n", 0, {}};
   EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
