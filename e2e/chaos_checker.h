@@ -156,6 +156,21 @@ inline double Number(const nlohmann::json& object, const char* key) {
   return it != object.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
+// A string member of a JSON object; "" when absent, null or not a string (the API server writes
+// an unset time, such as a terminated state's finishedAt, as null).
+inline std::string Text(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// An object member of a JSON object; an empty object when absent, null or not an object.
+inline nlohmann::json Member(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return nlohmann::json::object();
+  auto it = object.find(key);
+  return it != object.end() && it->is_object() ? *it : nlohmann::json::object();
+}
+
 class Checker {
  public:
   explicit Checker(Limits limits) : limits_(std::move(limits)) {}
@@ -241,14 +256,12 @@ class Checker {
     pod.node = event.object.value("spec", nlohmann::json::object()).value("nodeName", "");
     pod.live = live;
     if (first) pod.created = event.revision;
-    const nlohmann::json pod_status = event.object.value("status", nlohmann::json::object());
-    for (const auto& c : pod_status.value("containerStatuses", nlohmann::json::array())) {
-      const nlohmann::json terminated =
-          c.value("state", nlohmann::json::object()).value("terminated", nlohmann::json::object());
-      const int code = terminated.value("exitCode", 0);
-      const double finished = ParseUtcSeconds(terminated.value("finishedAt", ""));
-      if (code != 0 && finished >= pod.exit_finished &&
-          terminated.value("reason", "") != "OOMKilled") {
+    const nlohmann::json statuses = Member(event.object, "status")["containerStatuses"];
+    for (const auto& c : statuses.is_array() ? statuses : nlohmann::json::array()) {
+      const nlohmann::json terminated = Member(Member(c, "state"), "terminated");
+      const int code = static_cast<int>(Number(terminated, "exitCode"));
+      const double finished = ParseUtcSeconds(Text(terminated, "finishedAt"));
+      if (code != 0 && finished >= pod.exit_finished && Text(terminated, "reason") != "OOMKilled") {
         pod.exit_code = code;
         pod.exit_finished = finished;
       }
@@ -303,13 +316,13 @@ class Checker {
     const nlohmann::json annotations = meta.value("annotations", nlohmann::json::object());
     NodeState& node = nodes_[name];
     node.faulty_since = -1;
-    const nlohmann::json node_status = event.object.value("status", nlohmann::json::object());
-    for (const auto& c : node_status.value("conditions", nlohmann::json::array())) {
-      const std::string type = c.value("type", "");
-      const std::string status = c.value("status", "");
+    const nlohmann::json conditions = Member(event.object, "status")["conditions"];
+    for (const auto& c : conditions.is_array() ? conditions : nlohmann::json::array()) {
+      const std::string type = Text(c, "type");
+      const std::string status = Text(c, "status");
       if ((type == "TPUUnhealthy" && status == "True") ||
           (type == "Ready" && (status == "False" || status == "Unknown"))) {
-        const double since = ParseUtcSeconds(c.value("lastTransitionTime", ""));
+        const double since = ParseUtcSeconds(Text(c, "lastTransitionTime"));
         if (since >= 0 && (node.faulty_since < 0 || since < node.faulty_since)) {
           node.faulty_since = since;
         }
@@ -440,27 +453,30 @@ class Checker {
   // it, each against its node as the API server showed it before that write.
   void CheckAttribution(const Event& event, const nlohmann::json& meta, const nlohmann::json& ft,
                         const nlohmann::json& status) {
-    if (status.value("phase", "") != "Failed") return;
+    if (Text(status, "phase") != "Failed") return;
     bool permanent_error = false;
-    for (const auto& c : status.value("conditions", nlohmann::json::array())) {
-      permanent_error = permanent_error || (c.value("type", "") == "Failed" &&
-                                            c.value("reason", "") == "PermanentError");
+    const nlohmann::json conditions = status.value("conditions", nlohmann::json());
+    for (const auto& c : conditions.is_array() ? conditions : nlohmann::json::array()) {
+      permanent_error =
+          permanent_error || (Text(c, "type") == "Failed" && Text(c, "reason") == "PermanentError");
     }
-    const std::string uid = meta.value("uid", "");
+    const std::string uid = Text(meta, "uid");
     if (!permanent_error || !failed_jobs_.insert(uid).second) return;
     ++checks_["attribution"];
-    const int64_t window = ft.value("faultAttributionSeconds", int64_t{30});
+    const int64_t window = ft.contains("faultAttributionSeconds")
+                               ? static_cast<int64_t>(Number(ft, "faultAttributionSeconds"))
+                               : 30;
     if (window <= 0) return;
     std::set<int> permanent = {1, 137};  // faultTolerance.exitCodes.permanent's default
-    const nlohmann::json codes = ft.value("exitCodes", nlohmann::json::object());
+    const nlohmann::json codes = Member(ft, "exitCodes");
     if (codes.contains("permanent") && codes["permanent"].is_array()) {
       permanent.clear();
       for (const auto& code : codes["permanent"]) {
         if (code.is_number_integer()) permanent.insert(code.get<int>());
       }
     }
-    const std::string name = meta.value("name", "");
-    const std::string attempt = std::to_string(status.value("attempt", 0));
+    const std::string name = Text(meta, "name");
+    const std::string attempt = std::to_string(static_cast<int64_t>(Number(status, "attempt")));
     for (const auto& [pod_uid, pod] : pods_) {
       if (pod.job != name || pod.attempt != attempt || pod.exit_finished < 0 ||
           !permanent.contains(pod.exit_code)) {

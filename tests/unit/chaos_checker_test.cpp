@@ -258,6 +258,24 @@ TEST(ChaosChecker, APermanentErrorTheNodeCouldNotHaveChangedIsLawful) {
                   .empty());
 }
 
+// The API server writes an unset time as null (a terminated state without finishedAt, a
+// condition without lastTransitionTime): read as no time, never an error.
+TEST(ChaosChecker, NullTimesAreReadAsNone) {
+  json pod = Exited("n1", 1, "");
+  pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = nullptr;
+  pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = nullptr;
+  json node = Flagged("n1", "2026-11-28T07:00:01Z");
+  node["status"]["conditions"][1]["lastTransitionTime"] = nullptr;
+  json job = FailedJob();
+  job["status"]["conditions"][0]["reason"] = nullptr;
+  std::vector<Violation> violations;
+  EXPECT_NO_THROW(violations = Replay({{"pods", "ADDED", pod},
+                                       {"nodes", "ADDED", node},
+                                       {"tpujobs", "ADDED", FailedJob()},
+                                       {"tpujobs", "MODIFIED", job}}));
+  EXPECT_TRUE(violations.empty()) << Invariants(violations);
+}
+
 TEST(ChaosChecker, MoreOperatorCordonsThanTheCapAreReported) {
   const Limits cap2 = {2, 0, "n", 0, {}};
   EXPECT_TRUE(Replay({{"nodes", "ADDED", Node("n1", true, "2026-11-28T07:00:00Z")},
