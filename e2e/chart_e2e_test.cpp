@@ -891,6 +891,21 @@ TEST_F(ChartE2E, AFaultTheNodeWatchMissedStillMakesTheExitTheHardwares) {
   // The node cache still showed the node healthy: the read decided.
   EXPECT_NE(op.Log().find("the node cache is behind the API server"), std::string::npos)
       << op.Log();
+  // The cordon, built on the cache's older version of the node, was refused as stale (409); it
+  // is written on the node as read, while the watch is still refused, before the next attempt
+  // can be placed there.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return NodeField(node, "{.spec.unschedulable}") == "true" &&
+               NodeField(node, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].effect}") ==
+                   "NoSchedule";
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)))
+      << Kubectl("get node " + node + " -o yaml", false).output << "\n"
+      << op.Log();
+  EXPECT_NE(op.Log().find("deciding the cordon again on the node as read"), std::string::npos)
+      << op.Log();
+  EXPECT_EQ(op.Log().find("cordoning node " + node + " failed"), std::string::npos) << op.Log();
   ASSERT_EQ(Kubectl("delete tpujob st -n " + jobs.name()).exit_code, 0);
 }
 

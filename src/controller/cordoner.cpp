@@ -181,8 +181,7 @@ std::vector<Cordoner::Outcome> Cordoner::Run(const std::vector<policy::CordonReq
       written[i] = std::unexpected(*unsaved);
       continue;
     }
-    written[i] = client_.Patch(kube::Resource::Nodes(), "", requests[i].node,
-                               kube::PatchType::kMerge, *decisions[i].patch);
+    written[i] = Write(requests[i], decisions[i]);
   }
   std::vector<Outcome> outcomes;
   outcomes.reserve(requests.size());
@@ -320,13 +319,70 @@ Cordoner::Decision Cordoner::DecideLocked(const policy::CordonRequest& request, 
   return decision;
 }
 
+kube::Result<kube::Json> Cordoner::Write(const policy::CordonRequest& request, Decision& decision) {
+  auto written = client_.Patch(kube::Resource::Nodes(), "", request.node, kube::PatchType::kMerge,
+                               *decision.patch);
+  for (int attempt = 1; attempt < kCordonWriteAttempts && !written && written.error().IsConflict();
+       ++attempt) {
+    const std::string built_on =
+        (*decision.patch)["metadata"].value("resourceVersion", std::string());
+    auto read = client_.Get(kube::Resource::Nodes(), "", request.node);
+    if (!read && read.error().IsNotFound()) {
+      decision.ruled_out = policy::CordonVerdict::kNodeMissing;
+      return kube::Json(nullptr);
+    }
+    if (!read) {
+      log::Warn("could not read a node whose cordon was refused as stale; the cordon is retried",
+                {{"node", request.node}, {"job", request.job}, {"error", read.error().ToString()}});
+      return std::unexpected(std::move(read.error()));
+    }
+    auto node = cache::NodeInfo::FromJson(*read);
+    if (!node) return std::unexpected(std::move(node.error()));
+    log::Info(
+        "the node changed since the cache saw it (the cache may be behind the API server); "
+        "deciding the cordon again on the node as read",
+        {{"node", request.node},
+         {"job", request.job},
+         {"built_on", built_on},
+         {"read", node->resource_version},
+         {"error", written.error().ToString()}});
+    if (const auto ruled_out = policy::NodeRulesOutCordon(request, &*node)) {
+      decision.ruled_out = ruled_out;
+      return kube::Json(nullptr);
+    }
+    // The annotations as first decided (cordoned-at is the time of the decision).
+    kube::Json patch = policy::CordonPatch(request, *node, clock_.WallNow());
+    patch["metadata"]["annotations"] = (*decision.patch)["metadata"]["annotations"];
+    decision.patch = std::move(patch);
+    decision.node_uid = node->uid;
+    decision.reread_version = node->resource_version;
+    written = client_.Patch(kube::Resource::Nodes(), "", request.node, kube::PatchType::kMerge,
+                            *decision.patch);
+  }
+  if (!written && written.error().IsNotFound()) {
+    decision.ruled_out = policy::CordonVerdict::kNodeMissing;  // deleted since the cache saw it
+    return kube::Json(nullptr);
+  }
+  return written;
+}
+
 void Cordoner::FinishLocked(const policy::CordonRequest& request, Decision& decision,
                             kube::Result<kube::Json> written) {
   Outcome& outcome = decision.outcome;
+  if (written && decision.ruled_out) {
+    // Not needed after all, as the API server holds the node: nothing was written.
+    unconfirmed_.erase(request.node);
+    safety_.ReturnToken();
+    outcome.verdict = *decision.ruled_out;
+    outcome.message =
+        Describe(outcome.verdict, request, decision.cordoned, decision.total_nodes, clock_.Now());
+    return;
+  }
   if (written) {
     if (auto it = unconfirmed_.find(request.node); it != unconfirmed_.end()) {
       it->second.writing = false;
       it->second.at = clock_.Now();  // the wait for the cache counts from the answer
+      if (decision.reread_version) it->second.based_on = *decision.reread_version;
     }
     recorder_.Record(ObjectRef{"v1", "Node", "", request.node, decision.node_uid},
                      EventType::kWarning, std::string(kNodeCordonedReason),

@@ -71,6 +71,10 @@ namespace tpujob::controller {
 // of a cordon that never shows up (undone by a person before the cache saw it).
 inline constexpr Duration kUnconfirmedCordonTtl = std::chrono::minutes(2);
 
+// How many times a cordon is sent while the API server answers that the node changed since the
+// version it was built on (409): the first from the cache, the others from a fresh read.
+inline constexpr int kCordonWriteAttempts = 3;
+
 // Where the cordon safety limits' memory is kept between processes: data key kCordonStateKey of
 // a ConfigMap, written by the leader and read back by the next one.
 struct CordonStateLocation {
@@ -151,6 +155,10 @@ class Cordoner {
     Outcome outcome;
     std::optional<kube::Json> patch;
     std::string node_uid;
+    // Set by Write when the API server's node was read after a conflict: the version the patch
+    // was rebuilt on, or the node's reason not to be cordoned after all.
+    std::optional<std::string> reread_version;
+    std::optional<policy::CordonVerdict> ruled_out;
     int cordoned = 0;     // nodes counted against the cap when it was decided
     int total_nodes = 0;  // nodes in the cache then
   };
@@ -162,6 +170,12 @@ class Cordoner {
   // Decides on `request`; for kCordon reserves the node in unconfirmed_ (writing) and returns
   // the patch to send once the lock is released.
   Decision DecideLocked(const policy::CordonRequest& request, TimePoint now);
+  // Sends the decision's patch (outside the lock). The patch is conditioned on the cached
+  // node's resourceVersion; when the API server refuses it as stale (409), the node is read
+  // from the API server and the patch rebuilt on what it holds, up to kCordonWriteAttempts
+  // times: a cache whose watch is broken must not hold a faulty node open for new pods. A node
+  // that needs no cordon as read (NodeRulesOutCordon) sets `ruled_out` and writes nothing.
+  kube::Result<kube::Json> Write(const policy::CordonRequest& request, Decision& decision);
   // Applies the answer to a decision's patch: the reservation confirmed and the node's Event
   // recorded, or the reservation dropped and the rate token given back.
   void FinishLocked(const policy::CordonRequest& request, Decision& decision,

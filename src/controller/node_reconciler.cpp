@@ -1,5 +1,8 @@
 #include "controller/node_reconciler.h"
 
+#include <memory>
+#include <utility>
+
 #include "base/logging.h"
 #include "controller/metrics.h"
 #include "policy/cordon.h"
@@ -29,9 +32,9 @@ kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name)
                                  {"detail", retried->message}});
   }
   if (options_.auto_uncordon_after <= Duration::zero()) return ReconcileResult{};
-  const auto node = nodes_.Get(name);
+  cache::Store<cache::NodeInfo>::Ptr node = nodes_.Get(name);
   if (node == nullptr) return ReconcileResult{};
-  const policy::UncordonDecision decision = policy::DecideUncordon(
+  policy::UncordonDecision decision = policy::DecideUncordon(
       *node, options_.node_health, options_.auto_uncordon_after, clock_.WallNow());
   if (!decision.uncordon) {
     log::Debug("not uncordoning", {{"node", name}, {"detail", decision.message}});
@@ -39,8 +42,33 @@ kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name)
   }
   auto patched = client_.Patch(kube::Resource::Nodes(), "", name, kube::PatchType::kMerge,
                                policy::UncordonPatch(*node));
+  for (int attempt = 1; attempt < kCordonWriteAttempts && !patched && patched.error().IsConflict();
+       ++attempt) {
+    // The cache is older than the node, and may stay so while its watch is broken: decide again
+    // on the node as the API server holds it.
+    auto read = client_.Get(kube::Resource::Nodes(), "", name);
+    if (!read && read.error().IsNotFound()) return ReconcileResult{};
+    if (!read) {
+      patched = std::unexpected(std::move(read.error()));
+      break;
+    }
+    auto fresh = cache::NodeInfo::FromJson(*read);
+    if (!fresh) return std::unexpected(std::move(fresh.error()));
+    log::Info(
+        "the node changed since the cache saw it; deciding the uncordon again on the node "
+        "as read",
+        {{"node", name}, {"cached", node->resource_version}, {"read", fresh->resource_version}});
+    decision = policy::DecideUncordon(*fresh, options_.node_health, options_.auto_uncordon_after,
+                                      clock_.WallNow());
+    if (!decision.uncordon) {
+      log::Info("not uncordoning", {{"node", name}, {"detail", decision.message}});
+      return ReconcileResult{decision.wait};
+    }
+    node = std::make_shared<const cache::NodeInfo>(std::move(*fresh));
+    patched = client_.Patch(kube::Resource::Nodes(), "", name, kube::PatchType::kMerge,
+                            policy::UncordonPatch(*node));
+  }
   if (!patched) {
-    // 409: the cache was older than the node; the informer brings the new one and a retry.
     log::Warn("cannot uncordon node", {{"node", name}, {"error", patched.error().ToString()}});
     return std::unexpected(patched.error());
   }

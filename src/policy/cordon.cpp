@@ -106,6 +106,19 @@ bool HoldsOurFaultyTaint(const cache::NodeInfo& node) {
          node.FindTaint(kFaultyTaint) != nullptr;
 }
 
+std::optional<CordonVerdict> NodeRulesOutCordon(const CordonRequest& request,
+                                                const cache::NodeInfo* node) {
+  if (node == nullptr) return CordonVerdict::kNodeMissing;
+  if (IsCordonedForFault(*node)) return CordonVerdict::kAlreadyCordoned;
+  const std::optional<std::string_view> overruled =
+      node->annotations.Get(kCordonEvidenceAnnotation);
+  if (overruled && !node->unschedulable &&
+      *overruled == AnnotationText(request.evidence, kMaxEvidenceBytes)) {
+    return CordonVerdict::kHumanUncordoned;
+  }
+  return std::nullopt;
+}
+
 int CordonLimit(const CordonPolicy& policy, int total_nodes) {
   if (policy.max_cordoned <= 0) return 0;
   const double share = policy.max_fraction * std::max(0, total_nodes) + kFractionSlack;
@@ -128,14 +141,7 @@ CordonVerdict CordonSafety::Decide(const CordonRequest& request, const cache::No
   // still a failure of the item.
   const bool breaker_open = RecordAndCheckBreaker(request, now);
 
-  if (node == nullptr) return CordonVerdict::kNodeMissing;
-  if (IsCordonedForFault(*node)) return CordonVerdict::kAlreadyCordoned;
-  const std::optional<std::string_view> overruled =
-      node->annotations.Get(kCordonEvidenceAnnotation);
-  if (overruled && !node->unschedulable &&
-      *overruled == AnnotationText(request.evidence, kMaxEvidenceBytes)) {
-    return CordonVerdict::kHumanUncordoned;
-  }
+  if (const auto ruled_out = NodeRulesOutCordon(request, node)) return *ruled_out;
   if (breaker_open) return CordonVerdict::kSystemic;
   if (cordoned_by_us >= CordonLimit(policy_, total_nodes)) return CordonVerdict::kCapReached;
   const bool rate_limited = policy_.rate_per_minute > 0;

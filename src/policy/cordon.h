@@ -133,6 +133,14 @@ bool IsCordonedForFault(const cache::NodeInfo& node);
 // pod without a toleration off the node as before. Automatic uncordon removes it too.
 bool HoldsOurFaultyTaint(const cache::NodeInfo& node);
 
+// The node's own reason not to cordon it for `request`, whatever the safety limits say:
+// kNodeMissing (null: the node is gone), kAlreadyCordoned (IsCordonedForFault), or
+// kHumanUncordoned (a person uncordoned it after this same evidence); none when the node may be
+// cordoned. CordonSafety::Decide applies it to the cache's node, and the Cordoner again to the
+// node as the API server holds it when a cordon written from the cache is refused as stale.
+std::optional<CordonVerdict> NodeRulesOutCordon(const CordonRequest& request,
+                                                const cache::NodeInfo* node);
+
 // The most nodes the operator may hold cordoned among `total_nodes`:
 // min(max_cordoned, max(1, floor(max_fraction * total_nodes))), or 0 when max_cordoned <= 0.
 int CordonLimit(const CordonPolicy& policy, int total_nodes);

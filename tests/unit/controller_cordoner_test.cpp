@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -395,14 +396,14 @@ TEST_F(CordonerTest, FailedWriteIsReportedAndGivesTheTokenBack) {
   CordonPolicy policy = Permissive();
   policy.rate_per_minute = 1;
   Start(policy);
-  fake_.FailNext("patch", kube::ApiError(409, "Conflict", "the object has been modified"));
+  fake_.FailNext("patch", kube::ApiError(500, "InternalError", "etcd timeout"));
 
   const Cordoner::Outcome failed = cordoner_->Cordon(Request("n0"));
   EXPECT_EQ(failed.verdict, CordonVerdict::kCordon);
   EXPECT_FALSE(failed.cordoned());
   ASSERT_TRUE(failed.error.has_value());
-  EXPECT_TRUE(failed.error->IsConflict());
-  EXPECT_THAT(failed.message, HasSubstr("cordoning node n0 failed: 409"));
+  EXPECT_EQ(failed.error->http_status, 500);
+  EXPECT_THAT(failed.message, HasSubstr("cordoning node n0 failed: 500"));
   EXPECT_EQ(cordoner_->CordonedByUs(), 0);
   EXPECT_THAT(NodeEvents(), SizeIs(0));
   EXPECT_NE(StoredNode("n0")["spec"].value("unschedulable", false), true);
@@ -410,6 +411,166 @@ TEST_F(CordonerTest, FailedWriteIsReportedAndGivesTheTokenBack) {
   // The retry is not rate limited by the attempt that changed nothing.
   EXPECT_TRUE(cordoner_->Cordon(Request("n0")).cordoned());
   EXPECT_EQ(cordoner_->Cordon(Request("n1")).verdict, CordonVerdict::kRateLimited);
+}
+
+// Found by the fault campaign: with the node watch broken, every cordon built on the cached
+// node was refused as stale (409) until the watch came back, 60 s later, and the job's next
+// attempt was placed on the faulty node meanwhile.
+class StaleCacheCordonTest : public CordonerTest {
+ protected:
+  // The node changes on the API server without the cache hearing of it (a lost watch event);
+  // returns the version the API server holds now.
+  std::string ChangeBehindTheCache(const std::string& name,
+                                   const std::function<void(Json&)>& edit) {
+    Json node = StoredNode(name);
+    edit(node);
+    return fake_.Upsert(Resource::Nodes(), std::move(node),
+                        /*notify=*/false)["metadata"]["resourceVersion"];
+  }
+};
+
+TEST_F(StaleCacheCordonTest, ACordonRefusedAsStaleIsWrittenOnTheNodeAsTheApiServerHoldsIt) {
+  AddNode("n1");
+  const std::string cached = StoredNode("n1")["metadata"]["resourceVersion"];
+  const std::string read = ChangeBehindTheCache("n1", [](Json& node) {
+    node["metadata"]["labels"] = {{"pool", "a"}};
+    node["spec"]["taints"] =
+        Json::array({{{"key", "example.com/maintenance"}, {"effect", "NoSchedule"}}});
+  });
+  Start(Permissive());
+  LogCapture logs;
+
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n1"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kCordon);
+  EXPECT_TRUE(outcome.cordoned()) << outcome.message;
+  EXPECT_EQ(outcome.message, "cordoned node n1");
+
+  const std::vector<FakeClient::Action> writes = NodeWrites();
+  ASSERT_THAT(writes, SizeIs(2));
+  EXPECT_EQ(writes[0].body["metadata"]["resourceVersion"], cached);
+  EXPECT_EQ(writes[1].body["metadata"]["resourceVersion"], read);
+  EXPECT_EQ(writes[1].body["metadata"]["annotations"], writes[0].body["metadata"]["annotations"]);
+  // The change the cache never saw is kept, and the cordon is added to it.
+  const Json node = StoredNode("n1");
+  EXPECT_EQ(node["spec"]["unschedulable"], true);
+  EXPECT_EQ(node["metadata"]["labels"]["pool"], "a");
+  EXPECT_EQ(node["spec"]["taints"],
+            Json::array({{{"key", "example.com/maintenance"}, {"effect", "NoSchedule"}},
+                         {{"key", "tpujob.dev/faulty"},
+                          {"value", "PreflightFailed"},
+                          {"effect", "NoSchedule"}}}));
+  EXPECT_THAT(NodeEvents(), SizeIs(1));
+  EXPECT_THAT(logs.text(), HasSubstr("the node changed since the cache saw it"));
+  EXPECT_THAT(logs.text(), HasSubstr("built_on=" + cached));
+
+  // Counted against the cap until the cache shows it, even once the cache reaches the version
+  // the cordon was rebuilt on.
+  Json before = StoredNode("n1");
+  before["metadata"]["resourceVersion"] = read;
+  before["spec"].erase("unschedulable");
+  before["metadata"]["annotations"] = {{"zone", "us-central2-b"}};
+  nodes_.Update(Parse(before));
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+  SyncCache();
+  EXPECT_EQ(cordoner_->CordonedByUs(), 1);
+}
+
+TEST_F(StaleCacheCordonTest, ANodeCordonedBehindTheCacheIsNotCordonedAgain) {
+  AddNodes(2);
+  CordonPolicy policy = Permissive();
+  policy.rate_per_minute = 1;
+  Start(policy);
+  ChangeBehindTheCache("n0", [](Json& node) {
+    node["spec"]["unschedulable"] = true;
+    node["spec"]["taints"] = Json::array(
+        {{{"key", "tpujob.dev/faulty"}, {"value", "NodeLost"}, {"effect", "NoSchedule"}}});
+  });
+
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n0"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kAlreadyCordoned);
+  EXPECT_FALSE(outcome.error.has_value());
+  EXPECT_EQ(outcome.message, "node n0 is already cordoned");
+  EXPECT_THAT(NodeWrites(), SizeIs(1));  // the refused one
+  EXPECT_THAT(NodeEvents(), SizeIs(0));
+  EXPECT_EQ(cordoner_->PendingRetries(), 0u);
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+  // No rate token is spent on a cordon that was not written.
+  EXPECT_TRUE(cordoner_->Cordon(Request("n1")).cordoned());
+}
+
+TEST_F(StaleCacheCordonTest, ANodeAPersonUncordonedBehindTheCacheStaysUncordoned) {
+  AddNode("n1");
+  Start(Permissive());
+  // Cordoned, then uncordoned by a person (`kubectl uncordon n1`): the cache saw neither.
+  ASSERT_TRUE(cordoner_->Cordon(Request("n1", "pod-uid-1/dns")).cordoned());
+  clock_.Advance(kUnconfirmedCordonTtl);
+  ChangeBehindTheCache("n1", [](Json& node) { node["spec"]["unschedulable"] = false; });
+
+  // The same evidence again: the cache shows a node never cordoned, the API server the person's
+  // decision, which stands.
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n1", "pod-uid-1/dns"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kHumanUncordoned) << outcome.message;
+  EXPECT_FALSE(outcome.error.has_value());
+  EXPECT_EQ(StoredNode("n1")["spec"]["unschedulable"], false);
+  EXPECT_THAT(NodeWrites(), SizeIs(2));  // the first cordon and the refused one
+}
+
+TEST_F(StaleCacheCordonTest, ANodeDeletedBehindTheCacheIsReportedMissing) {
+  AddNodes(2);
+  Start(Permissive());
+  // Gone before the write (404)...
+  fake_.Remove(Resource::Nodes(), "", "n0", /*notify=*/false);
+  const Cordoner::Outcome before = cordoner_->Cordon(Request("n0"));
+  EXPECT_EQ(before.verdict, CordonVerdict::kNodeMissing) << before.message;
+  EXPECT_FALSE(before.error.has_value());
+  EXPECT_EQ(before.message, "node n0 not cordoned: no such node");
+
+  // ... and between a write refused as stale and the read.
+  fake_.FailNext("patch", kube::ApiError(409, "Conflict", "the object has been modified"));
+  fake_.Remove(Resource::Nodes(), "", "n1", /*notify=*/false);
+  const Cordoner::Outcome between = cordoner_->Cordon(Request("n1"));
+  EXPECT_EQ(between.verdict, CordonVerdict::kNodeMissing) << between.message;
+  EXPECT_FALSE(between.error.has_value());
+
+  EXPECT_EQ(cordoner_->PendingRetries(), 0u);
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+  EXPECT_THAT(NodeEvents(), SizeIs(0));
+}
+
+TEST_F(StaleCacheCordonTest, ANodeThatKeepsChangingIsRetriedLaterWithBackOff) {
+  AddNode("n1");
+  Start(Permissive());
+  fake_.FailNext("patch", kube::ApiError(409, "Conflict", "the object has been modified"),
+                 kCordonWriteAttempts);
+
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n1"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kCordon);
+  ASSERT_TRUE(outcome.error.has_value());
+  EXPECT_TRUE(outcome.error->IsConflict());
+  EXPECT_THAT(NodeWrites(), SizeIs(kCordonWriteAttempts));
+  EXPECT_EQ(cordoner_->PendingRetries(), 1u);
+  EXPECT_EQ(cordoner_->CordonedByUs(), 0);
+
+  const std::optional<Cordoner::Outcome> retried = cordoner_->Retry("n1");
+  ASSERT_TRUE(retried.has_value());
+  EXPECT_TRUE(retried->cordoned()) << retried->message;
+  EXPECT_EQ(StoredNode("n1")["spec"]["unschedulable"], true);
+}
+
+TEST_F(StaleCacheCordonTest, AReadThatFailsKeepsTheCordonForRetry) {
+  AddNode("n1");
+  Start(Permissive());
+  ChangeBehindTheCache("n1", [](Json& node) { node["metadata"]["labels"] = {{"pool", "a"}}; });
+  fake_.FailNext("get", kube::ApiError(429, "TooManyRequests", "too many requests"));
+
+  const Cordoner::Outcome outcome = cordoner_->Cordon(Request("n1"));
+  EXPECT_EQ(outcome.verdict, CordonVerdict::kCordon);
+  ASSERT_TRUE(outcome.error.has_value());
+  EXPECT_EQ(outcome.error->http_status, 429);
+  EXPECT_EQ(cordoner_->PendingRetries(), 1u);
+  ASSERT_TRUE(cordoner_->Retry("n1").value().cordoned());
+  EXPECT_EQ(StoredNode("n1")["metadata"]["labels"]["pool"], "a");
+  EXPECT_EQ(StoredNode("n1")["spec"]["unschedulable"], true);
 }
 
 TEST_F(CordonerTest, MessagesForRefusedCordons) {

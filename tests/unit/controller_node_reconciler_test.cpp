@@ -13,6 +13,7 @@
 #include "controller/event_recorder.h"
 #include "controller/node_reconciler.h"
 #include "fake_client.h"
+#include "log_capture.h"
 #include "policy/cordon.h"
 
 namespace tpujob::controller {
@@ -26,6 +27,7 @@ using policy::CordonPolicy;
 using policy::CordonRequest;
 using policy::CordonVerdict;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 CordonRequest Request(const std::string& node, const std::string& item = "dns") {
   return CordonRequest{.node = node,
@@ -231,6 +233,41 @@ TEST_F(NodeReconcilerTest, TheTaintOfANodeAPersonUncordonedIsLiftedAfterTheHealt
   ASSERT_EQ(node["spec"]["taints"].size(), 1u) << node.dump();
   EXPECT_EQ(node["spec"]["taints"][0]["key"], "google.com/tpu");
   EXPECT_FALSE(node["spec"].value("unschedulable", false)) << node.dump();
+}
+
+// A cache whose node watch is broken stays behind the node: the uncordon is decided again on
+// the node as the API server holds it, rather than refused (409) until the watch comes back.
+TEST_F(NodeReconcilerTest, AnUncordonRefusedAsStaleIsDecidedAgainOnTheNodeAsRead) {
+  Start(Permissive(), seconds(60));
+  AddNode("n1", clock_.WallNow() - std::chrono::hours(5));
+  AddNode("n2", clock_.WallNow() - std::chrono::hours(5));
+  ASSERT_TRUE(cordoner_->Cordon(Request("n1", "")).cordoned());
+  ASSERT_TRUE(cordoner_->Cordon(Request("n2", "")).cordoned());
+  SyncCache();
+  // Behind the cache: n1 gains a label, n2 turns unhealthy.
+  Json labelled = Stored("n1");
+  labelled["metadata"]["labels"] = {{"pool", "a"}};
+  fake_.Upsert(Resource::Nodes(), labelled, /*notify=*/false);
+  Json unhealthy = Stored("n2");
+  unhealthy["status"]["conditions"].push_back(
+      {{"type", "TPUUnhealthy"},
+       {"status", "True"},
+       {"lastTransitionTime", cache::FormatRfc3339(clock_.WallNow())}});
+  fake_.Upsert(Resource::Nodes(), unhealthy, /*notify=*/false);
+  clock_.Advance(seconds(61));
+  LogCapture logs;
+
+  auto n1 = reconciler_->Reconcile("n1");
+  ASSERT_TRUE(n1.has_value()) << n1.error().ToString();
+  EXPECT_FALSE(Stored("n1")["spec"].value("unschedulable", false));
+  EXPECT_EQ(Stored("n1")["metadata"]["labels"]["pool"], "a");
+  EXPECT_THAT(logs.text(), HasSubstr("deciding the uncordon again on the node as read"));
+
+  auto n2 = reconciler_->Reconcile("n2");
+  ASSERT_TRUE(n2.has_value()) << n2.error().ToString();
+  EXPECT_FALSE(n2->requeue_after.has_value());
+  EXPECT_EQ(Stored("n2")["spec"]["unschedulable"], true);
+  EXPECT_EQ(NodePatches(), 2 + 2 + 1);  // two cordons, two refused uncordons, one written
 }
 
 TEST_F(NodeReconcilerTest, AnUnhealthyNodeStaysCordoned) {

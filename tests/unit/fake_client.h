@@ -441,6 +441,17 @@ class FakeClient : public Client {
       patched["metadata"]["name"] = name;
       if (!ns.empty()) patched["metadata"]["namespace"] = ns;
     } else {
+      // As the API server: a patch that names a resourceVersion applies only to that version.
+      if (type != PatchType::kJson && body.is_object() && body.contains("metadata") &&
+          body["metadata"].is_object()) {
+        const std::string wanted = body["metadata"].value("resourceVersion", "");
+        if (!wanted.empty() && wanted != (*current)["metadata"].value("resourceVersion", "")) {
+          return std::unexpected(ApiError(
+              409, "Conflict",
+              "the object has been modified; please apply your changes to the latest version "
+              "and try again"));
+        }
+      }
       patched = *current;
       Json patch = body;
       if (options.subresource == "status" && patch.is_object()) {

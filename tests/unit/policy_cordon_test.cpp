@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -143,6 +144,41 @@ TEST_F(CordonSafetyTest, HumanUncordonIsRespectedUntilNewEvidence) {
   uncordoned.taints.clear();
   EXPECT_EQ(safety.Decide(Request("n1", "", "pod-uid-1/dns"), &uncordoned, 0, 10, now_),
             CordonVerdict::kHumanUncordoned);
+}
+
+// The node rules alone, as the Cordoner applies them to a node read after a stale write.
+TEST(NodeRulesOutCordonTest, DecisionTable) {
+  NodeInfo uncordoned = CordonedNode("n", "pod-uid-1/dns");
+  uncordoned.unschedulable = false;
+  NodeInfo drained = Node("n");
+  drained.unschedulable = true;
+  NodeInfo tainted = Node("n");
+  tainted.taints.push_back(MakeTaint(kFaultyTaint, "NodeLost", TaintEffect::kNoSchedule));
+  const NodeInfo cordoned = CordonedNode("n", "pod-uid-0/dns");
+  const NodeInfo healthy = Node("n");
+  struct Case {
+    std::string name;
+    const NodeInfo* node;
+    std::string evidence;
+    std::optional<CordonVerdict> want;
+  };
+  const std::vector<Case> cases = {
+      {"gone", nullptr, "pod-uid-1/dns", CordonVerdict::kNodeMissing},
+      {"cordoned for a fault", &cordoned, "pod-uid-1/dns", CordonVerdict::kAlreadyCordoned},
+      {"uncordoned by a person after this evidence", &uncordoned, "pod-uid-1/dns",
+       CordonVerdict::kHumanUncordoned},
+      {"uncordoned by a person, new evidence", &uncordoned, "pod-uid-2/dns", std::nullopt},
+      {"drained without our taint", &drained, "pod-uid-1/dns", std::nullopt},
+      {"our taint, schedulable", &tainted, "pod-uid-1/dns", std::nullopt},
+      {"healthy", &healthy, "pod-uid-1/dns", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    const auto got = NodeRulesOutCordon(Request("n", "dns", c.evidence), c.node);
+    EXPECT_EQ(got.has_value(), c.want.has_value()) << c.name;
+    if (got && c.want) {
+      EXPECT_EQ(ToString(*got), ToString(*c.want)) << c.name;
+    }
+  }
 }
 
 TEST_F(CordonSafetyTest, RuleOrderNodeRulesBeforeBreakerBeforeCapBeforeRate) {
