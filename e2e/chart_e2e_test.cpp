@@ -17,6 +17,7 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -812,7 +813,37 @@ TEST_F(ChartE2E, OperatorWithTheServiceAccountTokenRunsAPreflightJob) {
 // cache never shows the flag, but the failure is final, so the operator reads the node (the
 // chart's `get nodes`) before failing the job: it finds the fault, and the exit is the
 // hardware's, a re-issue.
-TEST_F(ChartE2E, AFaultTheNodeWatchMissedStillMakesTheExitTheHardwares) {
+// Replaces the verbs the release's ClusterRole grants on nodes with `verbs`; false when the
+// role has no rule for nodes or cannot be replaced.
+bool LimitNodeVerbs(const std::string& ops, const std::vector<std::string>& verbs) {
+  const std::string role = std::string(kFullname) + "-" + ops;
+  nlohmann::json cluster_role = nlohmann::json::parse(
+      Kubectl("get clusterrole " + role + " -o json", false).output, nullptr, false);
+  if (!cluster_role.is_object()) return false;
+  bool limited = false;
+  for (auto& rule : cluster_role["rules"]) {
+    const auto resources = rule.value("resources", std::vector<std::string>{});
+    if (std::find(resources.begin(), resources.end(), "nodes") != resources.end()) {
+      rule["verbs"] = verbs;
+      limited = true;
+    }
+  }
+  if (!limited) {
+    ADD_FAILURE() << "no rule for nodes in " << cluster_role.dump();
+    return false;
+  }
+  const std::string role_file = ClusterDir() + "/" + role + "-limited-nodes.json";
+  std::ofstream(role_file) << cluster_role.dump();
+  return Kubectl("replace -f " + role_file).exit_code == 0;
+}
+
+// A chip kill on a node the operator's node watch no longer sees: the chart's operator runs with
+// only `node_verbs` on nodes (list and watch taken away once the job runs), the worker exits 1
+// and the node agent flags the node. The exit is attributed to the node by a read, and the job
+// is re-issued; `then` checks the rest with the jobs' namespace, the node and the operator.
+void ChipKillBehindABrokenNodeWatch(
+    const std::vector<std::string>& node_verbs,
+    const std::function<void(const std::string&, const std::string&, const ChartOperator&)>& then) {
   TestNamespace ops("chart-op");
   TestNamespace jobs("chart-jobs");
   Release release(ops.name(), "--set watchNamespace=" + jobs.name());
@@ -843,22 +874,7 @@ TEST_F(ChartE2E, AFaultTheNodeWatchMissedStillMakesTheExitTheHardwares) {
       << op.Log();
 
   // Take list and watch on nodes away; the next node watch is refused.
-  const std::string role = std::string(kFullname) + "-" + ops.name();
-  nlohmann::json cluster_role = nlohmann::json::parse(
-      Kubectl("get clusterrole " + role + " -o json", false).output, nullptr, false);
-  ASSERT_TRUE(cluster_role.is_object()) << role;
-  bool revoked = false;
-  for (auto& rule : cluster_role["rules"]) {
-    const auto resources = rule.value("resources", std::vector<std::string>{});
-    if (std::find(resources.begin(), resources.end(), "nodes") != resources.end()) {
-      rule["verbs"] = {"get", "patch"};
-      revoked = true;
-    }
-  }
-  ASSERT_TRUE(revoked) << cluster_role.dump();
-  const std::string role_file = ClusterDir() + "/" + role + "-no-node-watch.json";
-  std::ofstream(role_file) << cluster_role.dump();
-  ASSERT_EQ(Kubectl("replace -f " + role_file).exit_code, 0);
+  ASSERT_TRUE(LimitNodeVerbs(ops.name(), node_verbs));
   ASSERT_TRUE(Eventually(
       [&] {
         const std::string log = op.Log();
@@ -891,22 +907,73 @@ TEST_F(ChartE2E, AFaultTheNodeWatchMissedStillMakesTheExitTheHardwares) {
   // The node cache still showed the node healthy: the read decided.
   EXPECT_NE(op.Log().find("the node cache is behind the API server"), std::string::npos)
       << op.Log();
-  // The cordon, built on the cache's older version of the node, was refused as stale (409); it
-  // is written on the node as read, while the watch is still refused, before the next attempt
-  // can be placed there.
-  EXPECT_TRUE(Eventually(
-      [&] {
-        return NodeField(node, "{.spec.unschedulable}") == "true" &&
-               NodeField(node, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].effect}") ==
-                   "NoSchedule";
-      },
-      std::chrono::seconds(30), std::chrono::milliseconds(200)))
-      << Kubectl("get node " + node + " -o yaml", false).output << "\n"
-      << op.Log();
-  EXPECT_NE(op.Log().find("deciding the cordon again on the node as read"), std::string::npos)
-      << op.Log();
-  EXPECT_EQ(op.Log().find("cordoning node " + node + " failed"), std::string::npos) << op.Log();
+  then(jobs.name(), node, op);
   ASSERT_EQ(Kubectl("delete tpujob st -n " + jobs.name()).exit_code, 0);
+}
+
+TEST_F(ChartE2E, AFaultTheNodeWatchMissedStillMakesTheExitTheHardwares) {
+  ChipKillBehindABrokenNodeWatch({"get", "patch"}, [](const std::string&, const std::string& node,
+                                                      const ChartOperator& op) {
+    // The cordon, built on the cache's older version of the node, was refused as stale (409); it
+    // is written on the node as read, while the watch is still refused, before the next attempt
+    // can be placed there.
+    EXPECT_TRUE(Eventually(
+        [&] {
+          return NodeField(node, "{.spec.unschedulable}") == "true" &&
+                 NodeField(node, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].effect}") ==
+                     "NoSchedule";
+        },
+        std::chrono::seconds(30), std::chrono::milliseconds(200)))
+        << Kubectl("get node " + node + " -o yaml", false).output << "\n"
+        << op.Log();
+    EXPECT_NE(op.Log().find("deciding the cordon again on the node as read"), std::string::npos)
+        << op.Log();
+    EXPECT_EQ(op.Log().find("cordoning node " + node + " failed"), std::string::npos) << op.Log();
+  });
+}
+
+// The cordon cannot be written at all (patch taken away too): it is kept for retry, and the next
+// attempt's workers are kept off the node by their node affinity, though the cache that would
+// show the node unhealthy is as far behind as the write.
+TEST_F(ChartE2E, ANodeWhoseCordonCannotBeWrittenIsKeptOutOfTheNextAttempt) {
+  ChipKillBehindABrokenNodeWatch({"get"}, [](const std::string& ns, const std::string& node,
+                                             const ChartOperator& op) {
+    nlohmann::json pods;
+    EXPECT_TRUE(Eventually(
+        [&] {
+          pods = nlohmann::json::parse(
+              Kubectl(
+                  "get pods -n " + ns + " -l tpujob.dev/job-name=st,tpujob.dev/attempt=2 -o json",
+                  false)
+                  .output,
+              nullptr, false);
+          return pods.is_object() && pods.value("items", nlohmann::json::array()).size() == 2;
+        },
+        std::chrono::seconds(60), std::chrono::milliseconds(200)))
+        << pods.dump() << "\n"
+        << op.Log();
+    for (const nlohmann::json& pod : pods.value("items", nlohmann::json::array())) {
+      bool avoided = false;
+      const nlohmann::json terms = pod.value(
+          "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"_json_pointer,
+          nlohmann::json::array());
+      for (const nlohmann::json& term : terms) {
+        for (const nlohmann::json& field : term.value("matchFields", nlohmann::json::array())) {
+          avoided = avoided || (field.value("key", "") == "metadata.name" &&
+                                field.value("operator", "") == "NotIn" &&
+                                field.value("values", nlohmann::json::array()) ==
+                                    nlohmann::json::array({node}));
+        }
+      }
+      EXPECT_TRUE(avoided) << "pod " << pod["metadata"]["name"] << " may run on " << node << ": "
+                           << pod["spec"].dump();
+      EXPECT_NE(pod["spec"].value("nodeName", ""), node) << pod.dump();
+    }
+    // Refused (403), and kept for retry: the node was never cordoned.
+    EXPECT_NE(op.Log().find("cordoning node " + node + " failed: 403"), std::string::npos)
+        << op.Log();
+    EXPECT_NE(NodeField(node, "{.spec.unschedulable}"), "true");
+  });
 }
 
 TEST_F(ChartE2E, PromtoolAcceptsTheAlertRules) {

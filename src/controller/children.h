@@ -76,9 +76,10 @@ struct PodBuildOptions {
   // seconds) starts before this: a required node affinity (DoesNotExist or Gt). Unset: none.
   std::optional<int64_t> avoid_maintenance_before_unix;
   // Workers keep off these nodes (a required node affinity on metadata.name): the nodes of the
-  // job's slice shape found unhealthy when the pods are built. The cordon does the same, but it
-  // may be missing: a node a person uncordoned, --no-cordon, cordonFaultyNodes: false, or an
-  // operator stopped between deciding a re-issue and cordoning.
+  // job's slice shape found unhealthy when the pods are built, and the nodes whose cordon could
+  // not be written yet. The cordon does the same, but it may be missing: a node a person
+  // uncordoned, --no-cordon, cordonFaultyNodes: false, a cordon write the API server refused,
+  // or an operator stopped between deciding a re-issue and cordoning.
   std::vector<std::string> avoid_nodes;
   // Kueue's admission of the job's Workload (policy/kueue.h), by pod set: the node labels (as
   // node selectors) and tolerations of the ResourceFlavors assigned to it.

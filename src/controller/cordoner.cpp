@@ -271,6 +271,14 @@ size_t Cordoner::PendingRetries() const {
   return retry_.size();
 }
 
+std::vector<std::string> Cordoner::PendingRetryNodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> nodes;
+  nodes.reserve(retry_.size());
+  for (const auto& [node, request] : retry_) nodes.push_back(node);
+  return nodes;
+}
+
 void Cordoner::NotifyRetry(const std::vector<std::string>& nodes) const {
   if (!retry_hook_) return;
   for (const std::string& node : nodes) retry_hook_(node);

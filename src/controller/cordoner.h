@@ -133,6 +133,8 @@ class Cordoner {
   std::optional<Outcome> Retry(const std::string& node);
   // Nodes with a failed cordon kept for retry.
   size_t PendingRetries() const;
+  // Their names, sorted: nodes decided faulty that are not cordoned yet.
+  std::vector<std::string> PendingRetryNodes() const;
 
   // Nodes cordoned by us: those the cache shows (policy::IsCordonedByUs) plus those cordoned
   // by this process that the cache does not show yet.

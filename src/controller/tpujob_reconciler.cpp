@@ -597,11 +597,20 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
             (clock_.WallNow() + options_.node_health.maintenance_avoid_window).time_since_epoch())
             .count();
   }
-  // ... and off the unhealthy nodes of their slice shape (of their pool when pinned), whether or
-  // not those are cordoned.
+  // ... and off the nodes whose cordon was decided but could not be written yet (kept for
+  // retry): the cache that would show them unhealthy may be behind, as the cordon's write was;
+  // and off the unhealthy nodes of their slice shape (of their pool when pinned), whether or not
+  // those are cordoned.
   {
     const WallTime now = clock_.WallNow();
+    for (std::string& node : cordoner_.PendingRetryNodes()) {
+      pod_options.avoid_nodes.push_back(std::move(node));
+    }
+    if (pod_options.avoid_nodes.size() > kMaxAvoidedNodes) {
+      pod_options.avoid_nodes.resize(kMaxAvoidedNodes);
+    }
     for (const auto& node : nodes_.List()) {
+      if (pod_options.avoid_nodes.size() == kMaxAvoidedNodes) break;
       if (node->labels.Value(policy::kAcceleratorLabel) != spec.tpu.accelerator ||
           node->labels.Value(policy::kTopologyLabel) != spec.tpu.topology ||
           (!plan.status.node_pools.empty() &&
@@ -613,9 +622,11 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
           policy::NodeVerdict::kUnhealthy) {
         pod_options.avoid_nodes.push_back(node->name);
       }
-      if (pod_options.avoid_nodes.size() == kMaxAvoidedNodes) break;
     }
     std::sort(pod_options.avoid_nodes.begin(), pod_options.avoid_nodes.end());
+    pod_options.avoid_nodes.erase(
+        std::unique(pod_options.avoid_nodes.begin(), pod_options.avoid_nodes.end()),
+        pod_options.avoid_nodes.end());
   }
   // ... and, for a job Kueue admitted, onto the ResourceFlavors of its pod sets.
   if (options_.kueue != nullptr && options_.kueue->Manages(job)) {
