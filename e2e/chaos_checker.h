@@ -150,6 +150,19 @@ inline double ParseUtcSeconds(const std::string& text) {
   return static_cast<double>(::timegm(&tm)) + fraction;
 }
 
+// Seconds since the epoch as "2026-11-28T07:23:30Z" (whole seconds), as the API server writes
+// times.
+inline std::string FormatUtcSeconds(double seconds) {
+  const std::time_t whole = static_cast<std::time_t>(std::floor(seconds));
+  std::tm tm{};
+  char text[32] = {};
+  if (::gmtime_r(&whole, &tm) == nullptr ||
+      std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) {
+    return std::to_string(static_cast<int64_t>(seconds));
+  }
+  return text;
+}
+
 // A number of a JSON object, 0 when absent or not a number.
 inline double Number(const nlohmann::json& object, const char* key) {
   auto it = object.find(key);
@@ -490,9 +503,8 @@ class Checker {
                "job " + name + " (uid " + uid + ") failed with PermanentError at revision " +
                    std::to_string(event.revision) + " while " + Describe(pod, pod_uid) +
                    ", which exited with code " + std::to_string(pod.exit_code) + " at " +
-                   std::to_string(static_cast<int64_t>(pod.exit_finished)) + ", ran on node " +
-                   pod.node + ", shown faulty since " +
-                   std::to_string(static_cast<int64_t>(node->second.faulty_since)) +
+                   FormatUtcSeconds(pod.exit_finished) + ", ran on node " + pod.node +
+                   ", shown faulty since " + FormatUtcSeconds(node->second.faulty_since) +
                    ", before the end of its " + std::to_string(window) + " s attribution window");
       }
     }

@@ -214,6 +214,11 @@ TEST(ChaosChecker, APermanentErrorWhileTheExitsNodeShowedAFaultInTheWindowIsRepo
   EXPECT_NE(violations[0].detail.find("job a"), std::string::npos) << violations[0].detail;
   EXPECT_NE(violations[0].detail.find("a-worker-1"), std::string::npos) << violations[0].detail;
   EXPECT_NE(violations[0].detail.find("node n1"), std::string::npos) << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("exited with code 1 at 2026-11-28T07:00:00Z"),
+            std::string::npos)
+      << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("shown faulty since 2026-11-28T07:00:01Z"), std::string::npos)
+      << violations[0].detail;
   // Ready False is a fault too.
   json not_ready = Flagged("n1", "");
   not_ready["status"]["conditions"][0] = {
