@@ -31,6 +31,16 @@ bool HeldBack(CordonVerdict verdict) {
 
 }  // namespace
 
+kube::Result<cache::Store<cache::NodeInfo>::Ptr> ReadNode(kube::Client& client,
+                                                          const std::string& name) {
+  auto read = client.Get(kube::Resource::Nodes(), "", name);
+  if (!read && read.error().IsNotFound()) return nullptr;
+  if (!read) return std::unexpected(std::move(read.error()));
+  auto node = cache::NodeInfo::FromJson(*read);
+  if (!node) return std::unexpected(std::move(node.error()));
+  return std::make_shared<const cache::NodeInfo>(std::move(*node));
+}
+
 void AddCordonJobIndexer(cache::Store<cache::NodeInfo>& nodes) {
   auto added = nodes.AddIndexer(std::string(kNodesByCordonJobIndex),
                                 [](const cache::NodeInfo& node) -> std::vector<std::string> {
@@ -334,36 +344,31 @@ kube::Result<kube::Json> Cordoner::Write(const policy::CordonRequest& request, D
        ++attempt) {
     const std::string built_on =
         (*decision.patch)["metadata"].value("resourceVersion", std::string());
-    auto read = client_.Get(kube::Resource::Nodes(), "", request.node);
-    if (!read && read.error().IsNotFound()) {
-      decision.ruled_out = policy::CordonVerdict::kNodeMissing;
-      return kube::Json(nullptr);
-    }
-    if (!read) {
+    const auto node = ReadNode(client_, request.node);
+    if (!node) {
       log::Warn("could not read a node whose cordon was refused as stale; the cordon is retried",
-                {{"node", request.node}, {"job", request.job}, {"error", read.error().ToString()}});
-      return std::unexpected(std::move(read.error()));
+                {{"node", request.node}, {"job", request.job}, {"error", node.error().ToString()}});
+      return std::unexpected(node.error());
     }
-    auto node = cache::NodeInfo::FromJson(*read);
-    if (!node) return std::unexpected(std::move(node.error()));
     log::Info(
         "the node changed since the cache saw it (the cache may be behind the API server); "
         "deciding the cordon again on the node as read",
         {{"node", request.node},
          {"job", request.job},
          {"built_on", built_on},
-         {"read", node->resource_version},
+         {"read", *node ? (*node)->resource_version : "(deleted)"},
          {"error", written.error().ToString()}});
-    if (const auto ruled_out = policy::NodeRulesOutCordon(request, &*node)) {
-      decision.ruled_out = ruled_out;
+    if (const auto ruled_out = policy::NodeRulesOutCordon(request, node->get())) {
+      decision.ruled_out = ruled_out;  // kNodeMissing for a deleted node
       return kube::Json(nullptr);
     }
+    const cache::NodeInfo& read = **node;
     // The annotations as first decided (cordoned-at is the time of the decision).
-    kube::Json patch = policy::CordonPatch(request, *node, clock_.WallNow());
+    kube::Json patch = policy::CordonPatch(request, read, clock_.WallNow());
     patch["metadata"]["annotations"] = (*decision.patch)["metadata"]["annotations"];
     decision.patch = std::move(patch);
-    decision.node_uid = node->uid;
-    decision.reread_version = node->resource_version;
+    decision.node_uid = read.uid;
+    decision.reread_version = read.resource_version;
     written = client_.Patch(kube::Resource::Nodes(), "", request.node, kube::PatchType::kMerge,
                             *decision.patch);
   }

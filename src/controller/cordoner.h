@@ -75,6 +75,12 @@ inline constexpr Duration kUnconfirmedCordonTtl = std::chrono::minutes(2);
 // version it was built on (409): the first from the cache, the others from a fresh read.
 inline constexpr int kCordonWriteAttempts = 3;
 
+// The node as the API server holds it now (a quorum read, whatever the node watch delivered);
+// nullptr when it is deleted (404). For decisions that must not rest on a cache that may be
+// behind.
+kube::Result<cache::Store<cache::NodeInfo>::Ptr> ReadNode(kube::Client& client,
+                                                          const std::string& name);
+
 // Where the cordon safety limits' memory is kept between processes: data key kCordonStateKey of
 // a ConfigMap, written by the leader and read back by the next one.
 struct CordonStateLocation {

@@ -1,6 +1,5 @@
 #include "controller/node_reconciler.h"
 
-#include <memory>
 #include <utility>
 
 #include "base/logging.h"
@@ -46,25 +45,23 @@ kube::Result<ReconcileResult> NodeReconciler::Reconcile(const std::string& name)
        ++attempt) {
     // The cache is older than the node, and may stay so while its watch is broken: decide again
     // on the node as the API server holds it.
-    auto read = client_.Get(kube::Resource::Nodes(), "", name);
-    if (!read && read.error().IsNotFound()) return ReconcileResult{};
-    if (!read) {
-      patched = std::unexpected(std::move(read.error()));
+    auto fresh = ReadNode(client_, name);
+    if (!fresh) {
+      patched = std::unexpected(std::move(fresh.error()));
       break;
     }
-    auto fresh = cache::NodeInfo::FromJson(*read);
-    if (!fresh) return std::unexpected(std::move(fresh.error()));
+    if (*fresh == nullptr) return ReconcileResult{};  // deleted
     log::Info(
         "the node changed since the cache saw it; deciding the uncordon again on the node "
         "as read",
-        {{"node", name}, {"cached", node->resource_version}, {"read", fresh->resource_version}});
-    decision = policy::DecideUncordon(*fresh, options_.node_health, options_.auto_uncordon_after,
+        {{"node", name}, {"cached", node->resource_version}, {"read", (*fresh)->resource_version}});
+    node = std::move(*fresh);
+    decision = policy::DecideUncordon(*node, options_.node_health, options_.auto_uncordon_after,
                                       clock_.WallNow());
     if (!decision.uncordon) {
       log::Info("not uncordoning", {{"node", name}, {"detail", decision.message}});
       return ReconcileResult{decision.wait};
     }
-    node = std::make_shared<const cache::NodeInfo>(std::move(*fresh));
     patched = client_.Patch(kube::Resource::Nodes(), "", name, kube::PatchType::kMerge,
                             policy::UncordonPatch(*node));
   }

@@ -431,23 +431,18 @@ void TPUJobReconciler::CountPreflightReports(
 
 kube::Status TPUJobReconciler::ConfirmNodes(const std::string& key, policy::LifecycleInput& input,
                                             policy::Plan& plan) {
-  // A quorum read of each node: what the API server has now, whatever the node watch delivered.
+  // What the API server has now for each node, whatever the node watch delivered (ReadNode).
   auto fresh = std::make_shared<std::map<std::string, cache::Store<cache::NodeInfo>::Ptr>>();
   for (const std::string& name : plan.confirm_nodes) {
     if (fresh->contains(name)) continue;
-    auto read = client_.Get(kube::Resource::Nodes(), "", name);
-    if (!read && read.error().IsNotFound()) {
-      (*fresh)[name] = nullptr;  // deleted: a lost node, whatever the cache still shows
-      continue;
-    }
+    auto read = ReadNode(client_, name);
     if (!read) {
       log::Warn("could not read the node that decides a permanent failure; deciding again later",
                 {{"tpujob", key}, {"node", name}, {"error", read.error().ToString()}});
       return std::unexpected(read.error());
     }
-    auto node = cache::NodeInfo::FromJson(*read);
-    if (!node) return std::unexpected(node.error());
-    (*fresh)[name] = std::make_shared<const cache::NodeInfo>(std::move(*node));
+    // nullptr when deleted: a lost node, whatever the cache still shows.
+    (*fresh)[name] = std::move(*read);
   }
   auto cached = [this, fresh](std::string_view node) {
     const auto it = fresh->find(std::string(node));
