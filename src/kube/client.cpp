@@ -14,6 +14,7 @@
 #include <mutex>
 #include <utility>
 
+#include "kube/http_stream.h"
 #include "kube/stream.h"
 
 // cpprestsdk defines a macro `U` that breaks fmt (used by spdlog) when it comes first, so its
@@ -32,29 +33,6 @@ namespace tpujob::kube {
 namespace {
 
 namespace http = web::http;
-
-// Makes the certificates of a PEM bundle the context's only trust anchors, as client-go does
-// with a configured CA: whatever cpprestsdk loaded before (the system bundle, SSL_CERT_FILE,
-// SSL_CERT_DIR) is dropped with the store it was in.
-bool TrustOnlyCertificateAuthorities(SSL_CTX* ctx, const std::string& pem) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  if (bio == nullptr) return false;
-  X509_STORE* store = X509_STORE_new();
-  if (store == nullptr) {
-    BIO_free(bio);
-    return false;
-  }
-  int added = 0;
-  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    if (X509_STORE_add_cert(store, cert) == 1) ++added;
-    X509_free(cert);
-  }
-  ERR_clear_error();  // the loop ends on a "no start line" error, which is expected
-  BIO_free(bio);
-  // Even when empty: a CA that cannot be read trusts nothing, rather than the system bundle.
-  SSL_CTX_set_cert_store(ctx, store);  // takes the store, frees the one it replaces
-  return added > 0;
-}
 
 std::string_view PatchContentType(PatchType type) {
   switch (type) {
@@ -144,22 +122,13 @@ void CancelBody(pplx::cancellation_token_source& cancel, concurrency::streams::i
   }
 }
 
-class CppRestWatchStream;
-
 class CppRestClient final : public Client {
  public:
   CppRestClient(Config config, RequestObserver observer)
       : config_(std::move(config)),
         observer_(std::move(observer)),
         limiter_(config_.qps, config_.burst),
-        client_([this] { return MakeClient(config_.request_timeout); }),
-        watch_client_([this] {
-          // The request's timeout also bounds the wait for a watch's response headers: with an
-          // idle timeout, a connection that answers nothing fails as soon.
-          return MakeClient(config_.watch_idle_timeout.count() > 0
-                                ? config_.watch_idle_timeout
-                                : std::chrono::seconds(std::chrono::minutes(15)));
-        }) {}
+        client_([this] { return MakeClient(config_.request_timeout); }) {}
 
   Result<Json> Get(const Resource& r, const std::string& ns, const std::string& name,
                    const std::string& subresource) override {
@@ -234,7 +203,17 @@ class CppRestClient final : public Client {
   }
 
  private:
-  friend class CppRestWatchStream;
+  // The TLS context of watches, made on the first one (a watch's error if it cannot be made).
+  Result<std::shared_ptr<SSL_CTX>> StreamTlsContext() {
+    std::lock_guard<std::mutex> lock(stream_tls_mu_);
+    if (!stream_tls_) {
+      if (!config_.server.starts_with("https://")) return std::shared_ptr<SSL_CTX>();
+      auto made = MakeStreamTlsContext(config_);
+      if (!made) return std::unexpected(made.error());
+      stream_tls_ = std::move(*made);
+    }
+    return stream_tls_;
+  }
 
   HttpClientPtr MakeClient(std::chrono::seconds timeout) {
     http::client::http_client_config http_config;
@@ -379,22 +358,20 @@ class CppRestClient final : public Client {
   RequestObserver observer_;
   TokenBucket limiter_;
   HttpClientSlot client_;
-  HttpClientSlot watch_client_;
+  std::mutex stream_tls_mu_;
+  std::shared_ptr<SSL_CTX> stream_tls_;
 };
 
-// A watch: the response body read chunk by chunk as the server streams it.
-class CppRestWatchStream final : public WatchStream {
+// A watch: the response body read by the reflector's own thread over a connection of its own
+// (kube/http_stream.h says why not through cpprestsdk), decoded as it comes.
+class DirectWatchStream final : public WatchStream {
  public:
   // `on_silent` runs when the watch is given up as silent.
-  CppRestWatchStream(http::http_response response, pplx::cancellation_token_source cancel,
-                     std::chrono::seconds idle_timeout, std::function<void()> on_silent)
-      : response_(std::move(response)),
-        body_(response_.body()),
-        cancel_(std::move(cancel)),
-        idle_timeout_(idle_timeout),
-        on_silent_(std::move(on_silent)) {}
+  DirectWatchStream(std::unique_ptr<HttpStream> body, std::chrono::seconds idle_timeout,
+                    std::function<void()> on_silent)
+      : body_(std::move(body)), idle_timeout_(idle_timeout), on_silent_(std::move(on_silent)) {}
 
-  ~CppRestWatchStream() override { Cancel(); }
+  ~DirectWatchStream() override { Cancel(); }
 
   Result<std::optional<WatchEvent>> Next() override {
     while (true) {
@@ -404,97 +381,38 @@ class CppRestWatchStream final : public WatchStream {
         if (!event) return std::unexpected(event.error());
         return std::optional<WatchEvent>(std::move(*event));
       }
-      if (cancelled_) {
-        Error cancelled;
-        cancelled.kind = ErrorKind::kCancelled;
-        cancelled.message = "watch cancelled";
-        return std::unexpected(std::move(cancelled));
-      }
+      if (cancelled_) return std::unexpected(Error::Cancelled("watch cancelled"));
       if (ended_) return std::optional<WatchEvent>{};
-      try {
-        // A read of N bytes from cpprest's producer/consumer buffer completes only once N bytes
-        // are there, so ask for what is already buffered, or for one byte to wait for more.
-        // The buffer's own getn completes inline when the bytes are there, with no hop through
-        // the thread pool (an istream read always takes one): on a busy watch that is most reads.
-        concurrency::streams::streambuf<char> source = body_.streambuf();
-        const size_t available = source.in_avail();
-        const size_t want = available > 0 ? std::min<size_t>(available, 1 << 20) : 1;
-        std::string chunk(want, '\0');
-        const auto started = std::chrono::steady_clock::now();
-        pplx::task<size_t> read = source.getn(chunk.data(), want);
-        // The watch client's request timeout is the idle timeout, and cpprest applies it to
-        // each read of the body: a read that waits that long fails. This wait, a little longer,
-        // is the backstop should the library not fire.
-        if (idle_timeout_.count() > 0 && !read.is_done() &&
-            !WaitFor(read, idle_timeout_ + std::chrono::seconds(2))) {
-          Cancel();
-          try {
-            read.wait();
-          } catch (const std::exception&) {
-          }
-          return Silent();
-        }
-        try {
-          const size_t n = read.get();
-          if (n == 0) {
-            ended_ = true;
-            if (decoder_.pending_bytes() > 0) {
-              return std::unexpected(Error::Decode("watch stream ended inside an event"));
-            }
-            continue;
-          }
-          chunk.resize(n);
-          for (Result<WatchEvent>& event : decoder_.Feed(chunk)) ready_.push_back(std::move(event));
-        } catch (const std::exception&) {
-          // Nothing arrived, not even the bookmark or the end the server owes us, for the idle
-          // timeout: the connection is dead without having said so.
-          if (!cancelled_ && idle_timeout_.count() > 0 &&
-              std::chrono::steady_clock::now() - started >= idle_timeout_ * 9 / 10) {
-            ended_ = true;
-            return Silent();
-          }
-          throw;
-        }
-      } catch (const std::exception& e) {
+      // Nothing at all, not even the bookmark or the end the server owes us, for the idle
+      // timeout: the connection is dead without having said so.
+      Result<std::string_view> chunk = body_->Read(idle_timeout_);
+      if (!chunk) {
         ended_ = true;
-        if (cancelled_) continue;
-        return std::unexpected(Error::Transport(std::string("watch stream broken: ") + e.what()));
+        if (cancelled_ || chunk.error().kind == ErrorKind::kCancelled) continue;
+        if (chunk.error().IsSilent()) {
+          Cancel();
+          if (on_silent_) on_silent_();
+          return std::unexpected(chunk.error());
+        }
+        return std::unexpected(Error::Transport("watch stream broken: " + chunk.error().message));
       }
+      if (chunk->empty()) {
+        ended_ = true;
+        if (decoder_.pending_bytes() > 0) {
+          return std::unexpected(Error::Decode("watch stream ended inside an event"));
+        }
+        continue;
+      }
+      for (Result<WatchEvent>& event : decoder_.Feed(*chunk)) ready_.push_back(std::move(event));
     }
   }
 
-  // Gives the watch up as silent.
-  std::unexpected<Error> Silent() {
-    Cancel();
-    if (on_silent_) on_silent_();
-    return std::unexpected(Error::Silent(idle_timeout_));
-  }
-
   void Cancel() override {
-    if (!cancelled_.exchange(true)) CancelBody(cancel_, body_);
+    if (!cancelled_.exchange(true)) body_->Cancel();
   }
 
  private:
-  // Whether `task` finished within `limit`.
-  static bool WaitFor(pplx::task<size_t>& task, std::chrono::seconds limit) {
-    struct Done {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-    };
-    auto done = std::make_shared<Done>();
-    task.then([done](pplx::task<size_t>) {
-      std::lock_guard<std::mutex> lock(done->mu);
-      done->done = true;
-      done->cv.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(done->mu);
-    return done->cv.wait_for(lock, limit, [&] { return done->done; });
-  }
-
-  http::http_response response_;
-  concurrency::streams::istream body_;
-  pplx::cancellation_token_source cancel_;
+  std::unique_ptr<HttpStream> body_;
   const std::chrono::seconds idle_timeout_;
   std::function<void()> on_silent_;
   WatchDecoder decoder_;
@@ -516,37 +434,43 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
   }
   if (options.timeout_seconds) q.Add("timeoutSeconds", std::to_string(*options.timeout_seconds));
   Request request{http::methods::GET, "WATCH", &r, r.CollectionPath(ns) + q.str(), {}};
-  HttpClientPtr client = watch_client_.Get();
-  if (client == nullptr) return std::unexpected(Error::Config("invalid server " + config_.server));
-  auto req = BuildRequest(request);
-  if (!req) return std::unexpected(req.error());
+  HttpStream::Headers headers = {{"Accept", request.accept}, {"User-Agent", config_.user_agent}};
+  if (config_.token) {
+    auto token = config_.token->Token();
+    if (!token) return std::unexpected(token.error());
+    headers.emplace_back("Authorization", "Bearer " + *token);
+  }
+  auto tls = StreamTlsContext();
+  if (!tls) return std::unexpected(tls.error());
+  // With an idle timeout, a server that answers nothing fails as soon; without one the wait
+  // for the response is as long as a watch may be quiet.
+  const std::chrono::seconds head_timeout = config_.watch_idle_timeout.count() > 0
+                                                ? config_.watch_idle_timeout
+                                                : std::chrono::seconds(std::chrono::minutes(15));
   limiter_.Wait();
   const TimePoint start = Clock::Real().Now();
-  pplx::cancellation_token_source cancel;
-  try {
-    http::http_response response = client->request(*req, cancel.get_token()).get();
-    const int status = response.status_code();
-    Observe(request, status, start);
-    // A refused token may have been rotated: the next watch (after the reflector's backoff)
-    // uses the file's new one.
-    if (status == 401 && config_.token) config_.token->Reload();
-    if (status != 200) {
-      std::string body = response.extract_utf8string(true).get();
-      return std::unexpected(ErrorFromResponse(status, body));
-    }
-    return std::unique_ptr<WatchStream>(std::make_unique<CppRestWatchStream>(
-        std::move(response), std::move(cancel), config_.watch_idle_timeout, [this] {
-          // The path to the server may be dead for every connection, the pooled ones of
-          // other requests too (as an HTTP/2 client closes its one connection when a ping
-          // goes unanswered): start over with fresh connections.
-          client_.Discard(client_.Get());
-          watch_client_.Discard(watch_client_.Get());
-        }));
-  } catch (const std::exception& e) {
+  auto body = HttpStream::Get(config_, tls->get(), request.path_and_query, headers, head_timeout);
+  if (!body) {
     Observe(request, 0, start);
-    watch_client_.Discard(client);
-    return std::unexpected(Error::Transport(e.what()));
+    return std::unexpected(body.error());
   }
+  const int status = (*body)->status();
+  Observe(request, status, start);
+  // A refused token may have been rotated: the next watch (after the reflector's backoff) uses
+  // the file's new one.
+  if (status == 401 && config_.token) config_.token->Reload();
+  if (status != 200) {
+    auto text = (*body)->ReadAll(1 << 20, head_timeout);
+    return std::unexpected(
+        ErrorFromResponse(status, text ? *text : std::string{}, (*body)->Header("Retry-After")));
+  }
+  return std::unique_ptr<WatchStream>(
+      std::make_unique<DirectWatchStream>(std::move(*body), config_.watch_idle_timeout, [this] {
+        // The path to the server may be dead for every connection, the pooled ones of other
+        // requests too (as an HTTP/2 client closes its one connection when a ping goes
+        // unanswered): start over with fresh connections.
+        client_.Discard(client_.Get());
+      }));
 }
 
 // A streamed body (a followed log): chunks as they arrive, no decoding, no read timeout.

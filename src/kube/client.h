@@ -1,7 +1,8 @@
 // The Kubernetes REST client: typed verbs over JSON documents, errors as values.
 //
 // Client is an interface so reconcilers and the cache can be unit-tested against fakes; the
-// real implementation (NewClient) speaks HTTPS to the API server through cpprestsdk, retries
+// real implementation (NewClient) speaks HTTPS to the API server through cpprestsdk (watches
+// over connections of their own, kube/http_stream.h), retries
 // throttling (429), server errors (5xx) and transport failures with jittered exponential
 // backoff honouring Retry-After, and applies a client-side QPS/burst limit.
 //

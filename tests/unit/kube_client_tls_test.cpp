@@ -78,5 +78,61 @@ TEST(KubeClientTls, AConfiguredCaWithNoCertificateTrustsNothing) {
   EXPECT_EQ(refused.error().kind, ErrorKind::kTransport) << refused.error().ToString();
 }
 
+// Watches have a transport of their own (kube/http_stream.h): the same trust, the server's name
+// checked against its certificate (or the kubeconfig's tls-server-name), a client certificate.
+TEST(KubeClientTls, AWatchTrustsOnlyTheConfiguredCaAndChecksTheServersName) {
+  TempDir serving("tpujob-client-tls");
+  TempDir other("tpujob-client-tls");
+  auto files = metrics::WriteSelfSignedCertificate(serving.path(), {"localhost"});
+  ASSERT_TRUE(files);
+  ASSERT_TRUE(metrics::WriteSelfSignedCertificate(other.path(), {"localhost"}));
+  metrics::HttpServer server("127.0.0.1:0", *files);
+  server.Handle("/api/v1/namespaces/default/pods", [] {
+    return metrics::HttpResponse{
+        200,
+        "application/json",
+        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"p\"}}}\n",
+        {}};
+  });
+  ASSERT_TRUE(server.Start());
+  ScopedEnv bundle("SSL_CERT_FILE", files->cert_file);
+  const std::string port = std::to_string(server.port());
+  auto watch = [](const Config& config) {
+    return NewClient(config)->Watch(Resource::Pods(), "default", WatchOptions{});
+  };
+
+  Config config;
+  config.server = "https://localhost:" + port;
+  config.ca_pem = ReadFile(other.path() + "/tls.crt");
+  auto refused = watch(config);
+  ASSERT_FALSE(refused) << "a server the configured CA did not sign was trusted";
+  EXPECT_EQ(refused.error().kind, ErrorKind::kTransport);
+  EXPECT_NE(refused.error().message.find("certificate verify failed"), std::string::npos)
+      << refused.error().message;
+
+  config.ca_pem = ReadFile(files->cert_file);
+  auto trusted = watch(config);
+  ASSERT_TRUE(trusted) << trusted.error().ToString();
+  auto event = (*trusted)->Next();
+  ASSERT_TRUE(event && event->has_value()) << (event ? "ended" : event.error().ToString());
+  EXPECT_EQ((*event)->object["metadata"]["name"], "p");
+
+  // The certificate names localhost, not 127.0.0.1.
+  config.server = "https://127.0.0.1:" + port;
+  auto wrong_name = watch(config);
+  ASSERT_FALSE(wrong_name) << "a certificate for another name was accepted";
+  EXPECT_NE(wrong_name.error().message.find("certificate verify failed"), std::string::npos)
+      << wrong_name.error().message;
+  config.tls_server_name = "localhost";
+  auto renamed = watch(config);
+  ASSERT_TRUE(renamed) << renamed.error().ToString();
+
+  // An unreadable CA trusts nothing, as for every other request.
+  config.ca_pem = "not a certificate\n";
+  auto unreadable = watch(config);
+  ASSERT_FALSE(unreadable);
+  EXPECT_EQ(unreadable.error().kind, ErrorKind::kConfig) << unreadable.error().ToString();
+}
+
 }  // namespace
 }  // namespace tpujob::kube
