@@ -181,15 +181,15 @@ Result<ServerAddress> ParseServerAddress(std::string_view server) {
         Error::Config("server \"" + std::string(server) + "\" is not an http:// or https:// URL"));
   }
   const size_t slash = rest.find('/');
-  address.authority = std::string(rest.substr(0, slash));
+  std::string_view authority = rest.substr(0, slash);
+  if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    authority.remove_prefix(at + 1);  // user info is never sent, not even in Host
+  }
+  address.authority = std::string(authority);
   if (slash != std::string_view::npos) {
     std::string_view prefix = rest.substr(slash);
     while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
     address.prefix = std::string(prefix);
-  }
-  std::string_view authority = address.authority;
-  if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
-    authority.remove_prefix(at + 1);  // user info is never sent
   }
   std::string_view port;
   if (authority.starts_with('[')) {

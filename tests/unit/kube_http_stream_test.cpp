@@ -122,6 +122,8 @@ TEST(ServerAddressTest, SchemeHostPortAndPrefix) {
       {"https://[fd00::1]", true, "fd00::1", "443", "[fd00::1]", ""},
       {"https://rancher.example/k8s/clusters/c-1/", true, "rancher.example", "443",
        "rancher.example", "/k8s/clusters/c-1"},
+      {"https://user:secret@kube.example:6443", true, "kube.example", "6443", "kube.example:6443",
+       ""},
   };
   for (const Case& c : cases) {
     auto address = ParseServerAddress(c.server);
