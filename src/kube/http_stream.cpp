@@ -231,8 +231,7 @@ class HttpStream::Io {
 
   Status Open(const Config& config, const ServerAddress& address, SSL_CTX* tls,
               SteadyTime deadline) {
-    cancel_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (cancel_fd_ < 0) return Transport(std::string("eventfd: ") + std::strerror(errno));
+    if (Status made = MakeCancelFd(); !made) return made;
     if (Status connected = Connect(address, deadline); !connected) return connected;
     if (!address.tls) return {};
     if (tls == nullptr) return std::unexpected(Error::Config("https server without TLS context"));
@@ -254,14 +253,9 @@ class HttpStream::Io {
       const int r = SSL_connect(ssl_);
       if (r == 1) return {};
       const int error = SSL_get_error(ssl_, r);
-      if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-        if (Status ready =
-                Wait(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, "TLS handshake");
-            !ready) {
-          return ready;
-        }
-        continue;
-      }
+      auto again = WaitIfSslWants(error, deadline, "TLS handshake");
+      if (!again) return std::unexpected(again.error());
+      if (*again) continue;
       const long verify = SSL_get_verify_result(ssl_);
       if (verify != X509_V_OK) {
         ERR_clear_error();
@@ -274,8 +268,7 @@ class HttpStream::Io {
 
   Status Adopt(int fd) {
     fd_ = fd;
-    cancel_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (cancel_fd_ < 0) return Transport(std::string("eventfd: ") + std::strerror(errno));
+    if (Status made = MakeCancelFd(); !made) return made;
     const int flags = ::fcntl(fd_, F_GETFL);
     if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK) < 0) {
       return Transport(std::string("fcntl: ") + std::strerror(errno));
@@ -292,14 +285,9 @@ class HttpStream::Io {
           continue;
         }
         const int error = SSL_get_error(ssl_, n);
-        if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-          if (Status ready =
-                  Wait(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, "request");
-              !ready) {
-            return ready;
-          }
-          continue;
-        }
+        auto again = WaitIfSslWants(error, deadline, "request");
+        if (!again) return std::unexpected(again.error());
+        if (*again) continue;
         return Transport("sending the request: " + Describe(error));
       }
       const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
@@ -325,13 +313,9 @@ class HttpStream::Io {
         if (n > 0) return static_cast<size_t>(n);
         const int error = SSL_get_error(ssl_, n);
         if (error == SSL_ERROR_ZERO_RETURN) return 0;
-        if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-          if (Status ready = Wait(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, what);
-              !ready) {
-            return std::unexpected(ready.error());
-          }
-          continue;
-        }
+        auto again = WaitIfSslWants(error, deadline, what);
+        if (!again) return std::unexpected(again.error());
+        if (*again) continue;
         if (error == SSL_ERROR_SYSCALL && errno == 0) return 0;  // closed without close_notify
         return std::unexpected(Transport(std::string(what) + ": " + Describe(error)).error());
       }
@@ -414,6 +398,21 @@ class HttpStream::Io {
       fd_ = -1;
     }
     return Transport("cannot connect to " + address.authority + ": " + last_error);
+  }
+
+  // When an OpenSSL call asked to be called again once the socket can be read or written
+  // (SSL_ERROR_WANT_READ/WRITE): waits for that and returns true. Other errors: false.
+  Result<bool> WaitIfSslWants(int ssl_error, SteadyTime deadline, const char* what) {
+    if (ssl_error != SSL_ERROR_WANT_READ && ssl_error != SSL_ERROR_WANT_WRITE) return false;
+    Status ready = Wait(ssl_error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, what);
+    if (!ready) return std::unexpected(ready.error());
+    return true;
+  }
+
+  Status MakeCancelFd() {
+    cancel_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (cancel_fd_ < 0) return Transport(std::string("eventfd: ") + std::strerror(errno));
+    return {};
   }
 
   // Waits for the socket to be ready for `events`, Cancel(), or the deadline.
@@ -634,10 +633,7 @@ Result<std::string_view> HttpStream::Read(std::chrono::seconds idle) {
         remaining_ = size;
         chunk_ = size == 0 ? ChunkState::kTrailers : ChunkState::kData;
       } else if (chunk_ == ChunkState::kTrailers) {
-        if (line->empty()) {
-          chunk_ = ChunkState::kDone;
-          ended_ = true;
-        }
+        if (line->empty()) ended_ = true;
       }
       continue;
     } else if (buffered > kMaxLineBytes) {

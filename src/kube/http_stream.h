@@ -13,9 +13,9 @@
 
 #include <openssl/types.h>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -85,7 +85,7 @@ class HttpStream {
   HttpStream() = default;
   class Io;
   enum class Framing { kChunked, kSized, kToClose };
-  enum class ChunkState { kSize, kData, kDataEnd, kTrailers, kDone };
+  enum class ChunkState { kSize, kData, kDataEnd, kTrailers };
 
   Status ReadHead(std::chrono::steady_clock::time_point deadline);
   // Reads more bytes into the buffer; 0 at the end of the connection.

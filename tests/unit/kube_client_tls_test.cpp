@@ -78,8 +78,8 @@ TEST(KubeClientTls, AConfiguredCaWithNoCertificateTrustsNothing) {
   EXPECT_EQ(refused.error().kind, ErrorKind::kTransport) << refused.error().ToString();
 }
 
-// Watches have a transport of their own (kube/http_stream.h): the same trust, the server's name
-// checked against its certificate (or the kubeconfig's tls-server-name), a client certificate.
+// Watches have a transport of their own (kube/http_stream.h): the same trust, and the server's
+// name checked against its certificate (or the kubeconfig's tls-server-name).
 TEST(KubeClientTls, AWatchTrustsOnlyTheConfiguredCaAndChecksTheServersName) {
   TempDir serving("tpujob-client-tls");
   TempDir other("tpujob-client-tls");

@@ -56,12 +56,7 @@ class ScriptedServer {
   void Serve(milliseconds pause, bool stay_open) {
     conn_ = ::accept(listener_, nullptr, nullptr);
     if (conn_ < 0) return;
-    char buf[4096];
-    while (request_.find("\r\n\r\n") == std::string::npos) {
-      const ssize_t n = ::read(conn_, buf, sizeof(buf));
-      if (n <= 0) return;
-      request_.append(buf, static_cast<size_t>(n));
-    }
+    if (!test_support::ReadRequestHead(conn_, request_)) return;
     request_done_ = true;
     for (const std::string& piece : pieces_) {
       if (stop_) return;

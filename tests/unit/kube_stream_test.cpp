@@ -51,12 +51,7 @@ class StreamServer {
   void Serve(const std::string& head, const std::vector<std::string>& chunks) {
     conn_ = ::accept(listener_, nullptr, nullptr);
     if (conn_ < 0) return;
-    char buf[4096];
-    while (request_.find("\r\n\r\n") == std::string::npos) {
-      const ssize_t n = ::read(conn_, buf, sizeof(buf));
-      if (n <= 0) return;
-      request_.append(buf, static_cast<size_t>(n));
-    }
+    if (!tpujob::test_support::ReadRequestHead(conn_, request_)) return;
     Send(head);
     for (const std::string& chunk : chunks) {
       char size[32];

@@ -51,13 +51,8 @@ class WatchServer {
   void Serve(milliseconds every, milliseconds for_how_long) {
     conn_ = ::accept(listener_, nullptr, nullptr);
     if (conn_ < 0) return;
-    char buf[4096];
     std::string request;
-    while (request.find("\r\n\r\n") == std::string::npos) {
-      const ssize_t n = ::read(conn_, buf, sizeof(buf));
-      if (n <= 0) return;
-      request.append(buf, static_cast<size_t>(n));
-    }
+    if (!tpujob::test_support::ReadRequestHead(conn_, request)) return;
     Send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
     const auto until = steady_clock::now() + for_how_long;
     int rv = 1;

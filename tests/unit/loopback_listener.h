@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
 
 namespace tpujob::test_support {
 
@@ -22,6 +25,18 @@ inline int ListenOnLoopback(int& port) {
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
   port = ntohs(addr.sin_port);
   return listener;
+}
+
+// Reads from `conn` into `request` up to the end of the request's headers; false when the
+// connection ended first.
+inline bool ReadRequestHead(int conn, std::string& request) {
+  char buf[4096];
+  while (request.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::read(conn, buf, sizeof(buf));
+    if (n <= 0) return false;
+    request.append(buf, static_cast<size_t>(n));
+  }
+  return true;
 }
 
 }  // namespace tpujob::test_support
