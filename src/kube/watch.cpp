@@ -8,12 +8,24 @@ namespace {
 
 constexpr size_t kMaxExcerpt = 200;
 
+// The start of a line, cut at a character boundary, at most kMaxExcerpt bytes.
+std::string_view Head(std::string_view line) {
+  if (line.size() <= kMaxExcerpt) return line;
+  size_t cut = kMaxExcerpt;
+  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+  return line.substr(0, cut);
+}
+
 // Enough of a bad line to recognise it in a log, never the whole (possibly huge) thing.
 std::string Excerpt(std::string_view line) {
   if (line.size() <= kMaxExcerpt) return std::string(line);
-  size_t cut = kMaxExcerpt;
-  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(line.substr(0, cut)) + "... (" + std::to_string(line.size()) + " bytes)";
+  return std::string(Head(line)) + "... (" + std::to_string(line.size()) + " bytes)";
+}
+
+// An overlong line, said the same whether it arrived whole or was given up part way.
+Error Overlong(std::string_view line, size_t limit) {
+  return Error::Decode("watch event line exceeds the limit of " + std::to_string(limit) +
+                       " bytes; dropping it: " + std::string(Head(line)) + "...");
 }
 
 bool IsBlank(std::string_view line) {
@@ -97,9 +109,7 @@ std::vector<Result<WatchEvent>> WatchDecoder::Feed(std::string_view chunk) {
     }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.size() > max_line_bytes_) {
-      events.push_back(std::unexpected(Error::Decode(
-          "watch event line of " + std::to_string(line.size()) + " bytes exceeds the limit of " +
-          std::to_string(max_line_bytes_) + " bytes: " + Excerpt(line))));
+      events.push_back(std::unexpected(Overlong(line, max_line_bytes_)));
       continue;
     }
     if (IsBlank(line)) continue;
@@ -109,9 +119,7 @@ std::vector<Result<WatchEvent>> WatchDecoder::Feed(std::string_view chunk) {
   if (discarding_) {
     buffer_.clear();
   } else if (buffer_.size() > max_line_bytes_ + 1) {  // + 1: room for a '\r' before the '\n'
-    events.push_back(std::unexpected(Error::Decode("watch event line exceeds the limit of " +
-                                                   std::to_string(max_line_bytes_) +
-                                                   " bytes; dropping it: " + Excerpt(buffer_))));
+    events.push_back(std::unexpected(Overlong(buffer_, max_line_bytes_)));
     buffer_.clear();
     discarding_ = true;
   }

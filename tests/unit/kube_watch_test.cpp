@@ -216,6 +216,27 @@ TEST(KubeWatchTest, OverlongPartialLineIsDroppedUntilItsNewline) {
   EXPECT_EQ(decoder.pending_bytes(), 0u);
 }
 
+// Whether an overlong line arrives whole or is given up part way, it is reported alike.
+TEST(KubeWatchTest, OverlongLineSaysTheSameHoweverItArrives) {
+  const std::string big =
+      R"({"type":"ADDED","object":{"data":")" + std::string(1000, 'a') + R"("}})" + "\n";
+  WatchDecoder whole;
+  whole.set_max_line_bytes(300);
+  auto once = whole.Feed(big);
+  WatchDecoder pieces;
+  pieces.set_max_line_bytes(300);
+  std::vector<Result<WatchEvent>> split;
+  for (size_t offset = 0; offset < big.size(); offset += 64) {
+    for (auto& event : pieces.Feed(big.substr(offset, 64))) split.push_back(std::move(event));
+  }
+  ASSERT_EQ(once.size(), 1u);
+  ASSERT_EQ(split.size(), 1u);
+  ASSERT_FALSE(once[0].has_value());
+  ASSERT_FALSE(split[0].has_value());
+  EXPECT_EQ(once[0].error().message, split[0].error().message);
+  EXPECT_THAT(once[0].error().message, HasSubstr("exceeds the limit of 300 bytes"));
+}
+
 TEST(KubeWatchTest, LineExactlyAtTheLimitIsAccepted) {
   WatchDecoder decoder;
   decoder.set_max_line_bytes(kAdded.size());
