@@ -591,13 +591,18 @@ node_status_writes() {  # node status writes the API server has served (KWOK's h
     /subresource="status"/ && (/verb="PATCH"/ || /verb="PUT"/ || /verb="APPLY"/) { n += $NF }
     END { printf "%d", n }'
 }
+node_events() {  # node events the operator applied: "decoded undecoded" (tpujob_watch_events_total)
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" | awk '/^tpujob_watch_events_total\{/ &&
+    /resource="nodes"/ { if (/decoded="false"/) u += $NF; else d += $NF }
+    END { printf "%d %d", d, u }'
+}
 # The client-go informer peer receives the same node and pod events over the same minute.
 start_peer "$dir/peer-idle.log"
 before=$(requests) cpu_before=$(cpu_seconds "$op_pid") status_before=$(node_status_writes)
-peer_before=$(cpu_seconds "$peer_pid")
+peer_before=$(cpu_seconds "$peer_pid") events_before=$(node_events)
 sleep 60
 after=$(requests) cpu_after=$(cpu_seconds "$op_pid") status_after=$(node_status_writes)
-peer_after=$(cpu_seconds "$peer_pid")
+peer_after=$(cpu_seconds "$peer_pid") events_after=$(node_events)
 rss_idle=$(rss_kib "$op_pid")
 stop_peer
 stop_operator
@@ -607,6 +612,9 @@ awk -v a="$cpu_after" -v b="$cpu_before" 'BEGIN { printf "CPU: %.2f s in 60 s (%
 echo "RSS with $idle_jobs jobs and the objects above cached: $rss_idle KiB"
 status_writes=$((status_after - status_before))
 echo "node status writes in those 60 s (each one a node update the operator received): $status_writes (BENCH_NODE_STATUS=$node_status)"
+read -r decoded_before undecoded_before <<<"$events_before"
+read -r decoded_after undecoded_after <<<"$events_after"
+echo "node events the operator applied in those 60 s: $((decoded_after - decoded_before)) decoded, $((undecoded_after - undecoded_before)) without decoding (only heartbeat times changed)"
 awk -v a="$cpu_after" -v b="$cpu_before" -v pa="$peer_after" -v pb="$peer_before" -v n="$status_writes" 'BEGIN {
   op = a - b; go = pa - pb
   printf "CPU in the same 60 s: operator %.2f s, client-go informer %.2f s", op, go

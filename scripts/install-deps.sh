@@ -14,6 +14,7 @@ build_packages=(
   build-essential cmake ninja-build pkg-config
   libcpprest-dev libboost-dev libssl-dev openssl  # HTTP client/listener, TLS
   nlohmann-json3-dev libyaml-cpp-dev              # JSON documents, kubeconfig YAML
+  libsimdjson-dev                                 # a node watch event's digest (kube/watch.h)
   libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
   prometheus-cpp-dev                              # metric families, text exposition
 )

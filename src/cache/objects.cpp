@@ -639,6 +639,12 @@ bool NodeInfo::HasField(std::string_view field) {
   return kProbe.FieldValue(field).has_value();
 }
 
+const std::vector<std::string>& NodeInfo::VolatileFields() {
+  static const std::vector<std::string> kFields = {"metadata.managedFields[].time",
+                                                   "status.conditions[].lastHeartbeatTime"};
+  return kFields;
+}
+
 kube::Result<NodeInfo> NodeInfo::FromJson(const Json& object) {
   return Guarded<NodeInfo>("node", object, [&]() -> kube::Result<NodeInfo> {
     Reader reader("node");

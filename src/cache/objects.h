@@ -197,6 +197,15 @@ struct NodeInfo {
   std::vector<NodeCondition> conditions;
   int64_t tpu_allocatable = 0;                        // status.allocatable[google.com/tpu]
   ConditionStatus ready = ConditionStatus::kUnknown;  // the Ready condition; kUnknown if absent
+  // The digest of the watch event this was decoded from (kube::UndecodedEvent::digest); 0 when
+  // it came from anything else. A later event of the node with the same digest differs from
+  // that one only in its resourceVersion and VolatileFields(), none of which FromJson() reads
+  // apart from the resourceVersion, so the reflector applies it without decoding it.
+  uint64_t source_digest = 0;
+
+  // What changes on every heartbeat (a kubelet's or KWOK's status update) and nothing here
+  // reads: the conditions' lastHeartbeatTime and the managedFields entries' times.
+  static const std::vector<std::string>& VolatileFields();
 
   // The node's name (nodes are cluster-scoped).
   const std::string& Key() const { return name; }

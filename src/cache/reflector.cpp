@@ -26,6 +26,29 @@ bool IsInitialEventsEnd(const Json& object) {
   return value != annotations->end() && value->is_string() && *value == "true";
 }
 
+// Projections that say which fields change without changing them (NodeInfo: heartbeats) are
+// watched undecoded, and keep the digest of the event they were decoded from.
+template <typename T>
+concept HasVolatileFields = requires(T object) {
+  { T::VolatileFields() } -> std::convertible_to<const std::vector<std::string>&>;
+  object.source_digest = uint64_t{};
+};
+
+template <typename T>
+std::shared_ptr<const kube::VolatileFields> VolatileFieldsOf() {
+  if constexpr (HasVolatileFields<T>) {
+    static const auto kFields = std::make_shared<const kube::VolatileFields>(T::VolatileFields());
+    return kFields;
+  } else {
+    return nullptr;
+  }
+}
+
+template <typename T>
+void SetSourceDigest(T& object, uint64_t digest) {
+  if constexpr (HasVolatileFields<T>) object.source_digest = digest;
+}
+
 }  // namespace
 
 template <typename T>
@@ -41,7 +64,8 @@ Reflector<T>::Reflector(kube::Client& client, kube::Resource resource, Store<T>&
       clock_(clock),
       backoff_(options_.backoff, options_.seed),
       rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL),
-      watch_list_(options_.watch_list) {}
+      watch_list_(options_.watch_list),
+      volatile_fields_(VolatileFieldsOf<T>()) {}
 
 template <typename T>
 Reflector<T>::~Reflector() {
@@ -210,7 +234,7 @@ bool Reflector<T>::ListAndReplace() {
 }
 
 template <typename T>
-bool Reflector<T>::DecodeInto(const Json& item, std::vector<Ptr>& objects) const {
+bool Reflector<T>::DecodeInto(const Json& item, std::vector<Ptr>& objects, uint64_t digest) const {
   kube::Result<T> decoded = T::FromJson(item);
   if (!decoded) {
     log::Warn("skipping an undecodable object", {{"reflector", options_.name},
@@ -218,6 +242,7 @@ bool Reflector<T>::DecodeInto(const Json& item, std::vector<Ptr>& objects) const
                                                  {"error", decoded.error().message}});
     return false;
   }
+  SetSourceDigest(*decoded, digest);
   objects.push_back(std::make_shared<const T>(std::move(*decoded)));
   return true;
 }
@@ -260,6 +285,7 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
   watch_options.field_selector = options_.field_selector;
   watch_options.allow_bookmarks = true;
   watch_options.send_initial_events = listing;
+  watch_options.volatile_fields = volatile_fields_;
   if (!listing) {
     std::lock_guard<std::mutex> lock(mu_);
     watch_options.resource_version = last_resource_version_;
@@ -309,6 +335,22 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
   uint64_t initial_decode_errors = 0;
   while (true) {
     kube::Result<std::optional<kube::WatchEvent>> next = stream->Next();
+    uint64_t digest = 0;  // of an event that came undecoded
+    if (next && next->has_value() && (*next)->undecoded) {
+      kube::UndecodedEvent& undecoded = *(*next)->undecoded;
+      if (!need_list && (*next)->type == kube::WatchEventType::kModified &&
+          ApplyUnchanged(undecoded)) {
+        ++received;
+        continue;
+      }
+      digest = undecoded.digest;
+      kube::Result<kube::WatchEvent> decoded = kube::WatchDecoder::DecodeLine(undecoded.line);
+      if (decoded) {
+        **next = std::move(*decoded);
+      } else {
+        next = std::unexpected(std::move(decoded.error()));  // as the stream would have said
+      }
+    }
     if (!next) {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) {
@@ -364,12 +406,12 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
         continue;
       }
       // Only ADDED events come before the end of the initial state.
-      if (!DecodeInto(event.object, initial)) ++initial_decode_errors;
+      if (!DecodeInto(event.object, initial, digest)) ++initial_decode_errors;
       std::lock_guard<std::mutex> lock(mu_);
       stats_.last_activity = clock_.Now();
       continue;
     }
-    outcome = HandleEvent(**next);
+    outcome = HandleEvent(**next, digest);
     if (outcome != WatchOutcome::kRewatch) break;
   }
   if (need_list && outcome == WatchOutcome::kRewatch) {
@@ -391,7 +433,8 @@ typename Reflector<T>::WatchOutcome Reflector<T>::WatchOnce(bool& need_list) {
 }
 
 template <typename T>
-typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& event) {
+typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& event,
+                                                              uint64_t digest) {
   using kube::WatchEventType;
   switch (event.type) {
     case WatchEventType::kError: {
@@ -431,6 +474,7 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
         ++stats_.events;
         stats_.last_activity = clock_.Now();
       }
+      if (decoded) SetSourceDigest(*decoded, digest);
       if (!decoded) {
         log::Warn("skipping an undecodable event", {{"reflector", options_.name},
                                                     {"type", kube::ToString(event.type)},
@@ -453,6 +497,30 @@ typename Reflector<T>::WatchOutcome Reflector<T>::HandleEvent(kube::WatchEvent& 
   ++events_since_list_;
   backoff_.Reset();
   return WatchOutcome::kRewatch;
+}
+
+template <typename T>
+bool Reflector<T>::ApplyUnchanged(const kube::UndecodedEvent& event) {
+  if constexpr (!HasVolatileFields<T>) {
+    return false;
+  } else {
+    Ptr stored = store_.Get(ObjectKey(event.ns, event.name));
+    if (!stored || stored->source_digest != event.digest) return false;
+    auto updated = std::make_shared<T>(*stored);
+    updated->resource_version = event.resource_version;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!event.resource_version.empty()) last_resource_version_ = event.resource_version;
+      ++stats_.events;
+      ++stats_.unchanged_events;
+      stats_.last_activity = clock_.Now();
+    }
+    ApplyUpsert(std::move(updated));
+    store_.Observe(event.resource_version);
+    ++events_since_list_;
+    backoff_.Reset();
+    return true;
+  }
 }
 
 template <typename T>

@@ -101,6 +101,9 @@ struct ReflectorStats {
   uint64_t watch_failures = 0;  // failed Watch() calls and broken streams
   uint64_t gone = 0;            // 410 answers that forced a relist
   uint64_t events = 0;          // ADDED/MODIFIED/DELETED applied
+  // Of `events`: MODIFIED events applied without decoding, their digest showing that nothing
+  // but volatile fields changed (a heartbeat; see NodeInfo::source_digest).
+  uint64_t unchanged_events = 0;
   uint64_t bookmarks = 0;
   uint64_t decode_errors = 0;  // objects skipped because they did not decode
   // Watches given up because nothing (no event, bookmark or end) arrived within the client's
@@ -150,13 +153,17 @@ class Reflector {
   void Run();
   bool ListAndReplace();
   // Decodes one listed object onto `objects`; false (logged) if it does not decode.
-  bool DecodeInto(const Json& item, std::vector<Ptr>& objects) const;
+  // `digest`: of the watch event it came in (0 for a listed one).
+  bool DecodeInto(const Json& item, std::vector<Ptr>& objects, uint64_t digest = 0) const;
   // Replaces the store with a complete listing at `version` and tells the handlers what changed.
   void ReplaceAll(std::vector<Ptr> objects, std::string version);
   // Watches from the last resourceVersion; with `need_list`, a watch list that first streams
   // the whole state, and clears `need_list` once that state is in the store.
   WatchOutcome WatchOnce(bool& need_list);
-  WatchOutcome HandleEvent(kube::WatchEvent& event);
+  WatchOutcome HandleEvent(kube::WatchEvent& event, uint64_t digest);
+  // Applies a MODIFIED event whose digest matches the stored object's source digest (only its
+  // resourceVersion changes); false, doing nothing, when it does not match.
+  bool ApplyUnchanged(const kube::UndecodedEvent& event);
   void ApplyUpsert(Ptr object);
   void ApplyDelete(const std::string& key, Ptr final_state);
   // Waits the next backoff delay on the clock; false if stopped meanwhile.
@@ -187,6 +194,8 @@ class Reflector {
   std::mt19937_64 rng_;
   uint64_t events_since_list_ = 0;
   bool watch_list_ = false;  // options_.watch_list, until the server refuses one
+  // T's fields that may change without changing its projection; null for most types.
+  const std::shared_ptr<const kube::VolatileFields> volatile_fields_;
 
   std::atomic<bool> synced_{false};
   std::mutex join_mu_;  // serialises joining thread_

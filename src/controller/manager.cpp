@@ -240,6 +240,15 @@ void Manager::Collect() {
       static_cast<double>(nodes_->stats().silent_watches));
   m.watch_silences.With({"tpujobs"})
       .SetCumulative(static_cast<double>(jobs_->stats().silent_watches));
+  for (const auto& [resource, stats] :
+       {std::pair<std::string_view, cache::ReflectorStats>{"pods", pods_->stats()},
+        {"nodes", nodes_->stats()},
+        {"tpujobs", jobs_->stats()}}) {
+    m.watch_events.With({resource, "true"})
+        .SetCumulative(static_cast<double>(stats.events - stats.unchanged_events));
+    m.watch_events.With({resource, "false"})
+        .SetCumulative(static_cast<double>(stats.unchanged_events));
+  }
   m.cordoned_nodes.With({}).Set(cordoner_->CordonedByUs());
   m.cordon_limit_nodes.With({}).Set(
       policy::CordonLimit(cordoner_->policy(), static_cast<int>(nodes_->store().Size())));

@@ -111,6 +111,12 @@ OperatorMetrics* Declare() {
           "idle timeout: silently dead connections, re-established from the last "
           "resourceVersion.",
           {"resource"}),
+      .watch_events = r.AddCounter(
+          "tpujob_watch_events_total",
+          "Object events (added, modified, deleted) applied to the caches from their watches; "
+          "decoded=\"false\": a node update whose digest showed that only its heartbeat times "
+          "changed, applied without decoding it.",
+          {"resource", "decoded"}),
       .productive_chip_seconds = r.AddCounter(
           "tpujob_productive_chip_seconds_total",
           "TPU chip-seconds TPUJobs spent Running with every worker ready (status.goodput), by "

@@ -47,6 +47,7 @@ struct OperatorMetrics {
   metrics::GaugeFamily& leader;                        // -
   metrics::GaugeFamily& cache_objects;                 // {resource}
   metrics::CounterFamily& watch_silences;              // {resource}
+  metrics::CounterFamily& watch_events;                // {resource, decoded}
   metrics::CounterFamily& productive_chip_seconds;     // {job_namespace}
   metrics::CounterFamily& lost_chip_seconds;           // {job_namespace, cause}
   metrics::GaugeFamily& job_goodput;                   // {job_namespace, tpujob}

@@ -368,8 +368,11 @@ class DirectWatchStream final : public WatchStream {
  public:
   // `on_silent` runs when the watch is given up as silent.
   DirectWatchStream(std::unique_ptr<HttpStream> body, std::chrono::seconds idle_timeout,
+                    std::shared_ptr<const VolatileFields> volatile_fields,
                     std::function<void()> on_silent)
-      : body_(std::move(body)), idle_timeout_(idle_timeout), on_silent_(std::move(on_silent)) {}
+      : body_(std::move(body)), idle_timeout_(idle_timeout), on_silent_(std::move(on_silent)) {
+    decoder_.set_volatile_fields(std::move(volatile_fields));
+  }
 
   ~DirectWatchStream() override { Cancel(); }
 
@@ -464,8 +467,8 @@ Result<std::unique_ptr<WatchStream>> CppRestClient::Watch(const Resource& r, con
     return std::unexpected(
         ErrorFromResponse(status, text ? *text : std::string{}, (*body)->Header("Retry-After")));
   }
-  return std::unique_ptr<WatchStream>(
-      std::make_unique<DirectWatchStream>(std::move(*body), config_.watch_idle_timeout, [this] {
+  return std::unique_ptr<WatchStream>(std::make_unique<DirectWatchStream>(
+      std::move(*body), config_.watch_idle_timeout, options.volatile_fields, [this] {
         // The path to the server may be dead for every connection, the pooled ones of other
         // requests too (as an HTTP/2 client closes its one connection when a ping goes
         // unanswered): start over with fresh connections.

@@ -48,6 +48,9 @@ struct WatchOptions {
   // an empty resource_version the initial state is at least as new as a consistent read. A
   // server that does not serve it answers 4xx (Invalid or BadRequest).
   bool send_initial_events = false;
+  // Events of objects come undecoded, with a digest that leaves these fields out
+  // (WatchDecoder::set_volatile_fields); the reader decodes them. Null: every event decoded.
+  std::shared_ptr<const VolatileFields> volatile_fields;
 };
 
 // The annotation of the BOOKMARK that ends a watch list's initial events.

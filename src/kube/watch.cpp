@@ -1,7 +1,13 @@
 #include "kube/watch.h"
 
+#include <simdjson.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <functional>
 #include <optional>
+#include <utility>
 
 namespace tpujob::kube {
 namespace {
@@ -45,6 +51,208 @@ std::optional<WatchEventType> ParseType(std::string_view type) {
 }
 
 }  // namespace
+
+// --- Volatile fields and the digest of an undecoded event --------------------------------------
+
+struct VolatileFields::Node {
+  std::vector<std::pair<std::string, std::unique_ptr<Node>>> children;
+  bool leaf = false;          // this value is left out of the digest
+  bool each_element = false;  // the path goes on into every element of this value (an array)
+
+  Node& Child(std::string_view key) {
+    for (auto& [name, child] : children) {
+      if (name == key) return *child;
+    }
+    children.emplace_back(std::string(key), std::make_unique<Node>());
+    return *children.back().second;
+  }
+  const Node* Find(std::string_view key) const {
+    for (const auto& [name, child] : children) {
+      if (name == key) return child.get();
+    }
+    return nullptr;
+  }
+};
+
+VolatileFields::VolatileFields(const std::vector<std::string>& paths)
+    : root_(std::make_unique<Node>()) {
+  std::vector<std::string> all = paths;
+  all.push_back("metadata.resourceVersion");
+  for (const std::string& path : all) {
+    Node* node = root_.get();
+    std::string_view rest = path;
+    while (!rest.empty()) {
+      const size_t dot = rest.find('.');
+      std::string_view key = rest.substr(0, dot);
+      rest = dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1);
+      const bool each = key.ends_with("[]");
+      if (each) key.remove_suffix(2);
+      node = &node->Child(key);
+      node->each_element = node->each_element || each;
+    }
+    if (node != root_.get()) node->leaf = true;
+  }
+}
+
+VolatileFields::~VolatileFields() = default;
+
+// One pass of simdjson's on-demand parser over an event line: the event's type, the object's
+// identity, and the byte ranges of the values the digest leaves out. Values on no volatile
+// path are skipped unread, which is what makes the pass cheap.
+struct WatchDecoder::Summarizer {
+  simdjson::ondemand::parser parser;
+  std::string padded;  // the line, with the padding simdjson reads past its end
+  std::vector<std::pair<size_t, size_t>> masked;  // [begin, end) offsets into `padded`
+  size_t length = 0;                              // of the line in `padded`
+
+  std::optional<WatchEvent> Summarize(std::string_view line, const VolatileFields& fields) {
+    masked.clear();
+    length = line.size();
+    if (padded.size() < line.size() + simdjson::SIMDJSON_PADDING) {
+      padded.resize(line.size() + simdjson::SIMDJSON_PADDING);
+    }
+    std::memcpy(padded.data(), line.data(), line.size());
+    // simdjson may read the padding (an unterminated string does): the same line must read the
+    // same whatever a longer line left there.
+    std::memset(padded.data() + line.size(), 0, simdjson::SIMDJSON_PADDING);
+    simdjson::ondemand::document doc;
+    if (parser.iterate(padded.data(), line.size(), padded.size()).get(doc)) return std::nullopt;
+    simdjson::ondemand::object event;
+    if (doc.get_object().get(event)) return std::nullopt;
+    std::optional<WatchEventType> type;
+    UndecodedEvent undecoded;
+    bool have_object = false;
+    for (auto field : event) {
+      std::string_view key;
+      if (field.unescaped_key().get(key)) return std::nullopt;
+      simdjson::ondemand::value value;
+      if (field.value().get(value)) return std::nullopt;
+      if (key == "type") {
+        // Left out too: an object's ADDED and MODIFIED lines must digest alike.
+        Mask(value.raw_json_token());
+        std::string_view text;
+        if (value.get_string().get(text)) return std::nullopt;
+        type = ParseType(text);
+      } else if (key == "object") {
+        simdjson::ondemand::object object;
+        if (value.get_object().get(object)) return std::nullopt;
+        if (!Walk(object, fields.root(), &undecoded)) return std::nullopt;
+        have_object = true;
+      }
+    }
+    if (!type || !have_object || undecoded.name.empty()) return std::nullopt;
+    if (*type != WatchEventType::kAdded && *type != WatchEventType::kModified &&
+        *type != WatchEventType::kDeleted) {
+      return std::nullopt;
+    }
+    undecoded.digest = Digest(std::string_view(padded.data(), line.size()));
+    undecoded.line = std::string(line);
+    WatchEvent summarized;
+    summarized.type = *type;
+    summarized.object = nullptr;
+    summarized.undecoded = std::move(undecoded);
+    return summarized;
+  }
+
+ private:
+  // Leaves `raw` (a token inside `padded`) out of the digest. A token of a malformed line may
+  // reach into the padding; only the line's own bytes count.
+  void Mask(std::string_view raw) {
+    const size_t begin = std::min(static_cast<size_t>(raw.data() - padded.data()), length);
+    const size_t end = std::min(begin + raw.size(), length);
+    if (!masked.empty() && begin < masked.back().second) return;  // never out of order
+    masked.emplace_back(begin, end);
+  }
+
+  // The fields of `object` on a volatile path under `node`; `identity` (for the object's top
+  // level) also collects metadata's namespace, name and resourceVersion.
+  bool Walk(simdjson::ondemand::object object, const VolatileFields::Node& node,
+            UndecodedEvent* identity, bool in_metadata = false) {
+    for (auto field : object) {
+      std::string_view key;
+      if (field.unescaped_key().get(key)) return false;
+      const VolatileFields::Node* child = node.Find(key);
+      const bool identity_field =
+          in_metadata && (key == "name" || key == "namespace" || key == "resourceVersion");
+      if (child == nullptr && !identity_field) continue;  // skipped unread
+      simdjson::ondemand::value value;
+      if (field.value().get(value)) return false;
+      if (identity_field) {
+        if (child != nullptr && child->leaf) Mask(value.raw_json_token());
+        std::string_view text;
+        if (value.get_string().get(text)) return false;
+        std::string& out = key == "name"        ? identity->name
+                           : key == "namespace" ? identity->ns
+                                                : identity->resource_version;
+        out = text;
+        continue;
+      }
+      if (child->leaf) {
+        const std::string_view raw = value.raw_json_token();
+        simdjson::ondemand::json_type type;
+        if (value.type().get(type)) return false;
+        // An object or array is a token of many: leave it in (a digest that changes with
+        // it only decodes more often).
+        if (type != simdjson::ondemand::json_type::object &&
+            type != simdjson::ondemand::json_type::array) {
+          Mask(raw);
+        }
+        continue;
+      }
+      if (child->each_element) {
+        simdjson::ondemand::array array;
+        if (value.get_array().get(array)) continue;  // not an array: nothing volatile in it
+        for (auto element : array) {
+          simdjson::ondemand::object item;
+          if (element.get_object().get(item)) continue;
+          if (!Walk(item, *child, nullptr)) return false;
+        }
+        continue;
+      }
+      simdjson::ondemand::object inner;
+      if (value.get_object().get(inner)) continue;
+      const bool metadata = identity != nullptr && !in_metadata && key == "metadata";
+      if (!Walk(inner, *child, metadata ? identity : nullptr, metadata)) return false;
+    }
+    return true;
+  }
+
+  uint64_t Digest(std::string_view line) const {
+    const std::hash<std::string_view> hash;
+    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    size_t at = 0;
+    for (const auto& [begin, end] : masked) {
+      h = Mix(h, hash(line.substr(at, begin - at)));
+      at = end;
+    }
+    h = Mix(h, hash(line.substr(at)));
+    return h == 0 ? 1 : h;  // 0 stands for "no digest"
+  }
+
+  static uint64_t Mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    return h * 0xFF51AFD7ED558CCDULL;
+  }
+};
+
+WatchDecoder::WatchDecoder() = default;
+WatchDecoder::~WatchDecoder() = default;
+WatchDecoder::WatchDecoder(WatchDecoder&&) noexcept = default;
+WatchDecoder& WatchDecoder::operator=(WatchDecoder&&) noexcept = default;
+
+void WatchDecoder::set_volatile_fields(std::shared_ptr<const VolatileFields> fields) {
+  volatile_fields_ = std::move(fields);
+  if (volatile_fields_ && !summarizer_) summarizer_ = std::make_unique<Summarizer>();
+}
+
+Result<WatchEvent> WatchDecoder::Decode(std::string_view line) {
+  if (volatile_fields_) {
+    if (std::optional<WatchEvent> event = summarizer_->Summarize(line, *volatile_fields_)) {
+      return std::move(*event);
+    }
+  }
+  return DecodeLine(line);
+}
 
 std::string_view ToString(WatchEventType type) {
   switch (type) {
@@ -113,7 +321,7 @@ std::vector<Result<WatchEvent>> WatchDecoder::Feed(std::string_view chunk) {
       continue;
     }
     if (IsBlank(line)) continue;
-    events.push_back(DecodeLine(line));
+    events.push_back(Decode(line));
   }
   buffer_.erase(0, line_start);
   if (discarding_) {

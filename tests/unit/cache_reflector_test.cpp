@@ -664,5 +664,76 @@ TEST(CacheInformerTest, NodesSyncAndFollowEvents) {
   EXPECT_TRUE(informer.store().Get("n1")->unschedulable);
 }
 
+Json NodeWithHeartbeat(const std::string& heartbeat, const std::string& ready) {
+  return Json{{"metadata",
+               {{"name", "n1"}, {"managedFields", {{{"manager", "kwok"}, {"time", heartbeat}}}}}},
+              {"status",
+               {{"conditions",
+                 {{{"type", "Ready"},
+                   {"status", ready},
+                   {"lastHeartbeatTime", heartbeat},
+                   {"lastTransitionTime", "2026-11-29T07:00:00Z"}}}}}}};
+}
+
+// Heartbeats (only times that nothing reads change) are applied from their digest without
+// decoding; every other change is decoded, a change back to an earlier state included.
+TEST(CacheInformerTest, NodeHeartbeatsAreAppliedUndecodedAndChangesStillDecoded) {
+  FakeClient fake;
+  FakeClock clock;
+  const Resource nodes = Resource::Nodes();
+  fake.Upsert(nodes, NodeWithHeartbeat("2026-11-29T08:00:00Z", "True"));
+  ReflectorOptions options;
+  options.seed = 1;
+  Informer<NodeInfo> informer(fake, nodes, options, clock);
+  std::atomic<int> updates{0};
+  informer.AddEventHandlers(EventHandlers<NodeInfo>{
+      .on_add = {},
+      .on_update = [&](const auto&, const auto&) { ++updates; },
+      .on_delete = {},
+  });
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(kWait));
+  ASSERT_TRUE(fake.AwaitWatchCalls(1));
+  ASSERT_TRUE(fake.watch_calls()[0].volatile_fields != nullptr);
+
+  // Writes `node` and waits until the store holds its resourceVersion.
+  auto write = [&](const Json& node) {
+    fake.Upsert(nodes, node);
+    const std::string version =
+        fake.Stored(nodes, "", "n1")->at("metadata").at("resourceVersion").get<std::string>();
+    EXPECT_TRUE(Eventually([&] {
+      auto stored = informer.store().Get("n1");
+      return stored && stored->resource_version == version;
+    })) << version;
+  };
+
+  write(NodeWithHeartbeat("2026-11-29T08:00:10Z", "True"));  // stored from a LIST: decoded
+  EXPECT_EQ(informer.stats().unchanged_events, 0u);
+  const uint64_t digest = informer.store().Get("n1")->source_digest;
+  EXPECT_NE(digest, 0u);
+
+  write(NodeWithHeartbeat("2026-11-29T08:00:20Z", "True"));  // a heartbeat
+  EXPECT_EQ(informer.stats().unchanged_events, 1u);
+  EXPECT_EQ(informer.store().Get("n1")->source_digest, digest);
+  EXPECT_EQ(informer.store().Get("n1")->ready, ConditionStatus::kTrue);
+
+  write(NodeWithHeartbeat("2026-11-29T08:00:30Z", "False"));  // a change
+  EXPECT_EQ(informer.stats().unchanged_events, 1u);
+  EXPECT_EQ(informer.store().Get("n1")->ready, ConditionStatus::kFalse);
+
+  write(NodeWithHeartbeat("2026-11-29T08:00:40Z", "True"));  // back to the first state
+  EXPECT_EQ(informer.stats().unchanged_events, 1u);
+  EXPECT_EQ(informer.store().Get("n1")->ready, ConditionStatus::kTrue);
+  EXPECT_EQ(informer.store().Get("n1")->source_digest, digest);
+
+  write(NodeWithHeartbeat("2026-11-29T08:00:50Z", "True"));  // a heartbeat again
+  EXPECT_EQ(informer.stats().unchanged_events, 2u);
+  EXPECT_EQ(informer.stats().events, 5u);
+  EXPECT_EQ(informer.stats().decode_errors, 0u);
+  EXPECT_EQ(updates.load(), 5);
+  EXPECT_EQ(informer.LastSyncResourceVersion(),
+            fake.Stored(nodes, "", "n1")->at("metadata").at("resourceVersion").get<std::string>());
+}
+
 }  // namespace
 }  // namespace tpujob::cache

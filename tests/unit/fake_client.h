@@ -329,6 +329,7 @@ class FakeClient : public Client {
     state->ns = ns;
     state->label_selector = options.label_selector;
     state->field_selector = options.field_selector;
+    state->volatile_fields = options.volatile_fields;
     Collection& collection = collections_[ResourceId(r)];
     const std::string& version = options.resource_version;
     if (options.send_initial_events) {
@@ -509,9 +510,26 @@ class FakeClient : public Client {
       }
       cv.notify_all();
     }
+    // Volatile fields the watch was opened with: its object events then come undecoded, as
+    // the real client's do (the event written as a line and summarised by a WatchDecoder).
+    std::shared_ptr<const VolatileFields> volatile_fields;
+
     // Pushes an object event if it passes this watch's namespace and selectors.
     void Deliver(const WatchEvent& event) {
       if (!Selected(event.object, ns, label_selector, field_selector)) return;
+      if (volatile_fields) {
+        WatchDecoder decoder;
+        decoder.set_volatile_fields(volatile_fields);
+        const std::string line =
+            Json{{"type", std::string(ToString(event.type))}, {"object", event.object}}.dump();
+        Result<WatchEvent> summarized = decoder.Decode(line);
+        if (!summarized) {
+          Push(std::unexpected(summarized.error()));
+        } else {
+          Push(std::optional<WatchEvent>(std::move(*summarized)));
+        }
+        return;
+      }
       Push(std::optional<WatchEvent>(event));
     }
     bool Live() {

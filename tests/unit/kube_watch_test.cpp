@@ -245,5 +245,130 @@ TEST(KubeWatchTest, LineExactlyAtTheLimitIsAccepted) {
   EXPECT_TRUE(events[0].has_value());
 }
 
+// --- Undecoded events and their digest -----------------------------------------------------------
+
+// A node event as the API server writes it; every argument is one field that may differ.
+std::string NodeLine(const std::string& type, const std::string& version,
+                     const std::string& heartbeat, const std::string& ready = "True",
+                     const std::string& managed_time = "2026-11-29T08:00:00Z",
+                     const std::string& annotation = "x",
+                     const std::string& transition = "2026-11-29T07:00:00Z") {
+  return R"({"type":")" + type + R"(","object":{"kind":"Node","apiVersion":"v1",)" +
+         R"("metadata":{"name":"n-0","resourceVersion":")" + version +
+         R"(","annotations":{"note":")" + annotation +
+         R"("},"managedFields":[{"manager":"kwok","time":")" + managed_time +
+         R"(","fieldsV1":{"f:status":{"f:conditions":{"f:lastHeartbeatTime":{}}}}}]},)" +
+         R"("status":{"conditions":[{"lastHeartbeatTime":")" + heartbeat +
+         R"(","lastTransitionTime":")" + transition + R"(","status":")" + ready +
+         R"(","type":"Ready"}],"lastHeartbeatTime":"not a condition's"}}})";
+}
+
+WatchDecoder NodeDecoder() {
+  WatchDecoder decoder;
+  decoder.set_volatile_fields(std::make_shared<VolatileFields>(std::vector<std::string>{
+      "metadata.managedFields[].time", "status.conditions[].lastHeartbeatTime"}));
+  return decoder;
+}
+
+uint64_t DigestOf(WatchDecoder& decoder, const std::string& line) {
+  Result<WatchEvent> event = decoder.Decode(line);
+  EXPECT_TRUE(event.has_value()) << line;
+  if (!event || !event->undecoded) {
+    ADD_FAILURE() << "not undecoded: " << line;
+    return 0;
+  }
+  return event->undecoded->digest;
+}
+
+TEST(KubeWatchTest, UndecodedEventCarriesTheLineAndTheObjectsIdentity) {
+  WatchDecoder decoder = NodeDecoder();
+  const std::string line = NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z");
+  std::vector<Result<WatchEvent>> events = decoder.Feed(line + "\n");
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(events[0].has_value()) << events[0].error().ToString();
+  EXPECT_EQ(events[0]->type, WatchEventType::kModified);
+  EXPECT_TRUE(events[0]->object.is_null());
+  ASSERT_TRUE(events[0]->undecoded.has_value());
+  EXPECT_EQ(events[0]->undecoded->line, line);
+  EXPECT_EQ(events[0]->undecoded->name, "n-0");
+  EXPECT_EQ(events[0]->undecoded->ns, "");
+  EXPECT_EQ(events[0]->undecoded->resource_version, "42");
+  EXPECT_NE(events[0]->undecoded->digest, 0u);
+
+  // The line decodes to what the decoder without volatile fields gives.
+  Result<WatchEvent> decoded = WatchDecoder::DecodeLine(events[0]->undecoded->line);
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->object["metadata"]["resourceVersion"], "42");
+}
+
+TEST(KubeWatchTest, DigestLeavesOutOnlyTheVolatileValues) {
+  WatchDecoder decoder = NodeDecoder();
+  const uint64_t base = DigestOf(decoder, NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z"));
+  // Heartbeat, managedFields time, resourceVersion and ADDED against MODIFIED: the same.
+  EXPECT_EQ(DigestOf(decoder, NodeLine("MODIFIED", "43", "2026-11-29T08:00:50Z")), base);
+  EXPECT_EQ(DigestOf(decoder, NodeLine("ADDED", "44", "2026-11-29T08:01:30Z", "True",
+                                       "2026-11-29T08:01:30Z")),
+            base);
+  // Anything else: different.
+  EXPECT_NE(DigestOf(decoder, NodeLine("MODIFIED", "45", "2026-11-29T08:00:10Z", "False")), base);
+  EXPECT_NE(DigestOf(decoder, NodeLine("MODIFIED", "45", "2026-11-29T08:00:10Z", "True",
+                                       "2026-11-29T08:00:00Z", "y")),
+            base);
+  EXPECT_NE(DigestOf(decoder, NodeLine("MODIFIED", "45", "2026-11-29T08:00:10Z", "True",
+                                       "2026-11-29T08:00:00Z", "x", "2026-11-29T07:00:01Z")),
+            base);
+  // A key of the same name on no volatile path stays in: status.lastHeartbeatTime.
+  std::string other = NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z");
+  other.replace(other.find("not a condition's"), 17, "changed");
+  EXPECT_NE(DigestOf(decoder, other), base);
+  // A volatile key's text inside a string value is only text.
+  EXPECT_NE(DigestOf(decoder, NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z", "True",
+                                       "2026-11-29T08:00:00Z", R"(\"lastHeartbeatTime\":\"1\")")),
+            DigestOf(decoder, NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z", "True",
+                                       "2026-11-29T08:00:00Z", R"(\"lastHeartbeatTime\":\"2\")")));
+}
+
+TEST(KubeWatchTest, BookmarksErrorsAndUnreadableLinesAreDecodedAsBefore) {
+  WatchDecoder decoder = NodeDecoder();
+  Result<WatchEvent> bookmark = decoder.Decode(kBookmark);
+  ASSERT_TRUE(bookmark.has_value());
+  EXPECT_EQ(bookmark->type, WatchEventType::kBookmark);
+  EXPECT_FALSE(bookmark->undecoded.has_value());
+  EXPECT_EQ(ResourceVersionOf(*bookmark), "20");
+
+  Result<WatchEvent> expired = decoder.Decode(kExpired);
+  ASSERT_TRUE(expired.has_value());
+  EXPECT_FALSE(expired->undecoded.has_value());
+  EXPECT_TRUE(expired->error.IsGone());
+
+  // Not JSON, not an object, an unknown type, no object, no name: DecodeLine's own answers.
+  for (const std::string& line :
+       {std::string("{not json"), std::string("[1,2]"),
+        std::string(R"({"type":"RENAMED","object":{"metadata":{"name":"a"}}})"),
+        std::string(R"({"type":"ADDED"})"),
+        std::string(R"({"type":"ADDED","object":{"metadata":{"resourceVersion":"1"}}})")}) {
+    Result<WatchEvent> summarized = decoder.Decode(line);
+    Result<WatchEvent> plain = WatchDecoder::DecodeLine(line);
+    ASSERT_EQ(summarized.has_value(), plain.has_value()) << line;
+    if (!plain) {
+      EXPECT_EQ(summarized.error().ToString(), plain.error().ToString()) << line;
+    } else {
+      EXPECT_FALSE(summarized->undecoded.has_value()) << line;
+    }
+  }
+}
+
+TEST(KubeWatchTest, NamespacedObjectsCarryTheirNamespace) {
+  WatchDecoder decoder = NodeDecoder();
+  Result<WatchEvent> event = decoder.Decode(
+      R"({"type":"DELETED","object":{"metadata":{"namespace":"team-a","name":"p","resourceVersion":"7"}}})");
+  ASSERT_TRUE(event.has_value());
+  ASSERT_TRUE(event->undecoded.has_value());
+  EXPECT_EQ(event->type, WatchEventType::kDeleted);
+  EXPECT_EQ(event->undecoded->ns, "team-a");
+  EXPECT_EQ(event->undecoded->name, "p");
+  EXPECT_EQ(event->undecoded->resource_version, "7");
+}
+
 }  // namespace
 }  // namespace tpujob::kube
