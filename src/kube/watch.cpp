@@ -14,10 +14,10 @@ namespace {
 
 constexpr size_t kMaxExcerpt = 200;
 
-// The start of a line, cut at a character boundary, at most kMaxExcerpt bytes.
-std::string_view Head(std::string_view line) {
-  if (line.size() <= kMaxExcerpt) return line;
-  size_t cut = kMaxExcerpt;
+// The start of a line, cut at a character boundary, at most `max` bytes.
+std::string_view Head(std::string_view line, size_t max = kMaxExcerpt) {
+  if (line.size() <= max) return line;
+  size_t cut = max;
   while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
   return line.substr(0, cut);
 }
@@ -28,10 +28,12 @@ std::string Excerpt(std::string_view line) {
   return std::string(Head(line)) + "... (" + std::to_string(line.size()) + " bytes)";
 }
 
-// An overlong line, said the same whether it arrived whole or was given up part way.
+// An overlong line, said the same whether it arrived whole or was given up part way: either
+// way at least limit + 1 of its bytes are there, so no more are quoted.
 Error Overlong(std::string_view line, size_t limit) {
-  return Error::Decode("watch event line exceeds the limit of " + std::to_string(limit) +
-                       " bytes; dropping it: " + std::string(Head(line)) + "...");
+  return Error::Decode(
+      "watch event line exceeds the limit of " + std::to_string(limit) +
+      " bytes; dropping it: " + std::string(Head(line, std::min(kMaxExcerpt, limit + 1))) + "...");
 }
 
 bool IsBlank(std::string_view line) {
@@ -134,6 +136,7 @@ struct WatchDecoder::Summarizer {
         if (value.get_string().get(text)) return std::nullopt;
         type = ParseType(text);
       } else if (key == "object") {
+        if (have_object) return std::nullopt;  // a second one: the decoder keeps only the last
         simdjson::ondemand::object object;
         if (value.get_object().get(object)) return std::nullopt;
         if (!Walk(object, fields.root(), &undecoded)) return std::nullopt;
@@ -168,6 +171,7 @@ struct WatchDecoder::Summarizer {
   // level) also collects metadata's namespace, name and resourceVersion.
   bool Walk(simdjson::ondemand::object object, const VolatileFields::Node& node,
             UndecodedEvent* identity, bool in_metadata = false) {
+    bool metadata_seen = false;
     for (auto field : object) {
       std::string_view key;
       if (field.unescaped_key().get(key)) return false;
@@ -188,13 +192,14 @@ struct WatchDecoder::Summarizer {
         continue;
       }
       if (child->leaf) {
-        const std::string_view raw = value.raw_json_token();
         simdjson::ondemand::json_type type;
         if (value.type().get(type)) return false;
-        // An object or array is a token of many: leave it in (a digest that changes with
-        // it only decodes more often).
-        if (type != simdjson::ondemand::json_type::object &&
-            type != simdjson::ondemand::json_type::array) {
+        // Only a well-formed string is left out, one the decoder would accept too; any other
+        // value stays in the digest, which then only decodes more often.
+        if (type == simdjson::ondemand::json_type::string) {
+          const std::string_view raw = value.raw_json_token();
+          std::string_view text;
+          if (value.get_string().get(text)) return false;
           Mask(raw);
         }
         continue;
@@ -209,9 +214,13 @@ struct WatchDecoder::Summarizer {
         }
         continue;
       }
+      const bool metadata = identity != nullptr && !in_metadata && key == "metadata";
+      if (metadata) {
+        if (metadata_seen) return false;  // a second one: the decoder keeps only the last
+        metadata_seen = true;
+      }
       simdjson::ondemand::object inner;
       if (value.get_object().get(inner)) continue;
-      const bool metadata = identity != nullptr && !in_metadata && key == "metadata";
       if (!Walk(inner, *child, metadata ? identity : nullptr, metadata)) return false;
     }
     return true;

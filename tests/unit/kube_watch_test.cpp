@@ -220,21 +220,24 @@ TEST(KubeWatchTest, OverlongPartialLineIsDroppedUntilItsNewline) {
 TEST(KubeWatchTest, OverlongLineSaysTheSameHoweverItArrives) {
   const std::string big =
       R"({"type":"ADDED","object":{"data":")" + std::string(1000, 'a') + R"("}})" + "\n";
-  WatchDecoder whole;
-  whole.set_max_line_bytes(300);
-  auto once = whole.Feed(big);
-  WatchDecoder pieces;
-  pieces.set_max_line_bytes(300);
-  std::vector<Result<WatchEvent>> split;
-  for (size_t offset = 0; offset < big.size(); offset += 64) {
-    for (auto& event : pieces.Feed(big.substr(offset, 64))) split.push_back(std::move(event));
+  for (const size_t limit : {300u, 100u, 10u}) {  // above and below the excerpt's length
+    WatchDecoder whole;
+    whole.set_max_line_bytes(limit);
+    auto once = whole.Feed(big);
+    WatchDecoder pieces;
+    pieces.set_max_line_bytes(limit);
+    std::vector<Result<WatchEvent>> split;
+    for (size_t offset = 0; offset < big.size(); offset += 64) {
+      for (auto& event : pieces.Feed(big.substr(offset, 64))) split.push_back(std::move(event));
+    }
+    ASSERT_EQ(once.size(), 1u) << limit;
+    ASSERT_EQ(split.size(), 1u) << limit;
+    ASSERT_FALSE(once[0].has_value());
+    ASSERT_FALSE(split[0].has_value());
+    EXPECT_EQ(once[0].error().message, split[0].error().message) << limit;
+    EXPECT_THAT(once[0].error().message,
+                HasSubstr("exceeds the limit of " + std::to_string(limit) + " bytes"));
   }
-  ASSERT_EQ(once.size(), 1u);
-  ASSERT_EQ(split.size(), 1u);
-  ASSERT_FALSE(once[0].has_value());
-  ASSERT_FALSE(split[0].has_value());
-  EXPECT_EQ(once[0].error().message, split[0].error().message);
-  EXPECT_THAT(once[0].error().message, HasSubstr("exceeds the limit of 300 bytes"));
 }
 
 TEST(KubeWatchTest, LineExactlyAtTheLimitIsAccepted) {
@@ -355,6 +358,34 @@ TEST(KubeWatchTest, BookmarksErrorsAndUnreadableLinesAreDecodedAsBefore) {
     } else {
       EXPECT_FALSE(summarized->undecoded.has_value()) << line;
     }
+  }
+}
+
+// What the decoder would refuse, or read otherwise than the pass, is decoded: a malformed
+// heartbeat time, and a second "object" or "metadata" (the decoder keeps only the last).
+TEST(KubeWatchTest, MalformedOrRepeatedFieldsAreDecodedAsBefore) {
+  WatchDecoder decoder = NodeDecoder();
+  std::string bad_escape = NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z");
+  bad_escape.replace(bad_escape.find("2026-11-29T08:00:10Z"), 20, R"(\q)");
+  Result<WatchEvent> refused = decoder.Decode(bad_escape);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().ToString(), WatchDecoder::DecodeLine(bad_escape).error().ToString());
+
+  // Not a string: kept in the digest, so it cannot match a well-formed heartbeat's.
+  const uint64_t good = DigestOf(decoder, NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z"));
+  std::string not_string = NodeLine("MODIFIED", "42", "2026-11-29T08:00:10Z");
+  not_string.replace(not_string.find(R"("2026-11-29T08:00:10Z")"), 22, "true");
+  EXPECT_NE(DigestOf(decoder, not_string), good);
+
+  for (const std::string& line :
+       {std::string(
+            R"({"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"5"}},)"
+            R"("object":{"metadata":{"name":"b","resourceVersion":"6"}}})"),
+        std::string(R"({"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"5"},)"
+                    R"("metadata":{"name":"a"}}})")}) {
+    Result<WatchEvent> event = decoder.Decode(line);
+    ASSERT_TRUE(event.has_value()) << line;
+    EXPECT_FALSE(event->undecoded.has_value()) << line;
   }
 }
 
