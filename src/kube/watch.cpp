@@ -131,9 +131,8 @@ struct WatchDecoder::Summarizer {
       if (field.value().get(value)) return std::nullopt;
       if (key == "type") {
         // Left out too: an object's ADDED and MODIFIED lines must digest alike.
-        Mask(value.raw_json_token());
         std::string_view text;
-        if (value.get_string().get(text)) return std::nullopt;
+        if (!MaskString(value, text)) return std::nullopt;
         type = ParseType(text);
       } else if (key == "object") {
         if (have_object) return std::nullopt;  // a second one: the decoder keeps only the last
@@ -158,6 +157,15 @@ struct WatchDecoder::Summarizer {
   }
 
  private:
+  // Reads `value` as a string into `text` and leaves it out of the digest; false, leaving it
+  // in, when it is not a well-formed string (one the decoder would accept too).
+  bool MaskString(simdjson::ondemand::value& value, std::string_view& text) {
+    const std::string_view raw = value.raw_json_token();
+    if (value.get_string().get(text)) return false;
+    Mask(raw);
+    return true;
+  }
+
   // Leaves `raw` (a token inside `padded`) out of the digest. A token of a malformed line may
   // reach into the padding; only the line's own bytes count.
   void Mask(std::string_view raw) {
@@ -182,9 +190,11 @@ struct WatchDecoder::Summarizer {
       simdjson::ondemand::value value;
       if (field.value().get(value)) return false;
       if (identity_field) {
-        if (child != nullptr && child->leaf) Mask(value.raw_json_token());
         std::string_view text;
-        if (value.get_string().get(text)) return false;
+        const bool ok = child != nullptr && child->leaf  // the resourceVersion
+                            ? MaskString(value, text)
+                            : !value.get_string().get(text);
+        if (!ok) return false;
         std::string& out = key == "name"        ? identity->name
                            : key == "namespace" ? identity->ns
                                                 : identity->resource_version;
@@ -194,13 +204,11 @@ struct WatchDecoder::Summarizer {
       if (child->leaf) {
         simdjson::ondemand::json_type type;
         if (value.type().get(type)) return false;
-        // Only a well-formed string is left out, one the decoder would accept too; any other
-        // value stays in the digest, which then only decodes more often.
-        if (type == simdjson::ondemand::json_type::string) {
-          const std::string_view raw = value.raw_json_token();
-          std::string_view text;
-          if (value.get_string().get(text)) return false;
-          Mask(raw);
+        // Only a string is left out; any other value stays in the digest, which then only
+        // decodes more often.
+        std::string_view text;
+        if (type == simdjson::ondemand::json_type::string && !MaskString(value, text)) {
+          return false;
         }
         continue;
       }
