@@ -28,10 +28,12 @@ COPY src src
 COPY supervisor supervisor
 # The build type the tests are built with (RelWithDebInfo: -O2 -g); strip drops the debug info.
 # TPUJOB_BUILD_TESTS=OFF: the operator alone, without the tests and the benchmark tool.
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPUJOB_BUILD_TESTS=OFF \
- && cmake --build /build --target tpujob-operator tpujob-supervise -j "${JOBS:-$(nproc)}" \
- && strip /build/tpujob-operator /build/tpujob-supervise \
- && /build/tpujob-operator --version && /build/tpujob-supervise --version
+# The build directory sits where a clone's build/ does, so that a ccache shared with a host
+# build of the same sources (scripts/build-image.sh mounts it) finds the same relative paths.
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPUJOB_BUILD_TESTS=OFF \
+ && cmake --build build --target tpujob-operator tpujob-supervise -j "${JOBS:-$(nproc)}" \
+ && strip build/tpujob-operator build/tpujob-supervise \
+ && build/tpujob-operator --version && build/tpujob-supervise --version
 
 FROM ${DEBIAN_IMAGE}
 # Runtime libraries only, one package per library the binary links (ldd): cpprestsdk, yaml-cpp,
@@ -43,12 +45,12 @@ RUN apt-get update \
       libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libsimdjson14 \
       libssl3 libbrotli1 zlib1g libstdc++6 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /build/tpujob-operator /usr/local/bin/tpujob-operator
+COPY --from=build /src/build/tpujob-operator /usr/local/bin/tpujob-operator
 # The same binary is the `kubectl tpujob` plugin under this name.
 RUN ln -s tpujob-operator /usr/local/bin/kubectl-tpujob
 # The in-place restart supervisor (static: an init container copies it into the workers'
 # containers, whatever their image).
-COPY --from=build /build/tpujob-supervise /usr/local/bin/tpujob-supervise
+COPY --from=build /src/build/tpujob-supervise /usr/local/bin/tpujob-supervise
 # Numeric, so that the kubelet can enforce runAsNonRoot without an /etc/passwd entry; the
 # pre-flight init container sets the same user explicitly.
 USER 65532:65532

@@ -22,7 +22,9 @@
 #
 # The archive is not rebuilt while a hash of the inputs (Dockerfile, .dockerignore,
 # CMakeLists.txt, operator/, src/, scripts/install-deps.sh, this script, the chart's image
-# values) matches the one stored beside it (<archive>.inputs): a second run takes seconds.
+# values) matches the one stored beside it (<archive>.inputs): a second run takes seconds. The
+# last three archives built are also kept in the cache ($TPUJOB_IMAGE_CACHE/archives, by that
+# hash): a new clone or build directory of the same sources copies the archive from there.
 # On 2 cores a first run takes about 4 minutes: the base about 25 s (debootstrap; importing the
 # cached one again takes 1-2 s), `buildah bud` about 3 minutes (the build stage's packages, then
 # compiling), the push 1-2 s. After a change of an input, a run rebuilds with `buildah bud`
@@ -154,6 +156,19 @@ fi
 key=$(inputs_hash)
 if ((force == 0)) && [[ -f $archive && -f $archive.inputs && $(cat "$archive.inputs") == "$key" ]]; then
   log "$archive is up to date ($image)"
+  ((import == 0)) || import_archive
+  echo "$archive"
+  exit 0
+fi
+# Archives built before are kept in the cache by their inputs' hash, so that another clone or
+# build directory of the same sources (a CI run) copies one instead of building it again.
+archives=$cache/archives
+cached_archive=$archives/$key.oci.tar
+if ((force == 0)) && [[ -f $cached_archive ]]; then
+  mkdir -p "$out"
+  cp "$cached_archive" "$archive.tmp" && mv "$archive.tmp" "$archive"
+  echo "$key" >"$archive.inputs"
+  log "$archive copied from the cache ($cached_archive; same inputs)"
   ((import == 0)) || import_archive
   echo "$archive"
   exit 0
@@ -332,7 +347,15 @@ previous_images="$(image_id "$image") $(image_id "$local_image")"
 log "buildah bud (isolation $BUILDAH_ISOLATION, $jobs compile jobs; about 3 minutes on 2 cores)"
 mkdir -p "$out"
 rm -f "$out/image.id"
-buildah bud --pull=never --network host --isolation "$BUILDAH_ISOLATION" --iidfile "$out/image.id" \
+# --layers: a rebuild after a source change reuses the build stage's package layer. The compile
+# goes through the host's ccache (the Dockerfile's build stage installs ccache, and CMakeLists.txt
+# uses it from $HOME/.cache/tpujob-operator/ccache): the stage builds in /src/build, the same
+# place relative to the sources as build/ in a clone, with the same compiler and headers as the
+# host, so it reuses what the host's build compiled.
+ccache_dir=${CCACHE_DIR:-$HOME/.cache/tpujob-operator/ccache}
+mkdir -p "$ccache_dir"
+buildah bud --pull=never --layers --network host --isolation "$BUILDAH_ISOLATION" \
+  --iidfile "$out/image.id" --volume "$ccache_dir:/root/.cache/tpujob-operator/ccache" \
   --build-arg "JOBS=$jobs" -t "$image" -t "$local_image" -f Dockerfile . >&2
 built=$(sed "s/^sha256://" "$out/image.id")
 for previous in $previous_images; do drop_if_untagged "$previous"; done
@@ -345,6 +368,10 @@ rm -f "$archive.inputs" "$archive.tmp"
 buildah push --quiet "$built" "oci-archive:$archive.tmp:$image" >&2
 mv "$archive.tmp" "$archive"
 echo "$key" >"$archive.inputs"
+mkdir -p "$archives"
+cp "$archive" "$cached_archive.tmp" && mv "$cached_archive.tmp" "$cached_archive"
+# The three newest archives stay.
+ls -1t "$archives"/*.oci.tar 2>/dev/null | tail -n +4 | xargs -r rm -f
 t_push=$((SECONDS - started - t_base - t_bud))
 log "done: base ${t_base}s, bud ${t_bud}s, push ${t_push}s; $image ($(du -h "$archive" | cut -f1))"
 

@@ -12,6 +12,7 @@ set -euo pipefail
 
 build_packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                                          # compiler cache shared by every build and clone
   libcpprest-dev libboost-dev libssl-dev openssl  # HTTP client/listener, TLS
   nlohmann-json3-dev libyaml-cpp-dev              # JSON documents, kubeconfig YAML
   libsimdjson-dev                                 # a node watch event's digest (kube/watch.h)
