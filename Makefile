@@ -2,7 +2,12 @@
 #   make deps    install the Debian packages (scripts/install-deps.sh)
 #   make tools   build/cache the pinned control plane (e2e/tools/build.sh)
 #   make build   configure and compile into build/
-#   make test    unit + end-to-end tests (starts and stops a local control plane)
+#   make test    everything from a fresh machine: packages, Go tools beside the C++ build, unit,
+#                end-to-end tests in parallel shards (TPUJOB_E2E_SHARDS), sanitizers, fuzzing,
+#                and a table of where the time went (scripts/run-tests.sh)
+#   make e2e     only the end-to-end tests, in shards (scripts/e2e.sh)
+#   make e2e-dev E2E=FILTER  the end-to-end tests matching a gtest filter against a control plane
+#                kept up between runs (scripts/e2e-dev.sh): the edit-test loop
 #   make demo    local control plane + operator + a sample TPUJob
 #   make sanitize  unit tests under ASan+UBSan, threaded ones under TSan (scripts/sanitize.sh)
 #   make fuzz    each libFuzzer target of tests/fuzz for FUZZ_SECONDS (default 30)
@@ -26,7 +31,7 @@ CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
 # demo.sh and bench.sh do the same themselves).
 WITH_GO = gobin=$$(bash scripts/install-go.sh) && PATH="$$gobin:$$PATH"
 
-.PHONY: all deps tools build unit e2e sanitize fuzz test demo bench bench-slice bench-inplace chaos chaos-selftest format crd image clean notice-demo notice-test
+.PHONY: all deps tools build unit e2e e2e-dev sanitize fuzz test demo bench bench-slice bench-inplace chaos chaos-selftest format crd image clean notice-demo notice-test
 
 all: build
 
@@ -46,7 +51,11 @@ unit: build
 	$(CTEST) -L unit -j $(JOBS)
 
 e2e: build tools
-	@$(WITH_GO) $(CTEST) -L e2e
+	@$(WITH_GO) bash scripts/e2e.sh $(BUILD_DIR)
+
+E2E ?=
+e2e-dev: build tools
+	@$(WITH_GO) bash scripts/e2e-dev.sh $(BUILD_DIR) '$(E2E)'
 
 sanitize: deps
 	@bash scripts/sanitize.sh address
@@ -60,7 +69,7 @@ fuzz: deps
 notice-demo notice-test:
 	@bash scripts/first-run-notice.sh $(@:notice-%=%)
 
-test: notice-test build tools
+test: notice-test
 	@bash scripts/run-tests.sh $(BUILD_DIR)
 
 demo: notice-demo build tools

@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -45,7 +47,25 @@ inline std::string Trim(std::string s) {
   return s;
 }
 
+// The shard a test runs on, when ctest allocated it one: the id of its resource "cluster"
+// (CTEST_RESOURCE_GROUP_0_CLUSTER is "id:K,slots:1"; e2e/lib/shards.sh writes the
+// specification); 0 otherwise.
+inline int ShardId() {
+  const char* type = std::getenv("CTEST_RESOURCE_GROUP_0");
+  const char* allocation = std::getenv("CTEST_RESOURCE_GROUP_0_CLUSTER");
+  if (type == nullptr || std::string(type) != "cluster" || allocation == nullptr) return 0;
+  const std::string text = allocation;
+  const size_t at = text.find("id:");
+  return at == std::string::npos ? 0 : std::atoi(text.c_str() + at + 3);
+}
+
+// The control plane's directory: shard K of $TPUJOB_E2E_SHARD_ROOT when ctest gave the test
+// shard K, else $TPUJOB_E2E_DIR (default /tmp/tpujob-e2e).
 inline std::string ClusterDir() {
+  const char* root = std::getenv("TPUJOB_E2E_SHARD_ROOT");
+  if (const int shard = ShardId(); shard > 0 && root != nullptr) {
+    return std::string(root) + "/shard-" + std::to_string(shard);
+  }
   const char* dir = std::getenv("TPUJOB_E2E_DIR");
   return dir != nullptr ? dir : "/tmp/tpujob-e2e";
 }
@@ -85,15 +105,26 @@ inline kube::Config AdminConfig() {
   return config.value_or(kube::Config{});
 }
 
+// Eventually's default pause between two polls: 50 ms at first, half as long again after each
+// poll, up to 250 ms. Most conditions run kubectl (about 60 ms of CPU a call), and the end-to-end
+// shards share two cores: a wait of many seconds polls about 4 times a second instead of 20,
+// while a condition that holds soon is still seen within a few tens of milliseconds.
+inline constexpr std::chrono::milliseconds kFirstPollPause{50};
+inline constexpr std::chrono::milliseconds kLongestPollPause{250};
+
 // Polls `condition` until it holds or `timeout` passes; returns whether it held. For waiting on
-// another process (the API server, the operator), where no notification exists.
+// another process (the API server, the operator), where no notification exists. Without
+// `interval`, the pause between polls grows from kFirstPollPause to kLongestPollPause; with it,
+// every pause is `interval`.
 inline bool Eventually(const std::function<bool()>& condition,
                        std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                       std::chrono::milliseconds interval = std::chrono::milliseconds(50)) {
+                       std::optional<std::chrono::milliseconds> interval = std::nullopt) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::chrono::milliseconds pause = interval.value_or(kFirstPollPause);
   while (std::chrono::steady_clock::now() < deadline) {
     if (condition()) return true;
-    std::this_thread::sleep_for(interval);
+    std::this_thread::sleep_for(pause);
+    if (!interval) pause = std::min(kLongestPollPause, pause * 3 / 2);
   }
   return condition();
 }

@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -25,11 +24,9 @@
 namespace tpujob::e2e {
 namespace {
 
-// The manager cluster's directory: beside the suite's cluster, with a name that does not
-// contain that cluster's directory (e2e/cluster down stops every process that mentions it).
-std::string ManagerDir() {
-  return (std::filesystem::path(ClusterDir()).parent_path() / "e2e-manager").string();
-}
+// The manager cluster's directory: beside the test's own cluster (one per shard), as DIR-manager,
+// which no process of DIR mentions as DIR or DIR/... (e2e/cluster down stops those).
+std::string ManagerDir() { return ClusterDir() + "-manager"; }
 
 class MultiKueueE2E : public ::testing::Test {
  protected:

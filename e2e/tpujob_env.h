@@ -164,8 +164,7 @@ inline ::testing::AssertionResult JobFieldBecomes(
     const std::string& ns, const std::string& job, const std::string& jsonpath,
     const std::string& want, std::chrono::seconds timeout = std::chrono::seconds(30)) {
   std::string last;
-  if (Eventually([&] { return (last = JobField(ns, job, jsonpath)) == want; }, timeout,
-                 std::chrono::milliseconds(100))) {
+  if (Eventually([&] { return (last = JobField(ns, job, jsonpath)) == want; }, timeout)) {
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure()

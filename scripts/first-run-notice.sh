@@ -14,15 +14,17 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
     cat >&2 <<MSG
 [make $1] First run on this machine: the pinned control plane (etcd, kube-apiserver,
 [make $1] kube-controller-manager, kube-scheduler, kubectl, KWOK, Helm) is built from the Go
-[make $1] module proxy into ${dest%/bin}. That takes about 15-40 minutes on 2 cores,
-[make $1] then about 8 minutes to compile the operator and its tests; each step is printed
-[make $1] with the time elapsed. Later runs reuse both and start in seconds.
+[make $1] module proxy into ${dest%/bin}, beside the first compile of the operator
+[make $1] and its tests (through ccache, into ~/.cache/tpujob-operator/ccache). Together
+[make $1] that takes about 25 minutes on 2 cores; each step is printed with the time elapsed.
+[make $1] Later runs, in this clone or another, reuse both and start in seconds.
 MSG
     if [[ $1 == test ]]; then
       cat >&2 <<MSG
-[make test] While the end-to-end tests run, the real node's kubelet, kube-proxy and CoreDNS
-[make test] (a few minutes) and the project image (scripts/build-image.sh, about 4 minutes)
-[make test] are built in the background too, for the real-node tests at the end.
+[make test] Kueue and the real node's kubelet, kube-proxy and CoreDNS are built after the
+[make test] control plane, the sanitizer and fuzz builds after the operator, the project image
+[make test] (scripts/build-image.sh) before the end-to-end tests: docs/testing.md says how long
+[make test] each part takes.
 MSG
     fi
     exit 0

@@ -1,92 +1,118 @@
 #!/usr/bin/env bash
-# Runs the unit tests, then the end-to-end tests on a real local control plane, then the unit
-# tests under sanitizers (scripts/sanitize.sh) and each fuzz target for FUZZ_SECONDS (default 30,
-# scripts/fuzz.sh), and prints the totals. Exit status is non-zero if anything failed.
+# `make test`: every step from a fresh machine to the verdict, and a table of where the time went.
 #
-# The sanitizer and fuzz builds compile while the end-to-end tests run, at the lowest CPU
-# priority (nice 19): they use the cycles the control plane leaves idle and do not slow it.
+#   1. packages        scripts/install-deps.sh (nothing to do when every package is there)
+#   2. tools | build   the Go tools (control plane, Kueue, the real node's; e2e/tools/*, cached
+#                      outside the repository) in the background, beside the C++ build (ccache)
+#   3. unit            the unit tests
+#   4. sanitizer and fuzz builds, the image: compiled while the Go tools finish, before the
+#                      end-to-end tests (through ccache: seconds when nothing changed)
+#   5. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS)
+#   6. sanitizers, fuzz  the unit tests under ASan+UBSan and TSan, each fuzz target for
+#                      FUZZ_SECONDS (default 30)
+# Then the table (scripts/test-report.py): each step's wall time, each shard's, the 15 slowest
+# tests, and the counts. Exit status is non-zero if anything failed.
+#
 # TPUJOB_SKIP_SANITIZERS=1 leaves out sanitizers and fuzzing (a quick local run).
 set -uo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
-# A Go new enough for the Go tools the tests build when they are not cached (Kueue below, the
-# control plane under e2e/cluster): the bin directory scripts/install-go.sh prints goes first.
-PATH="$(bash "$root/scripts/install-go.sh"):$PATH" || exit 1
-log=$(mktemp -d)
+cd "$root" || exit 1
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+log=$build/test-logs
+rm -rf "$log"
+mkdir -p "$log"
+phases=$log/phases.tsv
 background=
-cleanup() {
-  [[ -n $background ]] && kill -- -"$background" 2>/dev/null
-  rm -rf "$log"
-}
+cleanup() { [[ -n $background ]] && kill -- -"$background" 2>/dev/null; }
 trap cleanup EXIT
 start=$SECONDS
 phase() { echo "[make test] $* (at $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s)" >&2; }
+# timed NAME COMMAND...: runs COMMAND and records its wall time as step NAME.
+timed() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  "$@"
+  rc=$?
+  printf '%s\t%d\t%s\n' "$name" $((SECONDS - t0)) "$([[ $rc == 0 ]] && echo ok || echo FAILED)" >>"$phases"
+  return $rc
+}
 sanitizers=$([[ ${TPUJOB_SKIP_SANITIZERS:-0} == 1 ]] && echo 0 || echo 1)
+jobs=${JOBS:-$(nproc)}
 
-phase "unit tests"
-ctest --test-dir "$build" --output-on-failure -L unit -j "$(nproc)" 2>&1 | tee "$log/unit"
-unit_rc=${PIPESTATUS[0]}
+phase "packages"
+timed packages bash scripts/install-deps.sh || exit 1
+# A Go new enough for the Go tools: the bin directory scripts/install-go.sh prints goes first.
+gobin=$(bash scripts/install-go.sh) || exit 1
+PATH="$gobin:$PATH"
 
-# The Kueue controller manager the Kueue end-to-end tests start (e2e/tools/kueue/build.sh; at
-# once when cached) is built first, in the background with the sanitizer and fuzz builds; if
-# the Kueue tests come before it is done, their `e2e/cluster up --with-kueue` waits for it. The
-# real node's tools and the project image follow, before the sanitizer builds: the real-node
-# tests run last and wait for them.
-if ((sanitizers)); then
-  phase "compiling Kueue, the sanitizer and fuzz builds in the background (nice 19)"
-else
-  phase "compiling Kueue in the background (nice 19)"
-fi
+phase "the Go tools in the background, beside the C++ build"
 set -m
 (
   export TPUJOB_BUILD_ONLY=1
-  nice -n 19 bash "$root/e2e/tools/kueue/build.sh" >/dev/null ||
-    echo "[make test] building Kueue failed; the Kueue tests will build it again and say why"
-  # The real node's kubelet, kube-proxy, CoreDNS and images, and the project image from the
-  # Dockerfile, for the real-node tests at the end of the end-to-end tests (which wait for them).
-  nice -n 19 bash "$root/e2e/tools/node/build.sh" >/dev/null ||
-    echo "[make test] building the real node's tools failed; the real-node tests will say why"
-  BUILD_DIR=$build nice -n 19 bash "$root/scripts/build-image.sh" >/dev/null ||
-    echo "[make test] building the image failed; the real-node tests will build it again and say why"
-  ((sanitizers)) || exit 0
-  nice -n 19 bash "$root/scripts/sanitize.sh" address &&
-    nice -n 19 bash "$root/scripts/sanitize.sh" thread &&
-    nice -n 19 bash "$root/scripts/fuzz.sh"
-) >"$log/prebuild" 2>&1 &
+  timed tools-control-plane bash e2e/tools/build.sh >/dev/null &&
+    timed tools-kueue bash e2e/tools/kueue/build.sh >/dev/null &&
+    timed tools-real-node bash e2e/tools/node/build.sh >/dev/null
+) >"$log/tools" 2>&1 &
 background=$!
 set +m
 
-phase "end-to-end tests"
-ctest --test-dir "$build" --output-on-failure -L e2e 2>&1 | tee "$log/e2e"
+build_default() {
+  { [[ -f $build/build.ninja ]] || cmake -S "$root" -B "$build" -G Ninja >/dev/null; } &&
+    cmake --build "$build" -j "$jobs"
+}
+phase "the C++ build"
+if ! timed build build_default >"$log/build" 2>&1; then
+  tail -n 60 "$log/build" >&2
+  phase "the build failed (log: $log/build)"
+  exit 1
+fi
+ccache_stats() { ccache --dir "${CCACHE_DIR:-$HOME/.cache/tpujob-operator/ccache}" --print-stats 2>/dev/null; }
+
+phase "unit tests"
+timed unit ctest --test-dir "$build" --output-on-failure -L unit -j "$jobs" 2>&1 | tee "$log/unit"
+unit_rc=${PIPESTATUS[0]}
+
+if ((sanitizers)); then
+  phase "the sanitizer and fuzz builds"
+  TPUJOB_BUILD_ONLY=1 timed build-asan bash scripts/sanitize.sh address || true
+  TPUJOB_BUILD_ONLY=1 timed build-tsan bash scripts/sanitize.sh thread || true
+  TPUJOB_BUILD_ONLY=1 timed build-fuzz bash scripts/fuzz.sh || true
+fi
+
+phase "waiting for the Go tools"
+timed wait-tools wait "$background"
+tools_rc=$?
+background=
+cat "$log/tools" >&2
+((tools_rc == 0)) || phase "building the Go tools failed; the end-to-end tests will say why"
+phase "the image, for the real node"
+BUILD_DIR=$build timed image bash scripts/build-image.sh >"$log/image" 2>&1 ||
+  { tail -n 30 "$log/image" >&2; phase "building the image failed; the real-node tests will build it again and say why"; }
+
+phase "end-to-end tests (${TPUJOB_E2E_SHARDS:-3} shards)"
+timed e2e bash scripts/e2e.sh "$build" 2>&1 | tee "$log/e2e"
 e2e_rc=${PIPESTATUS[0]}
 
 san_rc=0 fuzz_rc=0
 if ((sanitizers)); then
-  phase "waiting for the sanitizer and fuzz builds"
-  wait "$background"
-  background=
-  cat "$log/prebuild" >&2
   phase "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-  bash "$root/scripts/sanitize.sh" address || san_rc=1
+  timed asan bash scripts/sanitize.sh address || san_rc=1
   phase "threaded unit tests under ThreadSanitizer"
-  bash "$root/scripts/sanitize.sh" thread || san_rc=1
+  timed tsan bash scripts/sanitize.sh thread || san_rc=1
   phase "fuzzing, ${FUZZ_SECONDS:-30} s per target"
-  bash "$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-30}" || fuzz_rc=1
+  timed fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || fuzz_rc=1
 fi
 
-count() {  # count FILE: "passed failed" from ctest's summary line
-  sed -nE 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1 \2/p' "$1" | tail -1 |
-    awk '{print $2 - $1, $1}'
-}
-read -r unit_pass unit_fail < <(count "$log/unit")
-read -r e2e_pass e2e_fail < <(count "$log/e2e")
-echo
-echo "unit: ${unit_pass:-0} passed, ${unit_fail:-0} failed"
-echo "e2e: ${e2e_pass:-0} passed, ${e2e_fail:-0} failed"
+ccache_stats >"$log/ccache"
+printf 'total\t%d\t\n' $((SECONDS - start)) >>"$phases"
+verdicts=()
 if ((sanitizers)); then
-  echo "sanitizers: $([[ $san_rc == 0 ]] && echo clean || echo FAILED)"
-  echo "fuzzing: $([[ $fuzz_rc == 0 ]] && echo no findings || echo FAILED)"
+  verdicts=(--sanitizers "$([[ $san_rc == 0 ]] && echo clean || echo FAILED)"
+    --fuzz "$([[ $fuzz_rc == 0 ]] && echo 'no findings' || echo FAILED)")
 fi
-echo "total: $(( ${unit_pass:-0} + ${e2e_pass:-0} )) passed, $(( ${unit_fail:-0} + ${e2e_fail:-0} )) failed"
-echo "make test took $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s"
+python3 scripts/test-report.py --phases "$phases" --unit "$log/unit" --e2e "$log/e2e" \
+  --timings "$build/e2e-timings.tsv" --junit "$build/e2e-junit.xml" --ccache "$log/ccache" \
+  "${verdicts[@]}"
 [[ $unit_rc == 0 && $e2e_rc == 0 && $san_rc == 0 && $fuzz_rc == 0 ]]
