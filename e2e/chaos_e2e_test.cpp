@@ -208,6 +208,7 @@ class ChaosE2E : public ::testing::Test {
   static void SetUpTestSuite() { InstallCrd(); }
 };
 
+// Over 60 s by design: the campaign runs TPUJOB_CHAOS_SECONDS (120 s), then settles and checks.
 TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   const uint64_t seed = EnvNumber("TPUJOB_CHAOS_SEED", 1);
   const int seconds = static_cast<int>(EnvNumber("TPUJOB_CHAOS_SECONDS", 120));

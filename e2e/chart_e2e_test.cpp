@@ -840,7 +840,9 @@ bool LimitNodeVerbs(const std::string& ops, const std::vector<std::string>& verb
 // A chip kill on a node the operator's node watch no longer sees: the chart's operator runs with
 // only `node_verbs` on nodes (list and watch taken away once the job runs), the worker exits 1
 // and the node agent flags the node. The exit is attributed to the node by a read, and the job
-// is re-issued; `then` checks the rest with the jobs' namespace, the node and the operator.
+// is re-issued; `then` checks the rest with the jobs' namespace, the node and the operator. The
+// read comes at the end of the job's fault attribution window (8 s rather than the default 30),
+// well after the condition, which is written right after the exit.
 void ChipKillBehindABrokenNodeWatch(
     const std::vector<std::string>& node_verbs,
     const std::function<void(const std::string&, const std::string&, const ChartOperator&)>& then) {
@@ -865,7 +867,7 @@ void ChipKillBehindABrokenNodeWatch(
       << op.Log();
   ASSERT_EQ(ApplyYaml(jobs.name(),
                       JobYaml("st", 2, "2x4",
-                              "  faultTolerance: {maxJobRetries: 1, faultAttributionSeconds: 15}\n",
+                              "  faultTolerance: {maxJobRetries: 1, faultAttributionSeconds: 8}\n",
                               false, "", "tpu-" + prefix))
                 .exit_code,
             0);

@@ -188,14 +188,14 @@ TEST_F(JobControlE2E, ActiveDeadlineFailsTheJobAfterItsSeconds) {
   const std::string n = ns.name();
   OperatorProcess op({"--namespace", n});
   const auto created = Clock::now();
-  ASSERT_EQ(ApplyYaml(n, Job("bounded", "  activeDeadlineSeconds: 10\n")).exit_code, 0);
+  ASSERT_EQ(ApplyYaml(n, Job("bounded", "  activeDeadlineSeconds: 5\n")).exit_code, 0);
   ASSERT_TRUE(JobFieldBecomes(n, "bounded", "{.status.phase}", "Running")) << op.Log();
   ASSERT_TRUE(JobFieldBecomes(n, "bounded", "{.status.phase}", "Failed", std::chrono::seconds(20)))
       << op.Log();
   const double after = SecondsSince(created);
   std::cout << "Failed seen " << after << " s after the job was created\n";
-  EXPECT_GE(after, 10.0);
-  EXPECT_LE(after, 12.0);  // within 10-11 s of the admission, plus the time to see it
+  EXPECT_GE(after, 5.0);
+  EXPECT_LE(after, 7.0);  // within 5-6 s of the admission, plus the time to see it
   EXPECT_EQ(JobField(n, "bounded", "{.status.conditions[?(@.type==\"Failed\")].reason}"),
             "DeadlineExceeded");
   EXPECT_TRUE(PodsGone(n, "bounded"));

@@ -90,6 +90,7 @@ class ReliabilityE2E : public ::testing::Test {
   std::string accelerator_;
 };
 
+// Over 60 s by design: the outage is 120 s long, then up to the 50 s watch idle timeout.
 TEST_F(ReliabilityE2E, AFaultDuringABlackholeIsActedOnWithinTheWatchIdleTimeoutAfterIt) {
   const int blackhole_seconds = EnvSeconds("TPUJOB_E2E_BLACKHOLE_SECONDS", 120);
   const int idle_timeout = EnvSeconds("TPUJOB_E2E_WATCH_IDLE_TIMEOUT", 50);
@@ -473,6 +474,7 @@ class CrashAtEveryWriteE2E : public ReliabilityE2E {
   }
 };
 
+// Over 60 s by design: one whole job life (nodes, re-issue, success) per write of a clean life.
 TEST_F(CrashAtEveryWriteE2E, TheJobConvergesToTheSameEndWhateverWriteTheOperatorDiedAfter) {
   const Outcome clean = Life(0);
   ASSERT_FALSE(clean.status.empty());
