@@ -351,7 +351,11 @@ EOF
   local i
   for ((i = 0; i < 200; i++)); do
     [[ $(tr '\0' ' ' <"/proc/$ns_pid/cmdline" 2>/dev/null) == "$REAL_DIR/mount-namespace "* ]] && break
-    running mount-namespace || fail_component mount-namespace "could not make the node's mounts"
+    # Gone, or exited and not yet reaped. Not `running`: while unshare and bash exec the next
+    # program, the command line reads empty for a moment, longer on a loaded machine.
+    if ! kill -0 "$ns_pid" 2>/dev/null || [[ $(cut -d' ' -f3 "/proc/$ns_pid/stat" 2>/dev/null) == Z ]]; then
+      fail_component mount-namespace "could not make the node's mounts"
+    fi
     sleep 0.05
   done
   ((i < 200)) || fail_component mount-namespace "timed out making the node's mounts"
