@@ -47,6 +47,10 @@ timed packages bash scripts/install-deps.sh || exit 1
 gobin=$(bash scripts/install-go.sh) || exit 1
 PATH="$gobin:$PATH"
 
+# The cache's statistics count from here, for the table's hit rate of this run.
+ccache_dir=${CCACHE_DIR:-$HOME/.cache/tpujob-operator/ccache}
+ccache --dir "$ccache_dir" --zero-stats >/dev/null 2>&1 || true
+
 phase "the Go tools in the background, beside the C++ build"
 set -m
 (
@@ -68,7 +72,6 @@ if ! timed build build_default >"$log/build" 2>&1; then
   phase "the build failed (log: $log/build)"
   exit 1
 fi
-ccache_stats() { ccache --dir "${CCACHE_DIR:-$HOME/.cache/tpujob-operator/ccache}" --print-stats 2>/dev/null; }
 
 phase "unit tests"
 timed unit ctest --test-dir "$build" --output-on-failure -L unit -j "$jobs" 2>&1 | tee "$log/unit"
@@ -105,7 +108,7 @@ if ((sanitizers)); then
   timed fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || fuzz_rc=1
 fi
 
-ccache_stats >"$log/ccache"
+ccache --dir "$ccache_dir" --show-stats >"$log/ccache" 2>/dev/null || true
 printf 'total\t%d\t\n' $((SECONDS - start)) >>"$phases"
 verdicts=()
 if ((sanitizers)); then

@@ -7,7 +7,7 @@ Reads what the run left behind:
                    gtest test (e2e/lib/test_timings.cpp)
   --junit FILE     ctest's JUnit report of the end-to-end run (every ctest test and its time)
   --unit FILE, --e2e FILE   ctest's output, for the pass/fail counts ("N tests failed out of M")
-  --ccache FILE    `ccache --print-stats`, for the hit rate
+  --ccache FILE    `ccache --show-stats`, for the hit rate
 and prints each step's wall time, each shard's wall and busy time, the 15 slowest tests, and the
 counts, ending with the line "total: N passed, M failed".
 
