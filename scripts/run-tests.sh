@@ -8,8 +8,8 @@
 #   4. sanitizer and fuzz builds, the image: compiled while the Go tools finish, before the
 #                      end-to-end tests (through ccache: seconds when nothing changed)
 #   5. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS)
-#   6. sanitizers, fuzz  the unit tests under ASan+UBSan and TSan, each fuzz target for
-#                      FUZZ_SECONDS (default 30)
+#   6. sanitizers, fuzz  the unit tests under ASan+UBSan, then TSan, beside each fuzz target
+#                      for FUZZ_SECONDS (default 30)
 # Then the table (scripts/test-report.py): each step's wall time, each shard's, the 15 slowest
 # tests, and the counts. Exit status is non-zero if anything failed.
 #
@@ -100,12 +100,18 @@ e2e_rc=${PIPESTATUS[0]}
 
 san_rc=0 fuzz_rc=0
 if ((sanitizers)); then
-  phase "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-  timed asan bash scripts/sanitize.sh address || san_rc=1
-  phase "threaded unit tests under ThreadSanitizer"
-  timed tsan bash scripts/sanitize.sh thread || san_rc=1
-  phase "fuzzing, ${FUZZ_SECONDS:-30} s per target"
+  # Fuzzing runs for a fixed time per target, on one core: the sanitizer runs take the other.
+  phase "the unit tests under ASan+UBSan, then the threaded ones under TSan, beside fuzzing (${FUZZ_SECONDS:-30} s per target)"
+  (
+    rc=0
+    timed asan bash scripts/sanitize.sh address || rc=1
+    timed tsan bash scripts/sanitize.sh thread || rc=1
+    exit $rc
+  ) >"$log/sanitizers" 2>&1 &
+  sanitizer_pid=$!
   timed fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || fuzz_rc=1
+  wait "$sanitizer_pid" || san_rc=1
+  cat "$log/sanitizers" >&2
 fi
 
 ccache --dir "$ccache_dir" --show-stats >"$log/ccache" 2>/dev/null || true
