@@ -226,6 +226,8 @@ class ApfE2E : public ::testing::Test {
   std::string binding_;
 };
 
+// Over 60 s by design: the 64 creations go through a one-seat priority level that rejects, and
+// every retry waits out the Retry-After the API server sent.
 TEST_F(ApfE2E, RealApfRejectionsDuringA64WorkerCreationHonourRetryAfterAndLoseNothing) {
   constexpr int kWorkers = 64;
   TestNamespace ns("apf");

@@ -477,7 +477,8 @@ TEST_F(LeaderElectionE2E, SigtermReleasesTheLeaseAndTheStandbyTakesOverAtOnce) {
 // (it serves a second or two later); the lease duration is 20 s, so it is back before the standby
 // may take the Lease over: a leader that kept going past its deadline would find its Lease still
 // its own and carry on writing. A client-side limit of 20 requests/s stretches the 64 creations
-// over about three seconds, so the outage lands while they are being sent.
+// over about three seconds, so the outage lands while they are being sent. Over 60 s for that:
+// the gang, the 9 s outage, the API server's restart and the 20 s lease that must run out.
 TEST_F(LeaderElectionE2E, ApiServerDownPastTheRenewDeadlineLeaderStopsOnTimeAndNoPodIsMadeTwice) {
   ASSERT_TRUE(std::ifstream(AuditLogPath()).good())
       << AuditLogPath() << " is missing: the cluster predates audit logging; run e2e/cluster "

@@ -303,7 +303,8 @@ TEST_F(MultiKueueE2E, DeletingTheManagersJobDeletesTheCopyAndItsPodsInTheWorker)
 // its copy in the worker, whose pods stop with the job's 5 s grace period; once the copied status
 // shows it stopped, the manager's operator gives the quota back, MultiKueue deletes the copy, and
 // the manager's job reads Queued with Kueue's reason. The higher job runs in the worker; once it
-// is gone, the lower one is dispatched and runs again.
+// is gone, the lower one is dispatched and runs again. Over 60 s for that: two jobs' lives in
+// turn across two control planes, MultiKueue's copies between them and the 5 s grace.
 TEST_F(MultiKueueE2E, KueuePreemptsInTheManagerTheCopyStopsInTheWorkerAndRunsAgainLater) {
   TestNamespace ns("mk-preempt");
   SetUpQueues(ns.name());

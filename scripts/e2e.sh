@@ -8,8 +8,8 @@
 #   scripts/e2e.sh [BUILD_DIR] [CTEST_ARGS...]     e.g. scripts/e2e.sh build -R 'QueueE2E'
 #
 # Environment:
-#   TPUJOB_E2E_SHARDS      how many control planes (default 3: on 2 cores, 3 finished the suite
-#                          first of 1-4; docs/testing.md has the figures)
+#   TPUJOB_E2E_SHARDS      how many control planes (default 3, which keeps both cores of this
+#                          project's machines busy; docs/testing.md has the figures)
 #   TPUJOB_E2E_SAVE_COSTS  1: after a green run of the whole suite, write each test's time into
 #                          e2e/test-costs.txt (the order a new build directory starts them in)
 #
