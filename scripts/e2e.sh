@@ -30,13 +30,33 @@ shards=${TPUJOB_E2E_SHARDS:-3}
 spec=$build/e2e-resources.json
 bash "$root/e2e/lib/shards.sh" spec "$spec" "$shards" || exit 1
 # ctest starts the tests it knows to be long first (its cost data, kept in the build
-# directory). A new build directory gets the committed figures (e2e/test-costs.txt) instead, so
-# that a clean clone does not start the longest test last.
+# directory: "NAME RUNS SECONDS" lines, then "---" and the tests that failed last). The tests it
+# has no figure for yet (a new build directory, where only the unit tests ran) get the committed
+# ones (e2e/test-costs.txt), so that a clean clone does not start the longest test last.
 costs=$build/Testing/Temporary/CTestCostData.txt
-if [[ ! -s $costs ]]; then
-  mkdir -p "$(dirname "$costs")"
-  cp "$root/e2e/test-costs.txt" "$costs"
-fi
+mkdir -p "$(dirname "$costs")"
+python3 - "$costs" "$root/e2e/test-costs.txt" <<'PY' || exit 1
+import os, sys
+path, committed = sys.argv[1], sys.argv[2]
+def read(p):
+    known, failed, section = {}, [], "costs"
+    if os.path.exists(p):
+        for line in open(p, encoding="utf-8").read().splitlines():
+            if line == "---":
+                section = "failed"
+            elif section == "failed":
+                failed.append(line)
+            elif line.strip():
+                known[line.rsplit(" ", 2)[0]] = line
+    return known, failed
+known, failed = read(path)
+for name, line in read(committed)[0].items():
+    known.setdefault(name, line)
+with open(path + ".tmp", "w", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in known.values()) + "---\n")
+    f.write("".join(line + "\n" for line in failed))
+os.replace(path + ".tmp", path)
+PY
 export TPUJOB_E2E_SHARDS=$shards
 export TPUJOB_E2E_TIMINGS=$build/e2e-timings.tsv
 rm -f "$TPUJOB_E2E_TIMINGS"
