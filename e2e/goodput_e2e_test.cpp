@@ -206,7 +206,10 @@ class GoodputE2E : public ::testing::Test {
     // moments, and the operator takes a moment to see each fault), the restart and the re-issue
     // as long as they took.
     EXPECT_NEAR(Number(lost, "queued"), capacity - created, 1.0);
-    EXPECT_NEAR(Number(lost, "queued"), starting1 - created, 1.0);
+    // Starting as this test's watch saw it: never before the cluster had it, and on a loaded
+    // machine a second or more after (kubectl's start-up before the creation, the watch's own
+    // delay after the admission), so it bounds the queued time from above only.
+    EXPECT_LE(Number(lost, "queued"), starting1 - created + 1.0);
     const double scripted_running = (fault1 - running1) + (fault2 - running2) + (exited - running3);
     EXPECT_GE(scripted_running, 20.0);
     EXPECT_NEAR(Number(g, "productiveSeconds"), scripted_running, 1.0);
