@@ -31,6 +31,19 @@ inline constexpr int kDefaultPollMs = 100;
 // Set for the program: the generation it runs.
 inline constexpr char kGenerationEnv[] = "TPUJOB_GENERATION";
 
+// The termination message the supervisor keeps up to date, which the operator reads back
+// (policy/pod_observation.h): {"state":"running","generation":3[,"exit":0][,"next":4][,...]}.
+inline constexpr char kReportState[] = "state";
+inline constexpr char kReportGeneration[] = "generation";
+inline constexpr char kReportExit[] = "exit";
+// The states it reports.
+inline constexpr char kStateBarrier[] = "barrier";        // waits for the barrier to open
+inline constexpr char kStateRunning[] = "running";        // the program runs
+inline constexpr char kStateExited[] = "exited";          // the program exited by itself
+inline constexpr char kStateStopped[] = "stopped";        // stopped on a stop order
+inline constexpr char kStateTerminated[] = "terminated";  // the kubelet sent SIGTERM
+inline constexpr char kStateError[] = "error";            // the program could not be started
+
 // The supervisor's exit code after a stop order or a SIGTERM with no program running
 // (128 + SIGTERM).
 inline constexpr int kStoppedExitCode = 143;

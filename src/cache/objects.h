@@ -28,6 +28,10 @@
 #include "cache/intern.h"
 #include "kube/error.h"
 
+// The supervisor is built without the operator's libraries, outside src/; its protocol is
+// constants only.
+#include "../../supervisor/protocol.h"
+
 namespace tpujob::cache {
 
 using Json = nlohmann::json;
@@ -38,11 +42,11 @@ inline constexpr std::string_view kTpuResource = "google.com/tpu";
 inline constexpr std::string_view kOperatorAnnotationPrefix = "tpujob.dev/";
 // The label every pod of a TPUJob carries, valued with the job's name.
 inline constexpr std::string_view kJobNameLabel = "tpujob.dev/job-name";
-// In-place restart (policy/inplace.h): the program generation a pod is to run (a higher one than
+// In-place restart (policy/in_place.h): the program generation a pod is to run (a higher one than
 // it runs stops its program) and the generation whose barrier is open (its program may start).
-// The supervisor reads both through a downward API file; supervisor/protocol.h names the same.
-inline constexpr std::string_view kGenerationAnnotation = "tpujob.dev/generation";
-inline constexpr std::string_view kBarrierAnnotation = "tpujob.dev/barrier";
+// The supervisor reads both through a downward API file; the names are those of its protocol.
+inline constexpr std::string_view kGenerationAnnotation = supervisor::kGenerationAnnotation;
+inline constexpr std::string_view kBarrierAnnotation = supervisor::kBarrierAnnotation;
 
 // A small map of interned strings sorted by key, for labels and annotations. Lookups are
 // binary searches; objects carry tens of entries at most.
