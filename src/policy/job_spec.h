@@ -114,8 +114,8 @@ struct TpuSpec {
   // its own, joined over the data-center network (multislice). 1: a single slice, as before.
   int32_t slices = 1;
   // The workers use a high-speed network (RDMA, multi-NIC); its libraries need locked memory
-  // and many open files, so pre-flight checks the ulimits (the source requirements check them
-  // only for such jobs).
+  // and many open files, so pre-flight checks the ulimits, for such jobs only (docs/api.md,
+  // tpu.highSpeedNetwork).
   bool high_speed_network = false;
   // The product of the topology's dimensions: chips in the slice.
   int64_t TopologyChips() const;
