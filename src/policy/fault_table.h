@@ -3,20 +3,21 @@
 // .action) are the names below and never change: readers (kubectl tpujob, dashboards, the
 // operator's metrics) match on them.
 //
-// Treatment of a kind (kFaultKinds), the columns of docs/architecture.md's fault table:
+// Treatment of a kind (kFaultKinds), as docs/architecture.md describes it rule by rule ("Faults,
+// in the order the policy checks them"):
 //   1. uses_retry  a re-issue for it counts against spec.faultTolerance.maxJobRetries; a
 //                  disruption (maintenance, preemption) does not.
 //   2. grace       the grace period the pods of the attempt it ends are deleted with: their own
-//                  terminationGracePeriodSeconds, or spec.faultTolerance.maintenanceGracePeriod
-//                  Seconds so that the program can checkpoint.
+//                  terminationGracePeriodSeconds, or faultTolerance.maintenanceGracePeriodSeconds
+//                  so that the program can checkpoint.
 //   3. cordon      whether the node at fault is cordoned (spec.faultTolerance.cordonFaultyNodes
 //                  and the Cordoner's safety rules still apply): the node the fault names, which
 //                  a re-issued attempt cordons again if the first cordon was lost, or the nodes
 //                  the pre-flight reports blame.
 //
 // Treatment of an action (kFaultActions):
-//   1. restarts_worker  a worker's program or pod was restarted within the attempt
-//                       (tpujob_job_restarts_total counts exactly these).
+//   1. restarts_worker  a worker's program or pod was restarted within the attempt (what
+//                       tpujob_job_restarts_total is to count: RestartsWorker).
 //   2. reissues_job     the attempt ended for a fault and the job, or one slice of it, queues
 //                       again first (not a preemption, after which it queues by priority).
 //   3. fails_job        the job ended Failed.
