@@ -14,29 +14,22 @@
 //
 // The queue order and the reasons are the operator's own: the position it wrote to
 // status.queuePosition with the order of src/policy/queue.h (re-issued first, then priority,
-// then time queued) and the message of the Admitted condition. The rendering functions are pure
-// (objects and `now` in, text out) so they are tested without a cluster.
+// then time queued) and the message of the Admitted condition.
+//
+// The pieces: plugin_subcommands.h, the table of subcommands and flags that both the command
+// line (CLI11) and completion are built from; kubectl_plugin.cpp, one options struct and one
+// function per subcommand; plugin_render.h, the texts of list and describe (pure);
+// plugin_follow.h, following a job and its logs over time; plugin_commands.h, the other
+// decisions (pure).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "base/clock.h"
-
 namespace tpujob::plugin {
 
-// The table of `list`: waiting jobs first in queue order, then the others by namespace and name.
-std::string RenderList(const std::vector<nlohmann::json>& jobs, WallTime now, bool all_namespaces);
-
-// The text of `describe` for one job and its pods.
-std::string RenderDescribe(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
-                           WallTime now);
-
-// "3m12s", "2h5m", "4d1h": the age from an RFC 3339 time to `now`; "<unknown>" if unparsable.
-std::string Age(const std::string& rfc3339, WallTime now);
-
-// Runs the plugin with kubectl's arguments (argv[0] is the program name); returns the exit code.
+// Runs the plugin with kubectl's arguments (argv[0] is the program name); returns the exit code:
+// 0, 1 for a usage error or a failure, 2 for `wait --timeout`; --help exits 0.
 int Run(int argc, char** argv);
 
 // Answers a shell's or kubectl's completion request for `words` (the arguments typed so far, the

@@ -1,12 +1,15 @@
-// `tpujob-operator node-agent`: the periodic hardware check of a node (DESIGN.md section 1, the
-// second check of the fault-tolerance source; docs/node-agent.md).
+// The node agent: the loop of `tpujob-operator node-agent` that checks one node's hardware every
+// interval and writes the verdict into a node condition. It is the second of the operator's two
+// hardware checks, the periodic one of the nodes; the first is the pre-flight check in every
+// worker before the program starts (docs/preflight.md). docs/node-agent.md describes both the
+// agent and how to deploy it.
 //
-// One agent runs on every TPU node (a DaemonSet in the Helm chart). Every --interval it counts
-// the node's TPU device nodes (and, when asked, the root disk and the ulimits), reusing the
-// pre-flight checks, and writes the result into a node condition (default TPUUnhealthy, the
-// operator's default hardware condition) with a strategic merge patch of the node's status
-// subresource, as node-problem-detector does. The operator then treats the node as unhealthy:
-// it cordons it and re-issues the jobs that run there.
+// One agent runs on every TPU node (a DaemonSet in the Helm chart). Every --interval it runs a
+// round (node_agent_round.h: the node's TPU device nodes and, when asked, the root disk and the
+// ulimits, reusing the pre-flight checks) and writes the result into a node condition (default
+// TPUUnhealthy, the operator's default hardware condition) with a strategic merge patch of the
+// node's status subresource, as node-problem-detector does. The operator then treats the node as
+// unhealthy: it cordons it and re-issues the jobs that run there.
 //
 // The agent needs `patch` on `nodes/status`: it learns the node's google.com/tpu capacity and
 // the condition's current value from the answer to its patches (a patch answers with the whole
@@ -19,31 +22,28 @@
 // --fail-after says (the program's exit is the second witness). Without the permission it logs
 // one warning and keeps its periodic rounds.
 //
-// The pure parts (flag validation, capacity parsing, the verdict of a round, the hysteresis, the
-// patch body and which pod updates trigger a round) are free functions, unit-tested without a
-// cluster; NodeAgent does the I/O through an injected kube::Client and Clock.
+// The pure parts are free functions, unit-tested without a cluster: the round
+// (node_agent_round.h), which pod updates trigger a round and the health verdict (here), the
+// flags and exit codes (node_agent_command.h). NodeAgent does the I/O through an injected
+// kube::Client and Clock.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <expected>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "base/clock.h"
 #include "cache/objects.h"
 #include "kube/client.h"
-#include "preflight/checks.h"
-#include "preflight/options.h"
+#include "node_agent_round.h"
 
 namespace CLI {
 class App;
@@ -56,144 +56,13 @@ template <typename T>
 class Informer;
 }  // namespace cache
 
-// Registers the `node-agent` subcommand on `app`. Like `preflight`, its callback runs the agent
-// while app.parse() is on the stack and then throws CLI::RuntimeError(exit_code), which
-// CLI11_PARSE in main() turns into the process's exit code.
+// Registers the `node-agent` subcommand on `app` (its flags: node_agent_command.h, where it is
+// defined). Like `preflight`, its callback runs the agent while app.parse() is on the stack and
+// then throws CLI::RuntimeError(exit_code), which CLI11_PARSE in main() turns into the process's
+// exit code.
 void AddNodeAgentCommand(CLI::App& app);
 
 namespace agent {
-
-// The extended resource whose capacity says how many TPU chips the node has.
-inline constexpr std::string_view kTpuResource = "google.com/tpu";
-
-// Reasons of the condition. True: the first failing item's reason, or kReasonRecovering while
-// passing rounds accumulate towards --pass-after. False: kReasonHealthy, or kReasonSuspect while
-// failing rounds accumulate towards --fail-after.
-inline constexpr std::string_view kReasonAcceleratorMissing = "AcceleratorMissing";
-inline constexpr std::string_view kReasonDiskTooSmall = "DiskTooSmall";
-inline constexpr std::string_view kReasonUlimitTooLow = "UlimitTooLow";
-inline constexpr std::string_view kReasonRecovering = "HardwareRecovering";
-inline constexpr std::string_view kReasonHealthy = "HardwareHealthy";
-inline constexpr std::string_view kReasonSuspect = "HardwareSuspect";
-
-// Exit codes of `node-agent --once` (the loop exits 0 on SIGTERM/SIGINT, 2 on invalid flags).
-inline constexpr int kExitPassed = 0;    // every item passed
-inline constexpr int kExitFailed = 1;    // an item failed
-inline constexpr int kExitInvalid = 2;   // invalid flags or configuration; an item not measurable
-inline constexpr int kExitApiError = 3;  // the node could not be read or written
-
-// The command line as typed.
-struct Flags {
-  std::string kubeconfig;  // "" = $KUBECONFIG, then in-cluster, then ~/.kube/config
-  std::string node_name;   // "" = $NODE_NAME
-  int interval_seconds = 60;
-  std::string checks = "accelerator";
-  std::string dev_root = "/dev";
-  std::string root_path = "/";
-  double root_min_gb = 32;
-  std::string condition_type = "TPUUnhealthy";
-  int fail_after = 1;
-  int pass_after = 3;
-  bool once = false;
-  bool watch_pods = true;
-  std::string log_level = "info";
-  std::string log_format = "logfmt";
-  std::string health_address;  // "" = no health endpoint
-};
-
-// The validated settings a NodeAgent runs with.
-struct Settings {
-  std::string node_name;
-  Duration interval = std::chrono::seconds(60);
-  // Each check at most once, in the order accelerator, disk, ulimit (dns is not a node check).
-  std::vector<preflight::Check> checks = {preflight::Check::kAccelerator};
-  std::string dev_root = "/dev";
-  std::string root_path = "/";
-  double root_min_gb = 32;
-  preflight::UlimitOptions ulimit;
-  std::string condition_type = "TPUUnhealthy";
-  int fail_after = 1;
-  int pass_after = 3;
-  // Watch the TPUJob pods on the node and run a round at once when a container exits abnormally
-  // (--watch-pods, never with --once).
-  bool watch_pods = true;
-};
-
-// Checks every flag and returns all problems together, each naming its flag. `env` supplies
-// NODE_NAME when --node-name is not given.
-std::expected<Settings, std::vector<std::string>> Validate(const Flags& flags,
-                                                           const preflight::EnvironmentLookup& env);
-
-// "accelerator,disk" -> the checks in canonical order; an error names an unknown entry.
-std::expected<std::vector<preflight::Check>, std::string> ParseChecks(std::string_view list);
-
-// The node's status.capacity["google.com/tpu"]: 0 when the node has none. An error when the
-// value is not a whole number of chips.
-std::expected<int64_t, std::string> TpuCapacity(const kube::Json& node);
-
-// A condition of a node's status, as read from the node.
-struct NodeCondition {
-  std::string status;  // "True", "False", "Unknown"
-  std::string reason;
-  std::string message;
-  std::string last_transition_time;  // RFC 3339, "" when absent
-};
-std::optional<NodeCondition> FindCondition(const kube::Json& node, std::string_view type);
-
-// What one round of checks found.
-struct RoundResult {
-  // False when an item could not be measured at all (the device directory or the root path does
-  // not exist, the capacity is unreadable) and no other item failed: the agent's own
-  // configuration is wrong, which says nothing about the hardware, so the round neither sets nor
-  // clears the condition.
-  bool conclusive = true;
-  bool passed = true;
-  std::string reason;        // the first failing item's reason; kReasonHealthy when passed
-  std::string message;       // every item, e.g. "3 of 4 TPU devices present under /dev (...)"
-  std::string failed_items;  // "accelerator,disk-size root"; "" when passed
-  std::vector<preflight::ItemResult> items;
-};
-
-// The system probes the checks use; tests replace them.
-struct Probes {
-  preflight::FilesystemProbe filesystem = preflight::SystemFilesystemProbe();
-  preflight::LimitsProvider limits = preflight::SystemLimits();
-};
-
-// Runs the checks of `settings` against a node with `tpu_capacity` chips (0: at least one
-// device is needed).
-RoundResult CheckNode(const Settings& settings, int64_t tpu_capacity, const Probes& probes);
-
-// The hysteresis between rounds and the condition. A failing round counts towards --fail-after
-// and resets the passes; a passing round counts towards --pass-after and resets the failures.
-// The condition turns True after fail_after failing rounds in a row and back to False only after
-// pass_after passing rounds in a row, so a flapping device does not flap the condition.
-struct Hysteresis {
-  bool unhealthy = false;  // the condition's status: True
-  int failures = 0;        // failing rounds in a row
-  int passes = 0;          // passing rounds in a row
-};
-
-// The state an agent starts from: the node's condition, so a restarted agent that finds it True
-// needs pass_after passing rounds to clear it. Nothing else survives a restart.
-Hysteresis InitialState(const std::optional<NodeCondition>& condition);
-
-Hysteresis Step(Hysteresis state, bool passed, int fail_after, int pass_after);
-
-// The condition a round writes.
-struct ConditionUpdate {
-  bool unhealthy = false;
-  std::string reason;
-  std::string message;
-};
-ConditionUpdate DescribeCondition(const Hysteresis& state, const RoundResult& round, int fail_after,
-                                  int pass_after);
-
-// The strategic merge patch of the node's status: the one condition, merged by `type`, with
-// lastHeartbeatTime `now` and lastTransitionTime kept from `previous` when the status is
-// unchanged, else `now`.
-kube::Json ConditionPatch(std::string_view type, const ConditionUpdate& update,
-                          const std::optional<NodeCondition>& previous, WallTime now);
 
 // A worker's abnormal exit on the node: a container or init container of a TPUJob pod terminated
 // with a non-zero exit code (signals included: 128+N). It makes the agent run a round at once.
@@ -314,8 +183,6 @@ class NodeAgent {
   std::mutex pods_mu_;             // guards pods_
   std::unique_ptr<cache::Informer<cache::PodInfo>> pods_;
 };
-
-int ExitCode(NodeAgent::Outcome outcome);
 
 }  // namespace agent
 }  // namespace tpujob

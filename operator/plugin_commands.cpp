@@ -8,8 +8,11 @@
 #include <regex>
 #include <tuple>
 
+#include "cache/objects.h"
 #include "kube/resource.h"
+#include "plugin_subcommands.h"
 #include "policy/job_spec.h"
+#include "policy/kueue.h"
 
 namespace tpujob::plugin {
 namespace {
@@ -78,6 +81,19 @@ bool Dns1035Label(const std::string& name) {
 
 }  // namespace
 
+std::string TextAt(const json& object, const json::json_pointer& at, const std::string& fallback) {
+  if (!object.contains(at)) return fallback;
+  const json& v = object.at(at);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<long long>());
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  return fallback;
+}
+
+std::string TextAt(const json& object, const char* at, const std::string& fallback) {
+  return TextAt(object, json::json_pointer(at), fallback);
+}
+
 std::expected<json, std::string> BuildJob(const RunRequest& request) {
   if (request.name.empty()) return std::unexpected("a job name is required: run NAME ...");
   if (!Dns1035Label(request.name) || request.name.size() > 45) {
@@ -124,7 +140,9 @@ std::expected<json, std::string> BuildJob(const RunRequest& request) {
               {"kind", "TPUJob"},
               {"metadata", {{"name", request.name}}}};
   if (!request.ns.empty()) job["metadata"]["namespace"] = request.ns;
-  if (!request.queue.empty()) job["metadata"]["labels"][std::string(kQueueLabel)] = request.queue;
+  if (!request.queue.empty()) {
+    job["metadata"]["labels"][std::string(policy::kueue::kQueueNameLabel)] = request.queue;
+  }
   json& spec = job["spec"];
   spec["tpu"]["type"] = request.tpu_type;
   if (request.slices) spec["tpu"]["slices"] = *request.slices;
@@ -265,49 +283,26 @@ std::vector<json> FilterByPhase(std::vector<json> jobs, const std::string& phase
 
 namespace {
 
-struct SubcommandSpec {
-  std::string_view name;
-  bool takes_job_name;
-  std::vector<std::string_view> flags;
-};
-
-// Kept in step with Run()'s CLI11 definitions; PluginCompletionTest compares them with --help.
-const std::vector<SubcommandSpec>& Subcommands() {
-  static const std::vector<SubcommandSpec> kSubcommands = {
-      {"list", false, {"-A", "--all-namespaces", "--status"}},
-      {"describe", true, {}},
-      {"run",
-       false,
-       {"--tpu-type", "--slices", "--image", "--priority", "--priority-class", "--max-restarts",
-        "--queue", "--env", "--dry-run", "-o", "--output"}},
-      {"wait", true, {"--for", "--timeout"}},
-      {"suspend", true, {}},
-      {"resume", true, {}},
-      {"logs", true, {"--worker", "--slice", "-f", "--follow", "--since", "--attempt"}},
-      {"completion", false, {}},
-  };
-  return kSubcommands;
+// The global flags, then the help flag, every name of each.
+std::vector<std::string> GlobalFlagNames() {
+  std::vector<std::string> names;
+  for (const FlagSpec& flag : GlobalFlags()) {
+    for (std::string& name : FlagNames(flag)) names.push_back(std::move(name));
+  }
+  names.insert(names.end(), std::begin(kHelpFlags), std::end(kHelpFlags));
+  return names;
 }
-
-constexpr std::string_view kGlobalFlags[] = {"-n",        "--namespace", "--kubeconfig",
-                                             "--context", "-h",          "--help"};
 
 // Flags that take a value (the next word), of every subcommand.
 bool TakesValue(std::string_view flag) {
-  static const std::vector<std::string_view> kWithValue = {
-      "-n",       "--namespace", "--kubeconfig", "--context",        "--status",       "--tpu-type",
-      "--slices", "--image",     "--priority",   "--priority-class", "--max-restarts", "--queue",
-      "--env",    "--dry-run",   "-o",           "--output",         "--for",          "--timeout",
-      "--worker", "--slice",     "--since",      "--attempt"};
-  return std::find(kWithValue.begin(), kWithValue.end(), flag) != kWithValue.end();
+  const FlagSpec* spec = FindFlag(flag);
+  return spec != nullptr && spec->takes_value;
 }
 
 std::vector<std::string> ValuesOf(std::string_view flag) {
-  if (flag == "--for") return {"completion", "running"};
-  if (flag == "--status") return std::vector<std::string>(std::begin(kPhases), std::end(kPhases));
-  if (flag == "-o" || flag == "--output") return {"yaml", "json"};
-  if (flag == "--dry-run") return {"none", "client"};
-  return {};
+  const FlagSpec* spec = FindFlag(flag);
+  if (spec == nullptr) return {};
+  return std::vector<std::string>(spec->values.begin(), spec->values.end());
 }
 
 }  // namespace
@@ -356,9 +351,7 @@ std::vector<std::string> CompletionCandidates(
     }
     if (word == "=") continue;
     if (sub == nullptr) {
-      for (const SubcommandSpec& spec : Subcommands()) {
-        if (spec.name == word) sub = &spec;
-      }
+      sub = FindSubcommand(word);
       if (sub == nullptr) return out;  // unknown subcommand
     } else {
       has_positional = true;
@@ -366,7 +359,7 @@ std::vector<std::string> CompletionCandidates(
   }
   if (sub == nullptr) {
     if (current.starts_with("-")) {
-      offer(std::vector<std::string>(std::begin(kGlobalFlags), std::end(kGlobalFlags)));
+      offer(GlobalFlagNames());
       return out;
     }
     std::vector<std::string> names;
@@ -375,16 +368,20 @@ std::vector<std::string> CompletionCandidates(
     return out;
   }
   if (current.starts_with("-")) {
-    std::vector<std::string> flags(sub->flags.begin(), sub->flags.end());
-    flags.insert(flags.end(), std::begin(kGlobalFlags), std::end(kGlobalFlags));
+    std::vector<std::string> flags;
+    for (const FlagSpec& flag : sub->flags) {
+      for (std::string& name : FlagNames(flag)) flags.push_back(std::move(name));
+    }
+    for (std::string& name : GlobalFlagNames()) flags.push_back(std::move(name));
     offer(flags);
     return out;
   }
-  if (sub->name == "completion" && !has_positional) {
-    offer({"bash", "zsh"});
-    return out;
+  if (has_positional) return out;
+  if (sub->argument.job_name) {
+    offer(job_names());
+  } else {
+    offer(std::vector<std::string>(sub->argument.values.begin(), sub->argument.values.end()));
   }
-  if (sub->takes_job_name && !has_positional) offer(job_names());
   return out;
 }
 
@@ -481,6 +478,10 @@ int WorkerIndex(const json& pod) {
 }
 
 }  // namespace
+
+std::string JobPodSelector(std::string_view job_name) {
+  return std::string(cache::kJobNameLabel) + "=" + std::string(job_name);
+}
 
 int CurrentAttempt(const json& job) {
   const json::json_pointer at("/status/attempt");

@@ -18,6 +18,14 @@
 
 namespace tpujob::plugin {
 
+// ---- reading objects -------------------------------------------------------------------------
+
+// The field of `object` at `at` as text: a string as it is, an integer or a bool written out
+// ("3", "true"); `fallback` when the field is absent or of another type.
+std::string TextAt(const nlohmann::json& object, const nlohmann::json::json_pointer& at,
+                   const std::string& fallback = "");
+std::string TextAt(const nlohmann::json& object, const char* at, const std::string& fallback = "");
+
 // ---- run -------------------------------------------------------------------------------------
 
 // What `kubectl tpujob run` was given.
@@ -38,9 +46,6 @@ struct RunRequest {
 // The name of the job's one container, as in examples/: the operator gives the TPU chips to the
 // first container of the Worker template, whatever its name.
 inline constexpr std::string_view kContainerName = "trainer";
-
-// The label that hands a job to Kueue (docs/kueue.md).
-inline constexpr std::string_view kQueueLabel = "kueue.x-k8s.io/queue-name";
 
 // The TPUJob `run` creates, or why it cannot: a missing name, --tpu-type, --image or command, a
 // name that is not a DNS-1035 label of at most 45 characters, both --priority and
@@ -150,6 +155,9 @@ struct LogSource {
   std::string prefix;     // "[worker-3] ", "[slice-1/worker-3] ", "[master-0] "
   bool started = false;   // a container has started (before that the server refuses the log)
 };
+
+// The label selector of a job's pods: "tpujob.dev/job-name=NAME".
+std::string JobPodSelector(std::string_view job_name);
 
 // status.attempt, or 1 before the operator wrote one.
 int CurrentAttempt(const nlohmann::json& job);

@@ -1,11 +1,11 @@
 // `kubectl tpujob`: the list and describe texts from fixed objects and a fixed `now`.
 
-#include "kubectl_plugin.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+
+#include "plugin_render.h"
 
 namespace tpujob::plugin {
 namespace {

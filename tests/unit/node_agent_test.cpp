@@ -1,6 +1,6 @@
 // `tpujob-operator node-agent`: flag validation, capacity parsing, the verdict of a round, the
 // hysteresis between rounds and the condition, the patch body, which pod updates trigger a round
-// at once, and rounds against a fake API server (operator/node_agent.h).
+// at once, and rounds against a fake API server (operator/node_agent*.h).
 #include "node_agent.h"
 
 #include <gmock/gmock.h>
@@ -20,6 +20,7 @@
 #include "cache/objects.h"
 #include "fake_client.h"
 #include "log_capture.h"
+#include "node_agent_command.h"
 #include "preflight_test_util.h"
 
 namespace tpujob::agent {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "plugin_subcommands.h"
 #include "shell.h"
 
 namespace tpujob::plugin {
@@ -440,6 +441,66 @@ TEST(PluginCompletionTest, FlagsMatchTheSubcommandsHelp) {
     const std::set<std::string> offered_set(offered.begin(), offered.end());
     EXPECT_EQ(offered_set, listed) << sub << "\n" << help.output;
   }
+}
+
+// Completion offers, after each subcommand of the table, exactly the names of its row's flags and
+// the global ones; a flag's values and an argument's come from the table too.
+TEST(PluginCompletionTest, TheTableOfSubcommandsIsWhatCompletionOffers) {
+  std::vector<std::string> global;
+  for (const FlagSpec& flag : GlobalFlags()) {
+    for (const std::string& name : FlagNames(flag)) global.push_back(name);
+  }
+  EXPECT_THAT(global, ::testing::ElementsAre("--kubeconfig", "--context", "-n", "--namespace"));
+  std::vector<std::string> names;
+  for (const SubcommandSpec& spec : Subcommands()) {
+    names.emplace_back(spec.name);
+    std::vector<std::string> expected;
+    for (const FlagSpec& flag : spec.flags) {
+      for (const std::string& name : FlagNames(flag)) expected.push_back(name);
+    }
+    expected.insert(expected.end(), global.begin(), global.end());
+    expected.insert(expected.end(), {"-h", "--help"});
+    std::vector<std::string> words = {std::string(spec.name)};
+    if (spec.argument.job_name) words.push_back("x");
+    words.push_back("-");
+    EXPECT_EQ(Complete(words), expected) << spec.name;
+    for (const FlagSpec& flag : spec.flags) {
+      EXPECT_EQ(FindFlag(FlagNames(flag).front()), &flag) << flag.names;
+      if (!flag.takes_value) continue;
+      const std::vector<std::string> values(flag.values.begin(), flag.values.end());
+      EXPECT_EQ(Complete({std::string(spec.name), FlagNames(flag).back(), ""}), values)
+          << flag.names;
+    }
+    if (!spec.argument.job_name) {
+      const std::vector<std::string> values(spec.argument.values.begin(),
+                                            spec.argument.values.end());
+      EXPECT_EQ(Complete({std::string(spec.name), ""}), values) << spec.name;
+    }
+    EXPECT_EQ(FindSubcommand(spec.name), &spec);
+  }
+  EXPECT_EQ(Complete({""}), names);
+  EXPECT_EQ(FindSubcommand("nosuch"), nullptr);
+  EXPECT_EQ(FindFlag("--nosuch"), nullptr);
+  EXPECT_THAT(FlagNames(*FindFlag("-o")), ::testing::ElementsAre("-o", "--output"));
+  EXPECT_FALSE(FindFlag("--follow")->takes_value);
+  EXPECT_TRUE(FindFlag("--since")->takes_value);
+}
+
+TEST(PluginObjectsTest, TextAtWritesStringsNumbersAndBoolsAndFallsBackOtherwise) {
+  const json job = json::parse(R"({"spec": {"priority": 5, "suspend": true, "queue": "q",
+                                            "tpu": {"slices": 2}, "list": [1], "ratio": 0.5}})");
+  EXPECT_EQ(TextAt(job, "/spec/queue"), "q");
+  EXPECT_EQ(TextAt(job, "/spec/priority"), "5");
+  EXPECT_EQ(TextAt(job, "/spec/suspend"), "true");
+  EXPECT_EQ(TextAt(job, json::json_pointer("/spec/tpu/slices")), "2");
+  EXPECT_EQ(TextAt(job, "/spec/list", "-"), "-");
+  EXPECT_EQ(TextAt(job, "/spec/ratio", "-"), "-");
+  EXPECT_EQ(TextAt(job, "/status/phase", "Queued"), "Queued");
+  EXPECT_EQ(TextAt(job, "/status/phase"), "");
+}
+
+TEST(PluginLogsTest, TheJobsPodsAreSelectedByTheJobNameLabel) {
+  EXPECT_EQ(JobPodSelector("train"), "tpujob.dev/job-name=train");
 }
 
 json Pod(const std::string& name, const std::string& type, int index, int attempt,
