@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -45,6 +46,18 @@ int Parallel(int count, int threads, const std::function<bool(int)>& work) {
 double MsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
+}
+
+double MsBetween(std::chrono::steady_clock::time_point t0,
+                 std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(t - t0).count();
+}
+
+std::string RunJobName(const std::string& prefix, const std::string& mode, int run) {
+  std::string name = prefix + "-" + mode + "-" + std::to_string(run);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name;
 }
 
 // Polls `condition` every `interval` for up to `seconds`.

@@ -31,6 +31,13 @@ int Parallel(int count, int threads, const std::function<bool(int)>& work);
 // Milliseconds since `start`.
 double MsSince(std::chrono::steady_clock::time_point start);
 
+// Milliseconds from `t0` to `t`.
+double MsBetween(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t);
+
+// "`prefix`-`mode`-`run`" in lower case: the name of one run's TPUJob of a scenario that compares
+// modes (InPlace and Recreate, Slice and Job).
+std::string RunJobName(const std::string& prefix, const std::string& mode, int run);
+
 // Polls `condition` every `interval` for up to `seconds`.
 bool WaitFor(const std::function<bool()>& condition, int seconds,
              std::chrono::milliseconds interval = std::chrono::milliseconds(10));

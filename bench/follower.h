@@ -12,7 +12,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -149,5 +151,42 @@ inline bool ObservePodLife(PodLife& life, const kube::WatchEvent& event,
   }
   return first;
 }
+
+// The pods of every TPUJob in a namespace as one watch sees them, by uid: a T (a PodLife) per
+// pod, which `update` brings up to date with each event under `mu` before the waiters on
+// `changed` are woken.
+template <typename T>
+class PodWatch {
+ public:
+  using Update = std::function<void(T& pod, const Json& object, bool first,
+                                    std::chrono::steady_clock::time_point at)>;
+
+  PodWatch(kube::Client& client, const std::string& ns, Update update)
+      : update_(std::move(update)),
+        follower_(client, Resource::Pods(), ns, "tpujob.dev/job-name",
+                  [this](const kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    T& pod = pods[event.object.value("/metadata/uid"_json_pointer, "")];
+                    update_(pod, event.object, ObservePodLife(pod, event, at), at);
+                    changed.notify_all();
+                  }) {}
+
+  bool Start() { return follower_.Start(); }
+  void Stop() { follower_.Stop(); }
+
+  // Waits up to `seconds` until `done` holds over the pods (called with `mu` held).
+  bool Await(const std::function<bool()>& done, int seconds) {
+    std::unique_lock<std::mutex> lock(mu);
+    return changed.wait_for(lock, std::chrono::seconds(seconds), done);
+  }
+
+  std::mutex mu;
+  std::condition_variable changed;
+  std::map<std::string, T> pods;  // by uid
+
+ private:
+  const Update update_;
+  Follower follower_;  // last: stopped before the pods it writes go
+};
 
 }  // namespace tpujob::bench

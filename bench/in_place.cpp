@@ -48,36 +48,30 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
     DeleteFaultNodes(*client, prefix, workers);
     return 1;
   }
-  std::mutex mu;
-  std::condition_variable changed;
-  std::map<std::string, RestartedPod> pods;  // by uid
   const auto annotation = [](const Json& object, const char* key) {
     const std::string text =
         object.value(Json::json_pointer("/metadata/annotations/" + std::string(key)), "0");
     return std::atoi(text.c_str());
   };
-  Follower pod_watch(
-      *client, Resource::Pods(), ns, "tpujob.dev/job-name",
-      [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
-        const Json& object = event.object;
-        std::lock_guard<std::mutex> lock(mu);
-        RestartedPod& pod = pods[object.value("/metadata/uid"_json_pointer, "")];
-        if (ObservePodLife(pod, event, at)) {
-          pod.name = object.value("/metadata/name"_json_pointer, "");
-        }
-        pod.generation = annotation(object, "tpujob.dev~1generation");
-        const int barrier = annotation(object, "tpujob.dev~1barrier");
-        if (barrier != pod.barrier) pod.barrier_at = at;
-        pod.barrier = barrier;
-        changed.notify_all();
-      });
+  PodWatch<RestartedPod> pod_watch(*client, ns,
+                                   [&](RestartedPod& pod, const Json& object, bool first,
+                                       std::chrono::steady_clock::time_point at) {
+                                     if (first)
+                                       pod.name = object.value("/metadata/name"_json_pointer, "");
+                                     pod.generation = annotation(object, "tpujob.dev~1generation");
+                                     const int barrier = annotation(object, "tpujob.dev~1barrier");
+                                     if (barrier != pod.barrier) pod.barrier_at = at;
+                                     pod.barrier = barrier;
+                                   });
   if (!pod_watch.Start()) {
     DeleteFaultNodes(*client, prefix, workers);
     return 1;
   }
+  std::mutex& mu = pod_watch.mu;
+  std::condition_variable& changed = pod_watch.changed;
+  auto& pods = pod_watch.pods;
   const auto await = [&](const std::function<bool()>& done, int seconds) {
-    std::unique_lock<std::mutex> lock(mu);
-    return changed.wait_for(lock, std::chrono::seconds(seconds), done);
+    return pod_watch.Await(done, seconds);
   };
   const auto live = [&](const std::string& job) {
     std::vector<RestartedPod*> out;
@@ -180,10 +174,6 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
            WaitFor([&] { return !client->Get(Resource::TPUJobs(), ns, name); }, 60,
                    std::chrono::milliseconds(100));
   };
-  const auto ms_from = [](std::chrono::steady_clock::time_point t0,
-                          std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(t - t0).count();
-  };
 
   std::printf("in-place restart beside pod recreation, %d workers (4 chips each), grace 0 s:\n",
               workers);
@@ -191,9 +181,7 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
   int failures = 0;
   for (int run = 0; run < runs && failures == 0; ++run) {
     for (const std::string restart : {"InPlace", "Recreate"}) {
-      std::string name = prefix + "-" + restart + "-" + std::to_string(run);
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      const std::string name = RunJobName(prefix, restart, run);
       const bool in_place = restart == "InPlace";
       if (auto created = client->Create(Resource::TPUJobs(), ns, make_job(name, restart));
           !created) {
@@ -265,7 +253,7 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
           if (at) last = std::max(last, *at);
           measured.created += pod->added > t0;
         }
-        measured.running_ms = ms_from(t0, last);
+        measured.running_ms = MsBetween(t0, last);
       }
       auto after = SettledWrites(metrics_url, [&] { return job_running(name, in_place); });
       if (after && before) measured.writes = WritesSince(*before, *after);

@@ -64,30 +64,23 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     }
   }
 
-  std::mutex mu;
-  std::condition_variable changed;
-  std::map<std::string, WatchedPod> pods;  // by uid
-  Follower pod_watch(
-      *client, Resource::Pods(), ns, "tpujob.dev/job-name",
-      [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
-        const Json& object = event.object;
-        std::lock_guard<std::mutex> lock(mu);
-        WatchedPod& pod = pods[object.value("/metadata/uid"_json_pointer, "")];
-        if (ObservePodLife(pod, event, at)) {
+  PodWatch<WatchedPod> pod_watch(
+      *client, ns,
+      [](WatchedPod& pod, const Json& object, bool first, std::chrono::steady_clock::time_point) {
+        if (first) {
           pod.attempt = object.value("/metadata/labels/tpujob.dev~1attempt"_json_pointer, "");
           pod.placed_by_scheduler = object.value("/spec/nodeName"_json_pointer, "").empty();
         }
         pod.node = object.value("/spec/nodeName"_json_pointer, "");
-        changed.notify_all();
       });
   if (!pod_watch.Start()) {
     delete_nodes();
     return 1;
   }
-  // Waits until `done` holds over the watched pods (called under the lock).
+  std::mutex& mu = pod_watch.mu;
+  const auto& pods = pod_watch.pods;
   const auto await = [&](const std::function<bool()>& done, int seconds) {
-    std::unique_lock<std::mutex> lock(mu);
-    return changed.wait_for(lock, std::chrono::seconds(seconds), done);
+    return pod_watch.Await(done, seconds);
   };
   // Pods of `job` (of `attempt`, when not empty) that exist, that run.
   const auto count = [&](const std::string& job, const std::string& attempt, bool running) {
@@ -158,10 +151,6 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
              !job->contains("/status/sliceRecovery"_json_pointer);
     });
   };
-  const auto ms_from = [](std::chrono::steady_clock::time_point t0,
-                          std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(t - t0).count();
-  };
   // One fault on a node of slice 1 of the running job `name`, measured; then the job (and
   // `victim`, if any) deleted and the node healed.
   // Nodes faulted so far: each fault goes to a node of its own, so that no fault meets what an
@@ -191,11 +180,11 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
       auto after = settled_writes(name);
       run.emplace();
       std::lock_guard<std::mutex> lock(mu);
-      run->old_gone_ms = ms_from(t0, latest(name, "1", &WatchedPod::gone, false));
-      run->created_ms = ms_from(t0, latest(name, "2", &WatchedPod::added, true));
-      run->running_ms = ms_from(t0, latest(name, "2", &WatchedPod::running_since, true));
+      run->old_gone_ms = MsBetween(t0, latest(name, "1", &WatchedPod::gone, false));
+      run->created_ms = MsBetween(t0, latest(name, "2", &WatchedPod::added, true));
+      run->running_ms = MsBetween(t0, latest(name, "2", &WatchedPod::running_since, true));
       if (!victim.empty())
-        run->victim_gone_ms = ms_from(t0, latest(victim, "1", &WatchedPod::gone, false));
+        run->victim_gone_ms = MsBetween(t0, latest(victim, "1", &WatchedPod::gone, false));
       for (const auto& [uid, pod] : pods) {
         run->scheduled += pod.job == name && pod.attempt == "2" && pod.placed_by_scheduler;
         run->created += pod.job == name && pod.attempt == "2";
@@ -248,9 +237,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
   int failures = 0;
   for (int run = 0; run < runs && failures == 0; ++run) {
     for (const std::string recovery : {"Slice", "Job"}) {
-      std::string name = prefix + "-" + recovery + "-" + std::to_string(run);
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      const std::string name = RunJobName(prefix, recovery, run);
       if (!start_job(make_job(name, slices, recovery, 100), pods_per_job)) {
         ++failures;
         remove_job(name);
