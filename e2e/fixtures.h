@@ -7,8 +7,8 @@
 //      for a node also the status KWOK keeps: capacity and allocatable). Nothing here talks to
 //      a cluster, reads the clock or draws a random number: the same parameters give the same
 //      object.
-//   2. A field whose parameter is unset (an empty string, a zero chip count, std::nullopt, a null
-//      Json) is left out of the object, so the API server's default applies.
+//   2. An optional field whose parameter is unset (an empty taint key, zero chips, std::nullopt, a
+//      null Json) is left out of the object, so the API server's default applies.
 //   3. A node is always KWOK's (the annotation kwok.x-k8s.io/node: fake): KWOK reports it Ready
 //      and plays its pods' lives.
 #pragma once
