@@ -122,21 +122,10 @@ class SupervisorSim {
     const std::string now = cache::FormatRfc3339(std::chrono::system_clock::now());
     ++state.count;
     ++restarts_;
-    const json patch = {
-        {"status",
-         {{"containerStatuses", json::array({{{"name", "trainer"},
-                                              {"ready", true},
-                                              {"restartCount", state.count},
-                                              {"image", "busybox"},
-                                              {"imageID", ""},
-                                              {"state", {{"running", {{"startedAt", now}}}}},
-                                              {"lastState",
-                                               {{"terminated",
-                                                 {{"exitCode", code},
-                                                  {"reason", "Error"},
-                                                  {"message", report.dump()},
-                                                  {"startedAt", now},
-                                                  {"finishedAt", now}}}}}}})}}}};
+    const json patch = {{"status",
+                         {{"containerStatuses",
+                           json::array({fixtures::RestartedContainerStatus(
+                               "trainer", "busybox", state.count, code, report.dump(), now)})}}}};
     const std::string path = ClusterDir() + "/inplace-" + ns_ + "-" + pod + ".json";
     std::ofstream(path) << patch.dump();
     const CommandResult r = Kubectl("patch pod " + pod + " -n " + ns_ +

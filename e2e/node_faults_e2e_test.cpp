@@ -165,10 +165,10 @@ class NodeFaultsE2E : public ::testing::Test {
               {{"status",
                 {{"phase", "Pending"},
                  {"initContainerStatuses",
-                  nlohmann::json::array({ContainerStatusJson(
+                  nlohmann::json::array({fixtures::ContainerStatus(
                       "preflight", {{"running", {{"startedAt", NowRfc3339()}}}}, image)})},
                  {"containerStatuses",
-                  nlohmann::json::array({ContainerStatusJson(
+                  nlohmann::json::array({fixtures::ContainerStatus(
                       "trainer", {{"waiting", {{"reason", "PodInitializing"}}}}, "busybox")})}}}})
               .exit_code,
           0);

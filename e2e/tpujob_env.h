@@ -24,6 +24,7 @@
 
 #include "cache/objects.h"
 #include "e2e_env.h"
+#include "fixtures.h"
 #include "operator_env.h"
 
 namespace tpujob::e2e {
@@ -84,17 +85,13 @@ inline void AwaitNodesSchedulable(const std::string& selector) {
 // every one is Ready and schedulable.
 inline void CreateTpuNodes(const std::string& prefix, int count, const std::string& accelerator,
                            const std::string& topology, const std::string& pool, int chips = 4) {
-  std::ostringstream yaml;
+  std::ostringstream yaml;  // one JSON document each, which kubectl reads as YAML
   for (int i = 0; i < count; ++i) {
-    yaml << "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: " << prefix << "-" << i
-         << "\n  annotations: {kwok.x-k8s.io/node: fake}\n  labels:\n"
-         << "    cloud.google.com/gke-tpu-accelerator: " << accelerator << "\n"
-         << "    cloud.google.com/gke-tpu-topology: " << topology << "\n"
-         << "    cloud.google.com/gke-nodepool: " << pool << "\n"
-         << "    tpujob.dev/e2e-nodes: " << prefix << "\n"
-         << "spec:\n  taints:\n  - {key: google.com/tpu, value: present, effect: NoSchedule}\n"
-         << "status:\n  capacity: &r {cpu: \"32\", memory: 128Gi, pods: \"110\", "
-         << "google.com/tpu: \"" << chips << "\"}\n  allocatable: *r\n";
+    fixtures::FakeNode node{.name = prefix + "-" + std::to_string(i),
+                            .labels = fixtures::TpuNodeLabels(accelerator, topology, pool),
+                            .chips = chips};
+    node.labels["tpujob.dev/e2e-nodes"] = prefix;
+    yaml << "---\n" << fixtures::NodeManifest(node).dump() << "\n";
   }
   const std::string path = ClusterDir() + "/nodes-" + prefix + ".yaml";
   std::ofstream(path) << yaml.str();
@@ -106,14 +103,12 @@ inline void CreateTpuNodes(const std::string& prefix, int count, const std::stri
 
 // A KWOK node without TPUs or taints, for the pods that need no TPU (a Master replica).
 inline void CreateCpuNode(const std::string& name) {
-  const std::string yaml = "apiVersion: v1\nkind: Node\nmetadata:\n  name: " + name +
-                           "\n  annotations: {kwok.x-k8s.io/node: fake}\n  labels: "
-                           "{tpujob.dev/e2e-nodes: " +
-                           name +
-                           "}\nstatus:\n  capacity: &r {cpu: \"32\", memory: 128Gi, pods: "
-                           "\"110\"}\n  allocatable: *r\n";
+  const std::string manifest =
+      fixtures::NodeManifest(
+          {.name = name, .labels = {{"tpujob.dev/e2e-nodes", name}}, .taint_key = "", .chips = 0})
+          .dump();
   const std::string path = ClusterDir() + "/node-" + name + ".yaml";
-  std::ofstream(path) << yaml;
+  std::ofstream(path) << manifest;
   const auto applied = Kubectl("apply -f " + path);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
   AwaitNodesSchedulable("-l tpujob.dev/e2e-nodes=" + name);
@@ -263,15 +258,6 @@ inline std::string DescribeEvents(const std::vector<EventRecord>& events) {
   return out;
 }
 
-// One entry of a pod's status.containerStatuses or status.initContainerStatuses, as the kubelet
-// writes it; `state` is the state object, e.g. {"terminated": {"exitCode": 1}} or
-// {"waiting": {"reason": "PodInitializing"}}.
-inline nlohmann::json ContainerStatusJson(const std::string& name, const nlohmann::json& state,
-                                          const std::string& image) {
-  return {{"name", name},   {"ready", false}, {"restartCount", 0},
-          {"image", image}, {"imageID", ""},  {"state", state}};
-}
-
 // Merges `status` (an object with a "status" key) into the pod's status subresource.
 inline CommandResult PatchPodStatus(const std::string& ns, const std::string& pod,
                                     const nlohmann::json& status) {
@@ -298,7 +284,7 @@ inline CommandResult TerminatePod(const std::string& ns, const std::string& pod,
       {{"status",
         {{"phase", exit_code == 0 ? "Succeeded" : "Failed"},
          {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
-         {"containerStatuses", nlohmann::json::array({ContainerStatusJson(
+         {"containerStatuses", nlohmann::json::array({fixtures::ContainerStatus(
                                    "trainer", {{"terminated", terminated}}, "busybox")})}}}});
 }
 
@@ -359,12 +345,12 @@ inline CommandResult FailInitContainer(const std::string& ns, const std::string&
       {{"status",
         {{"phase", "Failed"},
          {"initContainerStatuses",
-          nlohmann::json::array({ContainerStatusJson(
+          nlohmann::json::array({fixtures::ContainerStatus(
               name,
               {{"terminated", {{"exitCode", exit_code}, {"reason", "Error"}, {"message", report}}}},
               image)})},
          {"containerStatuses",
-          nlohmann::json::array({ContainerStatusJson(
+          nlohmann::json::array({fixtures::ContainerStatus(
               "trainer", {{"waiting", {{"reason", "PodInitializing"}}}}, "busybox")})}}}});
 }
 
@@ -374,14 +360,7 @@ inline CommandResult SetNodeCondition(const std::string& node, const std::string
                                       const std::string& status, const std::string& reason,
                                       const std::string& message) {
   const std::string now = Trim(RunCommand("date -u +%Y-%m-%dT%H:%M:%SZ", false).output);
-  const nlohmann::json patch = {{"status",
-                                 {{"conditions",
-                                   {{{"type", type},
-                                     {"status", status},
-                                     {"reason", reason},
-                                     {"message", message},
-                                     {"lastHeartbeatTime", now},
-                                     {"lastTransitionTime", now}}}}}}};
+  const nlohmann::json patch = fixtures::NodeConditionPatch(type, status, reason, message, now);
   const std::string path = ClusterDir() + "/node-condition-" + node + ".json";
   std::ofstream(path) << patch.dump();
   return Kubectl("patch node " + node + " --subresource=status --type=strategic --patch-file " +
