@@ -59,10 +59,70 @@
 # The Go peers (a client-go informer program, the JobSet controller) are built by
 # bench/peers/build.sh from the Go module proxy and cached like the control plane.
 # Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
+# What it prints is kept whole in $TPUJOB_BENCH_DIR.output.txt; after a whole run, those lines less
+# each run's detail replace the results block of docs/benchmarks.md (between its bench-results
+# markers; the history is git's). BENCH_WRITE_RESULTS=0 leaves the file alone, =1 writes it after
+# a run of chosen BENCH_SECTIONS too;
+#   scripts/bench.sh --write-results OUTPUT
+# writes a saved run's output into the block and does nothing else.
 set -euo pipefail
-build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
+results_doc=$root/docs/benchmarks.md
+
+write_results() {  # write_results OUTPUT: OUTPUT's lines, less each run's detail, into the block
+  python3 - "$1" "$results_doc" <<'PY'
+import re
+import sys
+
+output, doc = sys.argv[1], sys.argv[2]
+begin, end = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
+# One line per run or per sample, where the section also prints their median or percentiles.
+detail = re.compile(
+    r"^\S+: all \d+ pods .*created \d+ ms after"  # one gang creation (gang, multislice, ceiling)
+    r"|: Running -> Succeeded -> deleted"  # that gang's end
+    r"|^  API requests for the job's whole life"  # its API requests, run by run
+    r"|^  runs \(ms\):|^  samples \(ms"  # the runs behind a median, the samples behind percentiles
+    r"|: fault on \S+ -> attempt 2 all"  # one re-issue (reissue)
+    r"|^ {1,2}\S+ +\d+: fault -> every program"  # one in-place or recreate restart (in-place)
+    r"|^ {1,2}\S+ +old pods gone"  # one slice recovery, job re-issue or hot swap (slice-recovery)
+)
+with open(output, encoding="utf-8", errors="replace") as f:
+    lines = []
+    for line in f.read().splitlines():
+        line = line.rstrip().replace("```", "'''")
+        if detail.search(line) or (not line and (not lines or not lines[-1])):
+            continue
+        lines.append(line)
+while lines and not lines[-1]:
+    lines.pop()
+if not lines:
+    sys.exit(f"{output}: nothing to write")
+with open(doc, encoding="utf-8") as f:
+    text = f.read()
+start, stop = text.find(begin), text.find(end)
+if start < 0 or stop < start:
+    sys.exit(f"{doc}: no {begin} ... {end} block")
+block = begin + "\n\n```\n" + "\n".join(lines) + "\n```\n\n"
+with open(doc, "w", encoding="utf-8") as f:
+    f.write(text[:start] + block + text[stop:])
+print(f"results written into {doc} ({len(lines)} lines)")
+PY
+}
+
+if [[ ${1:-} == --write-results ]]; then
+  [[ -f ${2:-} ]] || { echo "usage: $0 --write-results OUTPUT (a saved run's output)" >&2; exit 2; }
+  write_results "$2"
+  exit
+fi
+build=${1:-build}
 dir=${TPUJOB_BENCH_DIR:-/tmp/tpujob-bench}
+mkdir -p "$(dirname "$dir")"
+output=$dir.output.txt  # beside the cluster's directory, which `up` starts afresh
+exec 3>&1 > >(tee "$output")
+tee_pid=$!
+echo "make bench of $(date -u '+%Y-%m-%d %H:%M UTC') (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+  git -C "$root" diff --quiet HEAD 2>/dev/null || echo ', with changes')), $(nproc) cores ($(
+  sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load average $(cut -d' ' -f1-3 /proc/loadavg)${BENCH_SECTIONS:+, BENCH_SECTIONS=$BENCH_SECTIONS}"
 scale_sizes=${SCALE_SIZES:-500:2000 2000:8000 5000:20000}
 idle_jobs=${IDLE_JOBS:-1000}
 scale_faults=${SCALE_FAULTS:-50}
@@ -621,4 +681,13 @@ awk -v a="$cpu_after" -v b="$cpu_before" -v pa="$peer_after" -v pb="$peer_before
   if (n > 0) printf "; per node update: operator %.0f us, client-go %.0f us", op / n * 1e6, go / n * 1e6
   if (go > 0) printf "; ratio operator/client-go %.2f", op / go
   printf "\n" }'
+fi
+
+# The whole run printed: its lines into docs/benchmarks.md (see the top).
+exec >&3 3>&-
+wait "$tee_pid" 2>/dev/null || true
+if [[ ${BENCH_WRITE_RESULTS:-} == 1 || ( -z $sections && ${BENCH_WRITE_RESULTS:-} != 0 ) ]]; then
+  write_results "$output"
+else
+  echo "docs/benchmarks.md left alone (BENCH_SECTIONS or BENCH_WRITE_RESULTS=0; BENCH_WRITE_RESULTS=1 writes it); the output: $output"
 fi
