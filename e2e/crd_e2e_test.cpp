@@ -80,7 +80,7 @@ struct JobYaml {
 
 class CrdE2E : public ::testing::Test {
  protected:
-  // Installs the CRD once per test process (with client-side apply, as the README does: the
+  // Installs the CRD once per test process (with client-side apply, as docs/install.md does: the
   // whole CRD must fit in the last-applied annotation) and waits until the API server serves
   // this schema (a CRD that was already established from an older file is Established at once,
   // before the new schema is live, so the wait ends only when the typed pod template answers).

@@ -1,5 +1,5 @@
 // The operator's metrics, declared once in the process-wide registry (metrics::DefaultRegistry)
-// and served on /metrics. README.md lists them with their labels and meaning; the Helm chart's
+// and served on /metrics. docs/metrics.md lists them with their labels and meaning; the Helm chart's
 // dashboard and alerts use them by name.
 //
 // Counters and histograms are updated where the event happens (a status write that records a

@@ -1,5 +1,5 @@
 // Node health as the fault rules read it (docs/architecture.md, "Faults, in the order the policy
-// checks them"; docs/api.md, "The four cases of the source requirements"): healthy, under
+// checks them"; docs/api.md, "The four fault cases"): healthy, under
 // maintenance (a disruption: the job moves elsewhere without using up a retry) or unhealthy (a
 // fault: cordon and re-issue, counted against maxJobRetries).
 #pragma once

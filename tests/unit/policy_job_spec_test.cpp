@@ -363,7 +363,7 @@ TEST(PolicyJobSpecTest, RetryAnnotationAcceptsZeroToThree) {
   }
 }
 
-// As in the source requirements, opting into re-issue with the annotation turns the
+// As docs/api.md's four fault cases say, opting into re-issue with the annotation turns the
 // environment check on; the spec can still turn it off, and maxJobRetries alone does not.
 TEST(PolicyJobSpecTest, RetryAnnotationTurnsPreflightOnUnlessTheSpecSaysOtherwise) {
   auto parsed = Parse(SpecJson(2), RetryAnnotation("2"));

@@ -209,7 +209,7 @@ TEST(PolicyNodeFaultsTest, ReachableNotReadyNodeIsNeverForced) {
   EXPECT_EQ(Removal(plan, pod.name), nullptr);
 }
 
-// The source requirements' cases 1 and 2: a pre-flight failure isolates the node whether its
+// The four fault cases' 1 and 2 (docs/api.md): a pre-flight failure isolates the node whether its
 // hardware (exit 10) or its environment (exit 11) failed, unless the job's own settings explain
 // the failure: invalid settings, or a small /dev/shm when the template mounts no volume there
 // (Kubernetes' 64 MB default). A node at fault re-issues the job against its retries; the job's

@@ -120,7 +120,7 @@ class PreflightCommandTest : public testing::TempDirTest {
   std::string report_, volume_, dev_;
 };
 
-// By default the items of the source requirements without ulimit (checked only for a
+// By default the items of docs/preflight.md without ulimit (checked only for a
 // high-speed network, which the operator asks for with --checks); a cache path with no volume
 // is skipped with an item line saying so.
 TEST_F(PreflightCommandTest, DefaultChecksLeaveOutUlimitAndSkipAMissingCache) {

@@ -50,7 +50,7 @@ TEST(PreflightOptionsTest, CacheVolumeIsAutoPresentOrAbsent) {
 
 TEST(PreflightOptionsTest, DefaultsFollowTheDesign) {
   const Options o = LoadOk({}, Env({}));
-  // ulimit only when asked for (the source requirements check it for high-speed networks).
+  // ulimit only when asked for (docs/preflight.md: it is checked for high-speed networks).
   EXPECT_THAT(o.checks, ElementsAre(Check::kDisk, Check::kAccelerator, Check::kDns));
   EXPECT_EQ(o.disk.cache_volume, DiskOptions::Volume::kAuto);
   EXPECT_EQ(o.dns.timeout, seconds(120));
