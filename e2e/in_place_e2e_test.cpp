@@ -95,10 +95,10 @@ class SupervisorSim {
   };
 
   std::vector<json> Pods() const {
-    const json list = json::parse(
-        Kubectl("get pods -n " + ns_ + " -l tpujob.dev/job-name=" + job_ + " -o json", false)
-            .output,
-        nullptr, false);
+    const std::string selector = std::string(cache::kJobNameLabel) + "=" + job_;
+    const json list =
+        json::parse(Kubectl("get pods -n " + ns_ + " -l " + selector + " -o json", false).output,
+                    nullptr, false);
     std::vector<json> pods;
     if (!list.is_object() || !list.contains("items")) return pods;
     for (const json& p : list["items"]) {
@@ -188,7 +188,7 @@ class InPlaceE2E : public ::testing::Test {
   // Pod name -> uid of the job's pods.
   static std::map<std::string, std::string> Uids(const std::string& ns, const std::string& job) {
     std::map<std::string, std::string> out;
-    std::istringstream in(Get(ns, "pods -l tpujob.dev/job-name=" + job,
+    std::istringstream in(Get(ns, "pods -l " + std::string(cache::kJobNameLabel) + "=" + job,
                               "{range .items[*]}{.metadata.name}={.metadata.uid}{\"\\n\"}{end}"));
     for (std::string line; std::getline(in, line);) {
       const size_t eq = line.find('=');
@@ -244,8 +244,9 @@ TEST_F(InPlaceE2E, OneRetryableExitRestartsAllSixteenWorkersOfFourSlicesInPlace)
     EXPECT_EQ(pod["spec"]["restartPolicy"], "OnFailure");
     EXPECT_EQ(pod["spec"]["containers"][0]["command"],
               json::array({"/tpujob/bin/tpujob-supervise", "--", "sh", "-c", "train"}));
-    EXPECT_EQ(pod["metadata"]["annotations"].value("tpujob.dev/generation", ""), "1");
-    EXPECT_EQ(pod["metadata"]["annotations"].value("tpujob.dev/barrier", ""), "1");
+    const json& annotations = pod["metadata"]["annotations"];
+    EXPECT_EQ(annotations.value(std::string(cache::kGenerationAnnotation), ""), "1");
+    EXPECT_EQ(annotations.value(std::string(cache::kBarrierAnnotation), ""), "1");
 
     // Worker 1 of slice 2 (index 9) exits with a retryable code.
     ASSERT_TRUE(sim.ProgramExits(Worker("ip", 2, 1), 3));

@@ -27,6 +27,7 @@
 #include "base/clock.h"
 #include "cache/intern.h"
 #include "kube/error.h"
+#include "supervisor/protocol.h"
 
 namespace tpujob::cache {
 
@@ -38,11 +39,11 @@ inline constexpr std::string_view kTpuResource = "google.com/tpu";
 inline constexpr std::string_view kOperatorAnnotationPrefix = "tpujob.dev/";
 // The label every pod of a TPUJob carries, valued with the job's name.
 inline constexpr std::string_view kJobNameLabel = "tpujob.dev/job-name";
-// In-place restart (policy/inplace.h): the program generation a pod is to run (a higher one than
-// it runs stops its program) and the generation whose barrier is open (its program may start).
-// The supervisor reads both through a downward API file; supervisor/protocol.h names the same.
-inline constexpr std::string_view kGenerationAnnotation = "tpujob.dev/generation";
-inline constexpr std::string_view kBarrierAnnotation = "tpujob.dev/barrier";
+// In-place restart (policy/lifecycle.h): the program generation a pod is to run (a higher one
+// than it runs stops its program) and the generation whose barrier is open (its program may
+// start). The supervisor reads both through a downward API file: the names are its protocol's.
+inline constexpr std::string_view kGenerationAnnotation = supervisor::kGenerationAnnotation;
+inline constexpr std::string_view kBarrierAnnotation = supervisor::kBarrierAnnotation;
 
 // A small map of interned strings sorted by key, for labels and annotations. Lookups are
 // binary searches; objects carry tens of entries at most.
