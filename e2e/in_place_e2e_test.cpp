@@ -21,6 +21,7 @@
 #include "cache/objects.h"
 #include "e2e_env.h"
 #include "operator_env.h"
+#include "supervisor/protocol.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
@@ -42,11 +43,11 @@ class SupervisorSim {
       State& state = states_[seen.uid];
       const int running = seen.barrier > state.last ? seen.barrier : 0;
       if (running > 0 && seen.generation > running) {
-        Restart(seen.name, state, 143,
-                json{{"state", "stopped"},
-                     {"generation", running},
-                     {"exit", 0},
-                     {"next", seen.generation}});
+        Restart(seen.name, state, supervisor::kStoppedExitCode,
+                json{{supervisor::kReportStateKey, supervisor::kReportStopped},
+                     {supervisor::kReportGenerationKey, running},
+                     {supervisor::kReportExitKey, 0},
+                     {supervisor::kReportNextKey, seen.generation}});
         state.last = running;
         ++stopped;
       }
@@ -64,7 +65,9 @@ class SupervisorSim {
       const int running = seen.barrier > state.last ? seen.barrier : 0;
       if (running == 0) return false;
       Restart(seen.name, state, code,
-              json{{"state", "exited"}, {"generation", running}, {"exit", code}});
+              json{{supervisor::kReportStateKey, supervisor::kReportExited},
+                   {supervisor::kReportGenerationKey, running},
+                   {supervisor::kReportExitKey, code}});
       state.last = running;
       return true;
     }
