@@ -29,6 +29,29 @@ namespace {
 
 using nlohmann::json;
 
+// The operator's /metrics, as Prometheus would scrape it.
+std::string ScrapeMetrics(const OperatorProcess& op) {
+  return RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics",
+                    false)
+      .output;
+}
+
+// Whether the operator's tpujob_job_restarts_total counts `count` restarts of `reason` (a
+// counter is written after the status write that recorded the fault, so it is awaited).
+::testing::AssertionResult RestartsCounted(const OperatorProcess& op, const std::string& reason,
+                                           int count) {
+  const std::string sample =
+      "\ntpujob_job_restarts_total{reason=\"" + reason + "\"} " + std::to_string(count) + "\n";
+  std::string metrics;
+  if (Eventually([&] { return (metrics = ScrapeMetrics(op)).find(sample) != std::string::npos; },
+                 std::chrono::seconds(10))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "no \"" << sample.substr(1, sample.size() - 2) << "\" in /metrics:\n"
+         << metrics;
+}
+
 // The kubelet and the supervisors of one job's pods, by pod uid.
 class SupervisorSim {
  public:
@@ -257,6 +280,8 @@ TEST_F(InPlaceE2E, OneRetryableExitRestartsAllSixteenWorkersOfFourSlicesInPlace)
                                 "2 Closed"))
         << op.Log();
     EXPECT_EQ(JobField(n, "ip", "{.status.phase}"), "Restarting");
+    // The in-place restart is a restart in the operator's metrics.
+    EXPECT_TRUE(RestartsCounted(op, "ContainerFailed", 1));
     // The operator is killed while the barrier is closed; its successor finishes the restart.
     op.Kill();
   }
@@ -310,6 +335,7 @@ TEST_F(InPlaceE2E, ANodeLostDuringTheBarrierReplacesItsSliceInstead) {
   ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.attempt}", "2", std::chrono::seconds(60)))
       << op.Log();
   EXPECT_EQ(JobField(n, "ip", "{.status.faults[*].action}"), "RestartInPlace ReplaceSlice");
+  EXPECT_TRUE(RestartsCounted(op, "ContainerFailed", 1));  // the restart that gave way
   // The restart under way gives way to slice 1's replacement: the other slices' supervisors
   // stop at generation 3's order, slice 1's new pods join them, and generation 3 starts.
   ASSERT_TRUE(BarrierOpens(sim, n, "ip", 3)) << op.Log();

@@ -1,7 +1,9 @@
 #include "controller/metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
+#include <string_view>
 
 #include "version.h"
 
@@ -140,6 +142,17 @@ OperatorMetrics* Declare() {
   };
 }
 
+// The fault actions (policy::FaultRecord::action) that restart a worker, which
+// tpujob_job_restarts_total counts: its pod recreated, or its program restarted in place in
+// every pod behind the barrier.
+constexpr std::array<std::string_view, 2> kWorkerRestartActions = {"RestartWorker",
+                                                                   "RestartInPlace"};
+
+bool RestartsWorker(std::string_view action) {
+  return std::find(kWorkerRestartActions.begin(), kWorkerRestartActions.end(), action) !=
+         kWorkerRestartActions.end();
+}
+
 bool Contains(const std::vector<policy::FaultRecord>& faults, const policy::FaultRecord& f) {
   return std::find(faults.begin(), faults.end(), f) != faults.end();
 }
@@ -158,7 +171,7 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
   OperatorMetrics& m = Metrics();
   for (const auto& fault : after.faults) {
     if (Contains(before.faults, fault)) continue;
-    if (fault.action == "RestartWorker") {
+    if (RestartsWorker(fault.action)) {
       m.job_restarts.With({fault.kind}).Inc();
     } else if (fault.action == "ReissueJob" || fault.action == "ReplaceSlice") {
       m.job_reissues.With({fault.kind}).Inc();
