@@ -21,12 +21,36 @@
 #include "cache/objects.h"
 #include "e2e_env.h"
 #include "operator_env.h"
+#include "supervisor/protocol.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
 namespace {
 
 using nlohmann::json;
+
+// The operator's /metrics, as Prometheus would scrape it.
+std::string ScrapeMetrics(const OperatorProcess& op) {
+  return RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics",
+                    false)
+      .output;
+}
+
+// Whether the operator's tpujob_job_restarts_total counts `count` restarts of `reason` (a
+// counter is written after the status write that recorded the fault, so it is awaited).
+::testing::AssertionResult RestartsCounted(const OperatorProcess& op, const std::string& reason,
+                                           int count) {
+  const std::string sample =
+      "\ntpujob_job_restarts_total{reason=\"" + reason + "\"} " + std::to_string(count) + "\n";
+  std::string metrics;
+  if (Eventually([&] { return (metrics = ScrapeMetrics(op)).find(sample) != std::string::npos; },
+                 std::chrono::seconds(10))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "no \"" << sample.substr(1, sample.size() - 2) << "\" in /metrics:\n"
+         << metrics;
+}
 
 // The kubelet and the supervisors of one job's pods, by pod uid.
 class SupervisorSim {
@@ -42,11 +66,11 @@ class SupervisorSim {
       State& state = states_[seen.uid];
       const int running = seen.barrier > state.last ? seen.barrier : 0;
       if (running > 0 && seen.generation > running) {
-        Restart(seen.name, state, 143,
-                json{{"state", "stopped"},
-                     {"generation", running},
-                     {"exit", 0},
-                     {"next", seen.generation}});
+        Restart(seen.name, state, supervisor::kStoppedExitCode,
+                json{{supervisor::kReportStateKey, supervisor::kReportStopped},
+                     {supervisor::kReportGenerationKey, running},
+                     {supervisor::kReportExitKey, 0},
+                     {supervisor::kReportNextKey, seen.generation}});
         state.last = running;
         ++stopped;
       }
@@ -64,7 +88,9 @@ class SupervisorSim {
       const int running = seen.barrier > state.last ? seen.barrier : 0;
       if (running == 0) return false;
       Restart(seen.name, state, code,
-              json{{"state", "exited"}, {"generation", running}, {"exit", code}});
+              json{{supervisor::kReportStateKey, supervisor::kReportExited},
+                   {supervisor::kReportGenerationKey, running},
+                   {supervisor::kReportExitKey, code}});
       state.last = running;
       return true;
     }
@@ -95,10 +121,10 @@ class SupervisorSim {
   };
 
   std::vector<json> Pods() const {
-    const json list = json::parse(
-        Kubectl("get pods -n " + ns_ + " -l tpujob.dev/job-name=" + job_ + " -o json", false)
-            .output,
-        nullptr, false);
+    const std::string selector = std::string(cache::kJobNameLabel) + "=" + job_;
+    const json list =
+        json::parse(Kubectl("get pods -n " + ns_ + " -l " + selector + " -o json", false).output,
+                    nullptr, false);
     std::vector<json> pods;
     if (!list.is_object() || !list.contains("items")) return pods;
     for (const json& p : list["items"]) {
@@ -177,7 +203,7 @@ class InPlaceE2E : public ::testing::Test {
   // Pod name -> uid of the job's pods.
   static std::map<std::string, std::string> Uids(const std::string& ns, const std::string& job) {
     std::map<std::string, std::string> out;
-    std::istringstream in(Get(ns, "pods -l tpujob.dev/job-name=" + job,
+    std::istringstream in(Get(ns, "pods -l " + std::string(cache::kJobNameLabel) + "=" + job,
                               "{range .items[*]}{.metadata.name}={.metadata.uid}{\"\\n\"}{end}"));
     for (std::string line; std::getline(in, line);) {
       const size_t eq = line.find('=');
@@ -233,8 +259,9 @@ TEST_F(InPlaceE2E, OneRetryableExitRestartsAllSixteenWorkersOfFourSlicesInPlace)
     EXPECT_EQ(pod["spec"]["restartPolicy"], "OnFailure");
     EXPECT_EQ(pod["spec"]["containers"][0]["command"],
               json::array({"/tpujob/bin/tpujob-supervise", "--", "sh", "-c", "train"}));
-    EXPECT_EQ(pod["metadata"]["annotations"].value("tpujob.dev/generation", ""), "1");
-    EXPECT_EQ(pod["metadata"]["annotations"].value("tpujob.dev/barrier", ""), "1");
+    const json& annotations = pod["metadata"]["annotations"];
+    EXPECT_EQ(annotations.value(std::string(cache::kGenerationAnnotation), ""), "1");
+    EXPECT_EQ(annotations.value(std::string(cache::kBarrierAnnotation), ""), "1");
 
     // Worker 1 of slice 2 (index 9) exits with a retryable code.
     ASSERT_TRUE(sim.ProgramExits(Worker("ip", 2, 1), 3));
@@ -242,6 +269,8 @@ TEST_F(InPlaceE2E, OneRetryableExitRestartsAllSixteenWorkersOfFourSlicesInPlace)
                                 "2 Closed"))
         << op.Log();
     EXPECT_EQ(JobField(n, "ip", "{.status.phase}"), "Restarting");
+    // The in-place restart is a restart in the operator's metrics.
+    EXPECT_TRUE(RestartsCounted(op, "ContainerFailed", 1));
     // The operator is killed while the barrier is closed; its successor finishes the restart.
     op.Kill();
   }
@@ -295,6 +324,7 @@ TEST_F(InPlaceE2E, ANodeLostDuringTheBarrierReplacesItsSliceInstead) {
   ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.attempt}", "2", std::chrono::seconds(60)))
       << op.Log();
   EXPECT_EQ(JobField(n, "ip", "{.status.faults[*].action}"), "RestartInPlace ReplaceSlice");
+  EXPECT_TRUE(RestartsCounted(op, "ContainerFailed", 1));  // the restart that gave way
   // The restart under way gives way to slice 1's replacement: the other slices' supervisors
   // stop at generation 3's order, slice 1's new pods join them, and generation 3 starts.
   ASSERT_TRUE(BarrierOpens(sim, n, "ip", 3)) << op.Log();

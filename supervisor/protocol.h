@@ -1,7 +1,9 @@
 // The contract between the operator and tpujob-supervise, the entrypoint that runs a worker's
 // program in place across generations: the pod annotations the operator sets, the environment it
-// gives the container and the exit code the supervisor reports a stop order with. Constants only,
-// so that both sides can include it without depending on each other.
+// gives the container, the report the supervisor leaves as its termination message and the exit
+// code it reports a stop order with. Constants only, so that both sides can include it without
+// depending on each other: the operator names these through cache/objects.h and the policy, the
+// supervisor includes this file directly.
 #pragma once
 
 namespace tpujob::supervisor {
@@ -31,18 +33,27 @@ inline constexpr int kDefaultPollMs = 100;
 // Set for the program: the generation it runs.
 inline constexpr char kGenerationEnv[] = "TPUJOB_GENERATION";
 
-// The termination message the supervisor keeps up to date, which the operator reads back
-// (policy/pod_observation.h): {"state":"running","generation":3[,"exit":0][,"next":4][,...]}.
-inline constexpr char kReportState[] = "state";
-inline constexpr char kReportGeneration[] = "generation";
-inline constexpr char kReportExit[] = "exit";
-// The states it reports.
-inline constexpr char kStateBarrier[] = "barrier";        // waits for the barrier to open
-inline constexpr char kStateRunning[] = "running";        // the program runs
-inline constexpr char kStateExited[] = "exited";          // the program exited by itself
-inline constexpr char kStateStopped[] = "stopped";        // stopped on a stop order
-inline constexpr char kStateTerminated[] = "terminated";  // the kubelet sent SIGTERM
-inline constexpr char kStateError[] = "error";            // the program could not be started
+// The report: the termination message, a JSON object rewritten at every state change,
+//   {"state":S,"generation":N[,"exit":C][,"next":G][,"error":"..."]}
+// with S one of the states below. The operator reads it from the container's state.terminated
+// or lastState.terminated message.
+inline constexpr char kReportStateKey[] = "state";
+inline constexpr char kReportGenerationKey[] = "generation";
+inline constexpr char kReportExitKey[] = "exit";
+inline constexpr char kReportNextKey[] = "next";
+inline constexpr char kReportErrorKey[] = "error";
+// Waits at the barrier; N is the last generation started (0: none).
+inline constexpr char kReportBarrier[] = "barrier";
+// Runs the program as generation N.
+inline constexpr char kReportRunning[] = "running";
+// The program of generation N exited with code "exit" by itself.
+inline constexpr char kReportExited[] = "exited";
+// A stop order: the program of generation N was stopped (code "exit") for generation "next".
+inline constexpr char kReportStopped[] = "stopped";
+// The supervisor was sent SIGTERM or SIGINT; "exit" is its program's code when one ran.
+inline constexpr char kReportTerminated[] = "terminated";
+// The program of generation N could not be started; "error" says why.
+inline constexpr char kReportError[] = "error";
 
 // The supervisor's exit code after a stop order or a SIGTERM with no program running
 // (128 + SIGTERM).

@@ -25,6 +25,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// This file repeats a few small helpers the operator has in src/ (Trim, Log, the self-pipe
+// signal handling, JSON quoting) on purpose: tpujob-supervise is a static binary of the standard
+// library and POSIX only, copied into users' images, and must not link the operator's libraries
+// (spdlog, fmt, nlohmann_json, OpenSSL come with them). Only protocol.h, constants alone, is
+// shared.
+
 std::optional<int64_t> ParseInt(std::string_view text) {
   int64_t value = 0;
   if (text.empty()) return std::nullopt;
@@ -59,6 +65,7 @@ void AppendUtf8(std::string& out, uint32_t cp) {
   }
 }
 
+// A copy (see above) of the whitespace trimming of src/base/strings.h.
 std::string_view Trim(std::string_view text) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
   while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
@@ -66,7 +73,8 @@ std::string_view Trim(std::string_view text) {
   return text;
 }
 
-// One line to stderr, in one write so that lines of concurrent writers do not interleave.
+// One line to stderr, in one write so that lines of concurrent writers do not interleave. The
+// operator logs through src/base/logging.h, which this binary does not link (see above).
 void Log(const std::string& text) {
   const std::string line = "tpujob-supervise: " + text + "\n";
   const ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
@@ -74,7 +82,8 @@ void Log(const std::string& text) {
 }
 
 // Signals arrive through a self-pipe: the handler records which and writes a byte, the loop
-// polls the pipe (with the poll interval as timeout).
+// polls the pipe (with the poll interval as timeout). src/base/signal_waiter.h does the same for
+// the operator with its own thread; this binary links none of src/ (see above).
 int g_pipe[2] = {-1, -1};
 volatile sig_atomic_t g_terminate = 0;
 volatile sig_atomic_t g_terminate_signal = 0;
@@ -364,6 +373,8 @@ int64_t AnnotationGeneration(const std::map<std::string, std::string>& annotatio
   return ParseGeneration(Trim(it->second)).value_or(0);
 }
 
+// The operator writes JSON with nlohmann_json, which this binary does not link (see the top of
+// this file); the report needs only quoted strings.
 std::string JsonQuote(std::string_view text) {
   std::string out = "\"";
   for (const char c : text) {
@@ -397,11 +408,14 @@ std::string JsonQuote(std::string_view text) {
 }
 
 std::string FormatMessage(const Message& message) {
-  std::string out = "{\"state\":" + JsonQuote(message.state) +
-                    ",\"generation\":" + std::to_string(message.generation);
-  if (message.exit_code) out += ",\"exit\":" + std::to_string(*message.exit_code);
-  if (message.next) out += ",\"next\":" + std::to_string(*message.next);
-  if (message.error) out += ",\"error\":" + JsonQuote(*message.error);
+  const auto member = [](std::string_view key, const std::string& value) {
+    return JsonQuote(key) + ":" + value;
+  };
+  std::string out = "{" + member(kReportStateKey, JsonQuote(message.state)) + "," +
+                    member(kReportGenerationKey, std::to_string(message.generation));
+  if (message.exit_code) out += "," + member(kReportExitKey, std::to_string(*message.exit_code));
+  if (message.next) out += "," + member(kReportNextKey, std::to_string(*message.next));
+  if (message.error) out += "," + member(kReportErrorKey, JsonQuote(*message.error));
   return out + "}";
 }
 
@@ -467,7 +481,7 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
   int64_t last = ReadStateGeneration(options.state_dir);
   for (;;) {
     const int64_t next = last + 1;
-    Report(options, {.state = "barrier", .generation = last});
+    Report(options, {.state = kReportBarrier, .generation = last});
     Log("waiting at the barrier for generation " + std::to_string(next) + " (annotation " +
         kBarrierAnnotation + " >= " + std::to_string(next) + ")");
     int64_t generation = 0;
@@ -476,7 +490,7 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
       if (g_terminate) {
         Log("terminated by signal " + std::to_string(g_terminate_signal) +
             " at the barrier; no program running");
-        Report(options, {.state = "terminated", .generation = last});
+        Report(options, {.state = kReportTerminated, .generation = last});
         return kStoppedExitCode;
       }
       const int64_t barrier =
@@ -492,16 +506,16 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
       // Without the record a restarted container would run this generation again.
       Log("not starting generation " + std::to_string(generation) + ": " + error);
       // The generation it was to run failed: the operator counts it as that generation's.
-      Report(options, {.state = "error", .generation = generation, .error = error});
+      Report(options, {.state = kReportError, .generation = generation, .error = error});
       return 1;
     }
     last = generation;
-    Report(options, {.state = "running", .generation = generation});
+    Report(options, {.state = kReportRunning, .generation = generation});
     const pid_t program = StartProgram(argv, generation);
     if (program < 0) {
       error = std::string("fork: ") + std::strerror(errno);
       Log("not starting generation " + std::to_string(generation) + ": " + error);
-      Report(options, {.state = "error", .generation = generation, .error = error});
+      Report(options, {.state = kReportError, .generation = generation, .error = error});
       return 1;
     }
     Log("barrier " + std::to_string(generation) + " open: started generation " +
@@ -510,7 +524,7 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
     for (;;) {
       if (const auto code = ReapChildren(program)) {
         Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code));
-        Report(options, {.state = "exited", .generation = generation, .exit_code = *code});
+        Report(options, {.state = kReportExited, .generation = generation, .exit_code = *code});
         return *code;
       }
       if (g_terminate) {
@@ -522,7 +536,7 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
         while (!(code = ReapChildren(program))) WaitForEvent(options.poll);
         Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code) +
             " after SIGTERM");
-        Report(options, {.state = "terminated", .generation = generation, .exit_code = *code});
+        Report(options, {.state = kReportTerminated, .generation = generation, .exit_code = *code});
         // Not 0 even when the program exited 0: under restartPolicy OnFailure a container that
         // the kubelet stopped without deleting the pod (a liveness probe) must run again.
         return *code != 0 ? *code : kStoppedExitCode;
@@ -559,8 +573,10 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
         Log("generation " + std::to_string(generation) + " stopped with code " + Describe(*code) +
             "; exiting " + std::to_string(kStoppedExitCode) + " to restart for generation " +
             std::to_string(ordered));
-        Report(options,
-               {.state = "stopped", .generation = generation, .exit_code = *code, .next = ordered});
+        Report(options, {.state = kReportStopped,
+                         .generation = generation,
+                         .exit_code = *code,
+                         .next = ordered});
         return kStoppedExitCode;
       }
       WaitForEvent(options.poll);

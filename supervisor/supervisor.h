@@ -46,14 +46,14 @@ int64_t AnnotationGeneration(const std::map<std::string, std::string>& annotatio
 
 // What the supervisor reports in the termination message.
 struct Message {
-  std::string state;  // barrier, running, exited, stopped, terminated, error
+  std::string state;  // kReportBarrier, kReportRunning, ... (protocol.h)
   int64_t generation = 0;
   std::optional<int> exit_code{};
   std::optional<int64_t> next{};
   std::optional<std::string> error{};
 };
 
-// {"state":"...","generation":N[,"exit":C][,"next":G][,"error":"..."]}
+// The report as protocol.h describes it: {"state":"...","generation":N[,"exit":C]...}.
 std::string FormatMessage(const Message& message);
 // JSON string escaping (quotes included).
 std::string JsonQuote(std::string_view text);

@@ -27,10 +27,7 @@
 #include "base/clock.h"
 #include "cache/intern.h"
 #include "kube/error.h"
-
-// The supervisor is built without the operator's libraries, outside src/; its protocol is
-// constants only.
-#include "../../supervisor/protocol.h"
+#include "supervisor/protocol.h"
 
 namespace tpujob::cache {
 

@@ -6,12 +6,15 @@
 #include <utility>
 #include <vector>
 
+#include "base/strings.h"
 #include "cache/store.h"
+#include "kube/json.h"
 #include "policy/lifecycle.h"
 
 namespace tpujob::controller {
 namespace {
 
+using kube::StringField;
 using policy::ReplicaType;
 
 // object[key] as an object, replacing whatever else the template put there: the operator must
@@ -28,13 +31,6 @@ Json& ArrayField(Json& object, const char* key) {
   return field;
 }
 
-// object[key] when it is a string, else "" (Json::value would throw on another type).
-std::string StringField(const Json& object, const char* key) {
-  if (!object.is_object()) return {};
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 std::vector<std::string> WorkerHostnameList(std::string_view job, const policy::JobSpec& spec,
                                             int32_t slice) {
   std::vector<std::string> hostnames;
@@ -44,15 +40,6 @@ std::vector<std::string> WorkerHostnameList(std::string_view job, const policy::
     hostnames.push_back(PodName(job, spec, ReplicaType::kWorker, i) + "." + service);
   }
   return hostnames;
-}
-
-std::string Join(const std::vector<std::string>& names) {
-  std::string joined;
-  for (const std::string& name : names) {
-    if (!joined.empty()) joined += ',';
-    joined += name;
-  }
-  return joined;
 }
 
 Json EnvVar(std::string name, std::string value) {
@@ -75,7 +62,7 @@ std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpe
   env.push_back(EnvVar("TPUJOB_REPLICA_TYPE", std::string(policy::ToString(type))));
   env.push_back(EnvVar("TPUJOB_REPLICA_INDEX", std::to_string(index)));
   if (worker) env.push_back(EnvVar("TPU_WORKER_ID", std::to_string(worker_id)));
-  env.push_back(EnvVar("TPU_WORKER_HOSTNAMES", Join(hostnames)));
+  env.push_back(EnvVar("TPU_WORKER_HOSTNAMES", Join(hostnames, ",")));
   if (spec.Multislice()) {
     // What libtpu's multislice runtime (and JAX on it) reads to join the slices over the
     // data-center network: slice 0's first worker coordinates.
@@ -142,8 +129,8 @@ bool ToleratesTpuTaint(const Json& toleration) {
 
 void AddTpuScheduling(Json& pod_spec, const policy::TpuSpec& tpu) {
   Json& node_selector = ObjectField(pod_spec, "nodeSelector");
-  node_selector[std::string(kAcceleratorNodeLabel)] = tpu.accelerator;
-  node_selector[std::string(kTopologyNodeLabel)] = tpu.topology;
+  node_selector[std::string(policy::kAcceleratorLabel)] = tpu.accelerator;
+  node_selector[std::string(policy::kTopologyLabel)] = tpu.topology;
 
   Json& tolerations = ArrayField(pod_spec, "tolerations");
   if (std::none_of(tolerations.begin(), tolerations.end(), ToleratesTpuTaint)) {
@@ -220,7 +207,7 @@ std::string PodName(std::string_view job, const policy::JobSpec& spec, ReplicaTy
 std::string ServiceName(std::string_view job) { return std::string(job); }
 
 std::string WorkerHostnames(std::string_view job, const policy::JobSpec& spec, int32_t slice) {
-  return Join(WorkerHostnameList(job, spec, slice));
+  return Join(WorkerHostnameList(job, spec, slice), ",");
 }
 
 std::string CoordinatorAddress(std::string_view job, const policy::JobSpec& spec) {

@@ -27,6 +27,7 @@
 #include "cache/objects.h"
 #include "policy/job_spec.h"
 #include "policy/kueue.h"
+#include "policy/queue.h"
 
 namespace tpujob::controller {
 
@@ -39,11 +40,11 @@ inline constexpr std::string_view kAttemptLabel = "tpujob.dev/attempt";         
 // Workers of a multislice job: the slice ("0".."slices-1"). kReplicaIndexLabel stays the
 // job-wide worker index (slice * hosts per slice + TPU_WORKER_ID).
 inline constexpr std::string_view kSliceIndexLabel = "tpujob.dev/slice-index";
-// The node labels GKE puts on TPU nodes, which worker pods select on.
-inline constexpr std::string_view kAcceleratorNodeLabel = "cloud.google.com/gke-tpu-accelerator";
-inline constexpr std::string_view kTopologyNodeLabel = "cloud.google.com/gke-tpu-topology";
-// The taint GKE puts on TPU nodes so that only pods asking for TPUs land there.
-inline constexpr std::string_view kTpuTaintKey = "google.com/tpu";
+// Worker pods select TPU nodes on the labels GKE puts on them: policy::kAcceleratorLabel and
+// policy::kTopologyLabel.
+// The taint GKE puts on TPU nodes so that only pods asking for TPUs land there: it is named
+// after the resource.
+inline constexpr std::string_view kTpuTaintKey = cache::kTpuResource;
 // The user and group the pre-flight init container runs as: the operator image's USER.
 inline constexpr int64_t kPreflightUser = 65532;
 // The owner reference's API version and kind.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 
+#include "policy/fault_table.h"
 #include "version.h"
 
 namespace tpujob::controller {
@@ -22,9 +24,10 @@ OperatorMetrics* Declare() {
   return new OperatorMetrics{
       .jobs =
           r.AddGauge("tpujob_jobs", "TPUJobs in the operator's cache, by status.phase.", {"phase"}),
-      .job_restarts =
-          r.AddCounter("tpujob_job_restarts_total",
-                       "Workers restarted in place after a fault, by fault kind.", {"reason"}),
+      .job_restarts = r.AddCounter("tpujob_job_restarts_total",
+                                   "Workers restarted after a fault (pod recreated or program "
+                                   "restarted in place), by fault kind.",
+                                   {"reason"}),
       .job_reissues = r.AddCounter("tpujob_job_reissues_total",
                                    "Jobs re-issued as a new attempt, by fault kind.", {"reason"}),
       .job_failures =
@@ -158,11 +161,16 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
   OperatorMetrics& m = Metrics();
   for (const auto& fault : after.faults) {
     if (Contains(before.faults, fault)) continue;
-    if (fault.action == "RestartWorker") {
+    // The fault table says what each action did (policy/fault_table.h); an action this
+    // version does not know counts nowhere.
+    const std::optional<policy::FaultAction> action = policy::ParseFaultAction(fault.action);
+    if (!action) continue;
+    const policy::FaultActionTreatment& treatment = policy::Treatment(*action);
+    if (treatment.restarts_worker) {
       m.job_restarts.With({fault.kind}).Inc();
-    } else if (fault.action == "ReissueJob" || fault.action == "ReplaceSlice") {
+    } else if (treatment.reissues_job) {
       m.job_reissues.With({fault.kind}).Inc();
-    } else if (fault.action == "FailJob") {
+    } else if (treatment.fails_job) {
       m.job_failures.With({fault.kind}).Inc();
     }
   }

@@ -48,7 +48,8 @@ bool AtLeast(std::string_view have, std::string_view want) {
 }
 
 ObjectRef RefOf(const cache::TPUJobInfo& job) {
-  return ObjectRef{"tpujob.dev/v1alpha1", "TPUJob", std::string(job.ns.view()), job.name, job.uid};
+  return ObjectRef{std::string(kTPUJobApiVersion), std::string(kTPUJobKind),
+                   std::string(job.ns.view()), job.name, job.uid};
 }
 
 }  // namespace

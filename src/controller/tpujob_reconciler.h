@@ -1,5 +1,7 @@
-// The TPUJob reconciler: reads one job, its pods and (later) nodes from the caches, asks
-// policy::Decide() what should happen, and commits the plan against the API server.
+// The TPUJob reconciler: reads one job, its pods and the nodes that bear on it from the caches
+// (the health and cordon state of the nodes its pods run on, the nodes it cordoned, and the
+// nodes its new pods are to avoid), asks policy::Decide() what should happen, and commits the
+// plan against the API server.
 //
 // Commit order (see policy/lifecycle.h for why): status first, with the cached
 // resourceVersion as a precondition; then Events; then deletions (each with the pod's uid as a

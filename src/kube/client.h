@@ -20,12 +20,11 @@
 
 #include "kube/config.h"
 #include "kube/error.h"
+#include "kube/json.h"
 #include "kube/resource.h"
 #include "kube/watch.h"
 
 namespace tpujob::kube {
-
-using Json = nlohmann::json;
 
 struct ListOptions {
   std::string label_selector;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/logging.h"
+#include "base/strings.h"
 
 namespace tpujob::kube {
 namespace {
@@ -22,12 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 // Reads a whole file; the error is the system's reason ("No such file or directory").
 std::expected<std::string, std::string> ReadFile(const std::string& path) {

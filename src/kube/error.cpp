@@ -5,14 +5,14 @@
 #include <charconv>
 #include <ctime>
 #include <iomanip>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
+#include "base/strings.h"
+#include "kube/json.h"
+
 namespace tpujob::kube {
 namespace {
-
-using Json = nlohmann::json;
 
 constexpr size_t kMaxBodyExcerpt = 200;
 
@@ -145,12 +145,6 @@ std::string Excerpt(std::string_view body) {
   return out;
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 // Retry-After is delay-seconds or an HTTP-date (RFC 9110 section 10.2.3). Anything we cannot
 // read still says "retry later", so it becomes the shortest sensible delay.
 std::chrono::seconds ParseRetryAfter(std::string_view header) {
@@ -183,11 +177,6 @@ bool LooksLikeStatus(const Json& doc) {
   const auto kind = doc.find("kind");
   if (kind != doc.end() && kind->is_string() && *kind == "Status") return true;
   return doc.contains("reason") || doc.contains("message") || doc.contains("code");
-}
-
-std::string StringField(const Json& doc, const char* key) {
-  const auto it = doc.find(key);
-  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 // Fills reason, message, code and retryAfterSeconds from a Status object. `code` is only taken

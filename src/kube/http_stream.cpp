@@ -20,6 +20,8 @@
 #include <cstring>
 #include <optional>
 
+#include "base/strings.h"
+
 namespace tpujob::kube {
 namespace {
 
@@ -39,11 +41,6 @@ std::string LastSslError() {
   return text;
 }
 
-bool IsIpAddress(const std::string& host) {
-  unsigned char buf[sizeof(in6_addr)];
-  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
-}
-
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==
@@ -51,11 +48,8 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
          });
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+// The optional whitespace around a header field's value (RFC 9110 section 5.6.3).
+constexpr std::string_view kOptionalWhitespace = " \t";
 
 // A socket BIO whose writes never raise SIGPIPE (the operator does not ignore it): OpenSSL's own
 // writes with write(2).
@@ -557,8 +551,8 @@ Status HttpStream::ReadHead(SteadyTime deadline) {
     if (line.empty()) break;
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
-    headers_.emplace_back(std::string(Trim(line.substr(0, colon))),
-                          std::string(Trim(line.substr(colon + 1))));
+    headers_.emplace_back(std::string(Trim(line.substr(0, colon), kOptionalWhitespace)),
+                          std::string(Trim(line.substr(colon + 1), kOptionalWhitespace)));
   }
   const std::string_view encoding = Header("Transfer-Encoding");
   const std::string_view length = Header("Content-Length");

@@ -26,11 +26,6 @@ std::string Sha256Hex(std::string_view data) {
   return out;
 }
 
-std::string StringAt(const kube::Json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 }  // namespace
 
 int AuthResult::HttpStatus() const {
@@ -113,16 +108,16 @@ AuthResult DelegatingAuthorizer::Review(const std::string& token, std::string_vi
   }
   const kube::Json status = authn->value("status", kube::Json::object());
   if (!status.value("authenticated", false)) {
-    std::string why = StringAt(status, "error");
+    std::string why = kube::StringField(status, "error");
     return {AuthOutcome::kUnauthenticated, "", why.empty() ? "the token is not valid" : why};
   }
   const kube::Json user = status.value("user", kube::Json::object());
   AuthResult result;
-  result.user = StringAt(user, "username");
+  result.user = kube::StringField(user, "username");
 
   kube::Json spec = {{"user", result.user},
                      {"nonResourceAttributes", {{"path", std::string(path)}, {"verb", "get"}}}};
-  if (auto uid = StringAt(user, "uid"); !uid.empty()) spec["uid"] = uid;
+  if (auto uid = kube::StringField(user, "uid"); !uid.empty()) spec["uid"] = uid;
   if (auto groups = user.find("groups"); groups != user.end() && groups->is_array()) {
     spec["groups"] = *groups;
   }
@@ -148,7 +143,7 @@ AuthResult DelegatingAuthorizer::Review(const std::string& token, std::string_vi
   }
   result.outcome = AuthOutcome::kForbidden;
   result.reason = "user \"" + result.user + "\" may not get " + std::string(path);
-  if (auto why = StringAt(access, "reason"); !why.empty()) result.reason += ": " + why;
+  if (auto why = kube::StringField(access, "reason"); !why.empty()) result.reason += ": " + why;
   return result;
 }
 

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/strings.h"
+
 namespace tpujob::metrics {
 namespace {
 
@@ -39,12 +41,6 @@ std::string OpensslError(const std::string& what) {
     out += buffer;
   }
   return out;
-}
-
-bool IsIpAddress(const std::string& host) {
-  unsigned char buffer[16];
-  return inet_pton(AF_INET, host.c_str(), buffer) == 1 ||
-         inet_pton(AF_INET6, host.c_str(), buffer) == 1;
 }
 
 bool AddExtension(X509* cert, int nid, const std::string& value) {

@@ -36,14 +36,14 @@ bool FailedInitContainer(const cache::PodInfo& pod, Termination& t) {
 std::optional<SupervisorReport> ParseSupervisorReport(std::string_view message) {
   const Json j = Json::parse(message, nullptr, false);
   if (!j.is_object()) return std::nullopt;
-  auto state = j.find(supervisor::kReportState);
-  auto generation = j.find(supervisor::kReportGeneration);
+  auto state = j.find(supervisor::kReportStateKey);
+  auto generation = j.find(supervisor::kReportGenerationKey);
   if (state == j.end() || !state->is_string() || generation == j.end() ||
       !generation->is_number_integer()) {
     return std::nullopt;
   }
   SupervisorReport r{state->get<std::string>(), generation->get<int32_t>(), std::nullopt};
-  if (auto e = j.find(supervisor::kReportExit); e != j.end() && e->is_number_integer())
+  if (auto e = j.find(supervisor::kReportExitKey); e != j.end() && e->is_number_integer())
     r.exit = e->get<int32_t>();
   return r;
 }
@@ -63,18 +63,18 @@ ProgramObservation ObserveProgram(const cache::PodInfo& pod) {
     // generation it was to run failed.
     o.last_generation = report ? report->generation : pod.barrier_generation;
     const std::string_view state =
-        report ? std::string_view(report->state) : std::string_view(supervisor::kStateRunning);
+        report ? std::string_view(report->state) : std::string_view(supervisor::kReportRunning);
     int32_t exit = report && report->exit ? *report->exit : *code;
-    if (state == supervisor::kStateTerminated && exit == 0)
+    if (state == supervisor::kReportTerminated && exit == 0)
       exit = *code;  // killed: the container's code
     // "running": the supervisor died with its program (killed, out of memory); "error": it could
     // not start it.
     // "terminated": the kubelet sent SIGTERM. While the pod is being deleted that is no
     // failure; otherwise it killed the container (a liveness probe) and the program ended.
-    const bool program_ended = state == supervisor::kStateExited ||
-                               state == supervisor::kStateRunning ||
-                               state == supervisor::kStateError ||
-                               (state == supervisor::kStateTerminated && !pod.deleting());
+    const bool program_ended = state == supervisor::kReportExited ||
+                               state == supervisor::kReportRunning ||
+                               state == supervisor::kReportError ||
+                               (state == supervisor::kReportTerminated && !pod.deleting());
     if (program_ended && exit == 0 && *code == 0) {
       o.succeeded = terminated;
     } else if (program_ended) {

@@ -30,11 +30,11 @@
 #include <string>
 #include <string_view>
 
-#include "../../supervisor/protocol.h"
 #include "base/clock.h"
 #include "cache/objects.h"
 #include "policy/job_spec.h"
 #include "preflight/report.h"
+#include "supervisor/protocol.h"
 
 namespace tpujob::policy {
 

@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include "base/strings.h"
+
 namespace tpujob::preflight {
 namespace {
 
@@ -33,15 +35,6 @@ std::string Lower(std::string_view s) {
 // Whole seconds print without decimals ("120s"); sub-second deadlines only occur in tests.
 std::string FormatSeconds(Duration d) {
   return fmt::format("{}s", std::chrono::duration<double>(d).count());
-}
-
-std::string Join(const std::vector<std::string>& parts, std::string_view separator) {
-  std::string out;
-  for (const std::string& part : parts) {
-    if (!out.empty()) out += separator;
-    out += part;
-  }
-  return out;
 }
 
 // Log lines stay readable with thousands of peers: the first few names and a count.

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "base/strings.h"
+
 namespace tpujob::preflight {
 namespace {
 
@@ -88,13 +90,6 @@ class Source {
   const FlagValues& flags_;
   const EnvironmentLookup& env_;
 };
-
-std::string_view Trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
 
 }  // namespace
 

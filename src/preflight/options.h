@@ -31,8 +31,9 @@ std::vector<std::string> SplitList(std::string_view text);
 struct Options {
   // Each check at most once, in the order they run: the local ones first, dns last because it
   // may wait for peers for up to its timeout.
-  // ulimit is not a default: the source requirements check the limits only for jobs on a
-  // high-speed network, and the operator adds it for those (spec.tpu.highSpeedNetwork).
+  // ulimit is not a default: the limits matter only to the RDMA libraries of a high-speed
+  // network, so the operator adds the check for jobs on one (spec.tpu.highSpeedNetwork; as the
+  // managed training platform's fault-tolerance check does, docs/api.md "The four cases").
   std::vector<Check> checks = {Check::kDisk, Check::kAccelerator, Check::kDns};
   std::string node_name;  // NODE_NAME, recorded in the report
   DnsOptions dns;

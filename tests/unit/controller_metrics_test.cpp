@@ -62,6 +62,30 @@ TEST(ControllerMetricsTest, NewFaultsCountByActionAndKindOnce) {
   EXPECT_EQ(Count(m.job_failures, {"PodFailed"}) - failures, 1);
 }
 
+// Both ways of restarting a worker count as a restart: recreating its pod (RestartWorker) and
+// restarting its program in place behind the barrier (RestartInPlace).
+TEST(ControllerMetricsTest, EveryActionThatRestartsAWorkerCountsAsARestart) {
+  OperatorMetrics& m = Metrics();
+  const WallTime t0 = WallTime{} + 1500h;
+  const double restarts = Count(m.job_restarts, {"ContainerFailed"});
+  const double reissues = Count(m.job_reissues, {"ContainerFailed"});
+
+  JobStatus before;
+  before.phase = Phase::kRunning;
+  JobStatus in_place = before;
+  in_place.phase = Phase::kRestarting;
+  in_place.faults.push_back(Fault(t0, "ContainerFailed", "RestartInPlace"));
+  RecordStatusChange(before, in_place, t0);
+  EXPECT_EQ(Count(m.job_restarts, {"ContainerFailed"}) - restarts, 1);
+
+  JobStatus recreated = in_place;
+  recreated.faults.push_back(Fault(t0 + 1s, "ContainerFailed", "RestartWorker"));
+  RecordStatusChange(in_place, recreated, t0 + 1s);
+  RecordStatusChange(recreated, recreated, t0 + 2s);  // written again: nothing more
+  EXPECT_EQ(Count(m.job_restarts, {"ContainerFailed"}) - restarts, 2);
+  EXPECT_EQ(Count(m.job_reissues, {"ContainerFailed"}), reissues);
+}
+
 TEST(ControllerMetricsTest, AdmissionObservesTheQueueWaitOnce) {
   metrics::Histogram& wait = Metrics().queue_wait.With({});
   const auto before_count = Observations(wait);
