@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "cache/objects.h"
 #include "fixtures.h"
 #include "kube/config.h"
 
@@ -104,7 +105,9 @@ double Median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-std::string JobSelector(const std::string& job) { return "tpujob.dev/job-name=" + job; }
+std::string JobSelector(const std::string& job) {
+  return std::string(cache::kJobNameLabel) + "=" + job;
+}
 
 // Opens a watch on the pods of `selector` in `ns` (from a LIST, so no earlier pod counts), for
 // AwaitPods.

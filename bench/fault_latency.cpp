@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/objects.h"
 #include "common.h"
 #include "fault_nodes.h"
 #include "fixtures.h"
@@ -71,7 +72,7 @@ int FaultLatency(const std::string& kubeconfig, const std::string& ns, const std
         changed.notify_all();
       });
   Follower pod_watch(
-      *client, Resource::Pods(), ns, "tpujob.dev/job-name",
+      *client, Resource::Pods(), ns, std::string(cache::kJobNameLabel),
       [&](const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
         std::lock_guard<std::mutex> lock(mu);
         const bool going = event.type == tpujob::kube::WatchEventType::kDeleted ||

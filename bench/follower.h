@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "cache/objects.h"
 #include "common.h"
 
 namespace tpujob::bench {
@@ -163,7 +164,7 @@ class PodWatch {
 
   PodWatch(kube::Client& client, const std::string& ns, Update update)
       : update_(std::move(update)),
-        follower_(client, Resource::Pods(), ns, "tpujob.dev/job-name",
+        follower_(client, Resource::Pods(), ns, std::string(cache::kJobNameLabel),
                   [this](const kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
                     std::lock_guard<std::mutex> lock(mu);
                     T& pod = pods[event.object.value("/metadata/uid"_json_pointer, "")];

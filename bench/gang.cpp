@@ -37,7 +37,7 @@ int JobSetGang(const std::string& kubeconfig, const std::string& ns, const std::
                int workers, const std::string& topology, int chips) {
   const tpujob::kube::Resource jobsets{"jobset.x-k8s.io", "v1alpha2", "jobsets", true};
   const std::string selector = "jobset.sigs.k8s.io/jobset-name=" + name;
-  const Json tpu = {{"google.com/tpu", std::to_string(chips)}};
+  const Json tpu = {{std::string(cache::kTpuResource), std::to_string(chips)}};
   // The same TPU_WORKER_HOSTNAMES list every worker of a TPUJob carries (and GKE's TPU webhook
   // adds to a JobSet's pods): one hostname per worker, so the pods are as large as ours.
   std::string hostnames;

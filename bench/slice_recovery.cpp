@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/objects.h"
 #include "common.h"
 #include "fault_nodes.h"
 #include "fixtures.h"
@@ -208,7 +209,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
                     return false;
                   }
                   for (const auto& taint : got->value("/spec/taints"_json_pointer, Json::array())) {
-                    if (taint.value("key", "") != "google.com/tpu") return false;
+                    if (taint.value("key", "") != cache::kTpuResource) return false;
                   }
                   return true;
                 },
