@@ -12,7 +12,7 @@ std::map<std::string, std::string> TpuNodeLabels(const std::string& accelerator,
 
 Json NodeManifest(const FakeNode& node) {
   Json resources = {{"cpu", node.cpu}, {"memory", node.memory}, {"pods", node.pods}};
-  if (node.chips > 0) resources["google.com/tpu"] = std::to_string(node.chips);
+  if (node.chips > 0) resources[std::string(cache::kTpuResource)] = std::to_string(node.chips);
   Json manifest = {{"apiVersion", "v1"},
                    {"kind", "Node"},
                    {"metadata",
@@ -30,13 +30,13 @@ Json NodeManifest(const FakeNode& node) {
 
 Json WorkerPodManifest(const FakeWorkerPod& pod) {
   const std::string index = std::to_string(pod.index);
-  const Json tpu = {{"google.com/tpu", std::to_string(pod.chips)}};
+  const Json tpu = {{std::string(cache::kTpuResource), std::to_string(pod.chips)}};
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
           {"metadata",
            {{"name", pod.job + "-worker-" + index},
             {"labels",
-             {{"tpujob.dev/job-name", pod.job},
+             {{std::string(cache::kJobNameLabel), pod.job},
               {"tpujob.dev/replica-type", "worker"},
               {"tpujob.dev/replica-index", index},
               {"tpujob.dev/attempt", "1"}}}}},

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "cache/objects.h"
 #include "kube/client.h"
 
 namespace tpujob::fixtures {
@@ -32,7 +33,7 @@ std::map<std::string, std::string> TpuNodeLabels(const std::string& accelerator,
 struct FakeNode {
   std::string name;
   std::map<std::string, std::string> labels;
-  std::string taint_key = "google.com/tpu";  // NoSchedule; empty: no taint, no spec
+  std::string taint_key = std::string(cache::kTpuResource);  // NoSchedule; empty: no taint
   std::string taint_value = "present";
   std::string cpu = "32";
   std::string memory = "128Gi";
