@@ -37,13 +37,13 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPUJOB_BUIL
 
 FROM ${DEBIAN_IMAGE}
 # Runtime libraries only, one package per library the binary links (ldd): cpprestsdk, yaml-cpp,
-# spdlog, fmt, prometheus-cpp (core), simdjson, OpenSSL (libssl/libcrypto), brotli and zlib
+# spdlog, fmt, prometheus-cpp (core), simdjson, RE2, OpenSSL (libssl/libcrypto), brotli and zlib
 # (through cpprestsdk), the C++ runtime. libc6 and libgcc-s1 are part of every Debian image.
 # ca-certificates: the system CA bundle, used when a kubeconfig names no CA of its own.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libsimdjson14 \
-      libssl3 libbrotli1 zlib1g libstdc++6 ca-certificates \
+      libre2-9 libssl3 libbrotli1 zlib1g libstdc++6 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/tpujob-operator /usr/local/bin/tpujob-operator
 # The same binary is the `kubectl tpujob` plugin under this name.

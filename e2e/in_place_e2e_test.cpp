@@ -22,6 +22,7 @@
 #include "e2e_env.h"
 #include "operator_env.h"
 #include "supervisor/protocol.h"
+#include "supervisor_sim.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
@@ -51,118 +52,6 @@ std::string ScrapeMetrics(const OperatorProcess& op) {
          << "no \"" << sample.substr(1, sample.size() - 2) << "\" in /metrics:\n"
          << metrics;
 }
-
-// The kubelet and the supervisors of one job's pods, by pod uid.
-class SupervisorSim {
- public:
-  SupervisorSim(std::string ns, std::string job) : ns_(std::move(ns)), job_(std::move(job)) {}
-
-  // One pass over the job's pods: every supervisor told a generation above the one its program
-  // runs stops it (the container restarts and waits at the barrier). Returns how many stopped.
-  int Step() {
-    int stopped = 0;
-    for (const json& pod : Pods()) {
-      const Seen seen = Read(pod);
-      State& state = states_[seen.uid];
-      const int running = seen.barrier > state.last ? seen.barrier : 0;
-      if (running > 0 && seen.generation > running) {
-        Restart(seen.name, state, supervisor::kStoppedExitCode,
-                json{{supervisor::kReportStateKey, supervisor::kReportStopped},
-                     {supervisor::kReportGenerationKey, running},
-                     {supervisor::kReportExitKey, 0},
-                     {supervisor::kReportNextKey, seen.generation}});
-        state.last = running;
-        ++stopped;
-      }
-    }
-    return stopped;
-  }
-
-  // The program of `pod` exits with `code`: its supervisor exits too and the kubelet restarts
-  // the container, whose supervisor waits at the barrier.
-  bool ProgramExits(const std::string& pod, int code) {
-    for (const json& p : Pods()) {
-      const Seen seen = Read(p);
-      if (seen.name != pod) continue;
-      State& state = states_[seen.uid];
-      const int running = seen.barrier > state.last ? seen.barrier : 0;
-      if (running == 0) return false;
-      Restart(seen.name, state, code,
-              json{{supervisor::kReportStateKey, supervisor::kReportExited},
-                   {supervisor::kReportGenerationKey, running},
-                   {supervisor::kReportExitKey, code}});
-      state.last = running;
-      return true;
-    }
-    return false;
-  }
-
-  // The generation each pod's program runs (0: it waits at the barrier), by pod name.
-  std::map<std::string, int> Running() {
-    std::map<std::string, int> out;
-    for (const json& pod : Pods()) {
-      const Seen seen = Read(pod);
-      const State& state = states_[seen.uid];
-      out[seen.name] = seen.barrier > state.last ? seen.barrier : 0;
-    }
-    return out;
-  }
-
-  int restarts() const { return restarts_; }
-
- private:
-  struct Seen {
-    std::string name, uid;
-    int generation = 0, barrier = 0;
-  };
-  struct State {
-    int last = 0;  // the last generation this pod's supervisor ran
-    int count = 0;
-  };
-
-  std::vector<json> Pods() const {
-    const std::string selector = std::string(cache::kJobNameLabel) + "=" + job_;
-    const json list =
-        json::parse(Kubectl("get pods -n " + ns_ + " -l " + selector + " -o json", false).output,
-                    nullptr, false);
-    std::vector<json> pods;
-    if (!list.is_object() || !list.contains("items")) return pods;
-    for (const json& p : list["items"]) {
-      if (!p["metadata"].contains("deletionTimestamp")) pods.push_back(p);
-    }
-    return pods;
-  }
-
-  static Seen Read(const json& pod) {
-    const json& meta = pod["metadata"];
-    const json annotations = meta.value("annotations", json::object());
-    auto number = [&](std::string_view key) {
-      const std::string text = annotations.value(std::string(key), "0");
-      return std::atoi(text.c_str());
-    };
-    return {meta.value("name", ""), meta.value("uid", ""), number(cache::kGenerationAnnotation),
-            number(cache::kBarrierAnnotation)};
-  }
-
-  void Restart(const std::string& pod, State& state, int code, const json& report) {
-    const std::string now = cache::FormatRfc3339(std::chrono::system_clock::now());
-    ++state.count;
-    ++restarts_;
-    const json patch = {{"status",
-                         {{"containerStatuses",
-                           json::array({fixtures::RestartedContainerStatus(
-                               "trainer", "busybox", state.count, code, report.dump(), now)})}}}};
-    const std::string path = ClusterDir() + "/inplace-" + ns_ + "-" + pod + ".json";
-    std::ofstream(path) << patch.dump();
-    const CommandResult r = Kubectl("patch pod " + pod + " -n " + ns_ +
-                                    " --subresource=status --type=strategic --patch-file " + path);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-  }
-
-  std::string ns_, job_;
-  std::map<std::string, State> states_;
-  int restarts_ = 0;
-};
 
 class InPlaceE2E : public ::testing::Test {
  protected:

@@ -26,7 +26,7 @@ TEST(OperatorE2E, CrdIsServedWithShortNameAndPrinterColumns) {
   const auto listed = Kubectl("get tj -n " + ns.name());
   ASSERT_EQ(listed.exit_code, 0) << listed.output;
   EXPECT_NE(listed.output.find("single-host"), std::string::npos) << listed.output;
-  for (const char* column : {"PHASE", "ATTEMPT", "TPU", "SLICES", "READY", "AGE"}) {
+  for (const char* column : {"PHASE", "ATTEMPT", "TPU", "SLICES", "READY", "STEP", "AGE"}) {
     EXPECT_NE(listed.output.find(column), std::string::npos) << column << "\n" << listed.output;
   }
   // Defaults from the schema are applied by the API server.

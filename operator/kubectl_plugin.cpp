@@ -235,6 +235,57 @@ int List(const GlobalOptions& global, const ListOptions& options) {
   return 0;
 }
 
+// Stall detection with a step pattern: the current step and rate, from the log tail of worker 0
+// of the current attempt (the first container's, with the kubelet's timestamps). Read here, on
+// demand, so that no step ever costs an API write.
+std::optional<LogProgress> ReadLogProgress(const Cluster& cluster, const json& job,
+                                           const std::vector<json>& pods) {
+  const std::string pattern = TextAt(job, "/spec/faultTolerance/progress/logPattern");
+  if (pattern.empty()) return std::nullopt;
+  constexpr int kTailLines = 500;
+  const std::string attempt = TextAt(job, "/status/attempt", "1");
+  const json* worker0 = nullptr;
+  for (const json& pod : pods) {
+    if (TextAt(pod, "/metadata/labels/tpujob.dev~1replica-type") == "Worker" &&
+        TextAt(pod, "/metadata/labels/tpujob.dev~1replica-index") == "0" &&
+        TextAt(pod, "/metadata/labels/tpujob.dev~1attempt") == attempt) {
+      worker0 = &pod;
+    }
+  }
+  LogProgress none;
+  if (worker0 == nullptr) {
+    none.source = "worker 0 of attempt " + attempt;
+    none.error = "no such pod";
+    return none;
+  }
+  const std::string name = TextAt(*worker0, "/metadata/name");
+  const std::string container = TextAt(*worker0, "/spec/containers/0/name");
+  auto stream = kube::StreamGet(cluster.config, kube::Resource::Pods(), cluster.ns, name, "log",
+                                {{"container", container},
+                                 {"timestamps", "true"},
+                                 {"tailLines", std::to_string(kTailLines)},
+                                 {"limitBytes", std::to_string(4 << 20)}});
+  std::string text;
+  std::string error;
+  if (!stream) {
+    error = stream.error().ToString();
+  } else {
+    while (true) {
+      auto chunk = (*stream)->Read();
+      if (!chunk) {
+        error = chunk.error().ToString();
+        break;
+      }
+      if (!*chunk) break;
+      text += **chunk;
+    }
+  }
+  LogProgress progress = error.empty() ? ProgressFromLog(text, pattern) : none;
+  progress.source = "pod " + name + ", its last " + std::to_string(kTailLines) + " log lines";
+  if (!error.empty()) progress.error = "cannot read its log: " + error;
+  return progress;
+}
+
 struct DescribeOptions {
   std::string name;
 
@@ -254,7 +305,8 @@ int Describe(const GlobalOptions& global, const DescribeOptions& options) {
   if (listed) {
     for (auto& item : listed->items) pods.push_back(std::move(item));
   }
-  std::fputs(RenderDescribe(*job, pods, now).c_str(), stdout);
+  std::fputs(RenderDescribe(*job, pods, now, ReadLogProgress(*cluster, *job, pods)).c_str(),
+             stdout);
   return 0;
 }
 

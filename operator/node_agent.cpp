@@ -12,7 +12,9 @@
 
 namespace tpujob::agent {
 
-std::string Trigger::Key() const { return uid + "/" + container; }
+std::string Trigger::Key() const {
+  return hardware_check.empty() ? uid + "/" + container : uid + "/check:" + hardware_check;
+}
 
 std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen,
                                    std::optional<WallTime> not_before) {
@@ -28,16 +30,30 @@ std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std
                       .uid = pod.uid,
                       .container = std::string(container.name.view()),
                       .init_container = init,
-                      .exit_code = container.exit_code};
+                      .exit_code = container.exit_code,
+                      .hardware_check = ""};
       if (!seen.contains(trigger.Key())) exits.push_back(std::move(trigger));
     }
   };
   scan(pod.init_containers, true);
   scan(pod.containers, false);
+  if (!pod.hardware_check.empty()) {
+    Trigger check{.pod = pod.Key(),
+                  .uid = pod.uid,
+                  .container = "",
+                  .init_container = false,
+                  .exit_code = 0,
+                  .hardware_check = std::string(pod.hardware_check.view())};
+    if (!seen.contains(check.Key())) exits.push_back(std::move(check));
+  }
   return exits;
 }
 
 std::string DescribeTrigger(const Trigger& trigger) {
+  if (!trigger.hardware_check.empty()) {
+    return fmt::format("checked at once: the job of pod {} stalled (hardware check {})",
+                       trigger.pod, trigger.hardware_check);
+  }
   return fmt::format("checked at once after {}container {} of pod {} exited with code {}",
                      trigger.init_container ? "init " : "", trigger.container, trigger.pod,
                      trigger.exit_code);
@@ -185,7 +201,12 @@ void NodeAgent::Run() {
     const std::optional<Trigger> trigger = std::exchange(pending_, std::nullopt);
     const bool periodic = clock_.Now() >= next;
     lock.unlock();
-    if (trigger) {
+    if (trigger && !trigger->hardware_check.empty()) {
+      log::Info("the job of a pod on this node stalled, checking the node now",
+                {{"node", settings_.node_name},
+                 {"pod", trigger->pod},
+                 {"hardware_check", trigger->hardware_check}});
+    } else if (trigger) {
       log::Info("worker exited, checking the node now", {{"node", settings_.node_name},
                                                          {"pod", trigger->pod},
                                                          {"container", trigger->container},

@@ -66,15 +66,20 @@ namespace agent {
 
 // A worker's abnormal exit on the node: a container or init container of a TPUJob pod terminated
 // with a non-zero exit code (signals included: 128+N). It makes the agent run a round at once.
+// Or the operator's request for a round: a new value of the pod's annotation
+// cache::kHardwareCheckAnnotation, set on every pod of a job whose program stalled
+// (`hardware_check`, the value; `container` is then empty).
 struct Trigger {
   std::string pod;  // "namespace/name"
   std::string uid;
   std::string container;
   bool init_container = false;
   int32_t exit_code = 0;
+  std::string hardware_check;
 
   // What the agent remembers it by, so that later updates of the same pod do not trigger again:
-  // "<pod uid>/<container name>" (names are unique among a pod's containers and init containers).
+  // "<pod uid>/<container name>" (names are unique among a pod's containers and init containers),
+  // or "<pod uid>/check:<value>" (':' is in no container name).
   std::string Key() const;
   friend bool operator==(const Trigger&, const Trigger&) = default;
 };
@@ -89,7 +94,8 @@ inline constexpr Duration kStaleExit = std::chrono::minutes(10);
 // terminated with a non-zero exit code, init containers first, each in spec order, except those
 // whose finishedAt is before `not_before` (an exit without finishedAt counts). None for a pod
 // being deleted: its containers were stopped on purpose (SIGTERM, then SIGKILL), which says
-// nothing about the node.
+// nothing about the node. Then the hardware check the pod's annotation asks for, if its value is
+// not in `seen` either.
 std::vector<Trigger> AbnormalExits(const cache::PodInfo& pod, const std::set<std::string>& seen,
                                    std::optional<WallTime> not_before = std::nullopt);
 

@@ -1,6 +1,7 @@
 #include "plugin_render.h"
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -200,7 +201,89 @@ std::string DescribeTpu(const json& job) {
 
 }  // namespace
 
-std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallTime now) {
+LogProgress ProgressFromLog(std::string_view log, std::string_view pattern) {
+  LogProgress out;
+  RE2::Options options;
+  options.set_log_errors(false);
+  const RE2 re(re2::StringPiece(pattern.data(), pattern.size()), options);
+  if (!re.ok() || re.NumberOfCapturingGroups() != 1) {
+    out.error = "the step pattern does not compile";
+    return out;
+  }
+  std::optional<std::pair<WallTime, int64_t>> first, last;
+  while (!log.empty()) {
+    const size_t end = log.find('\n');
+    std::string_view line = log.substr(0, end);
+    log = end == std::string_view::npos ? std::string_view() : log.substr(end + 1);
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos) continue;
+    const std::optional<WallTime> at = cache::ParseRfc3339(line.substr(0, space));
+    if (!at) continue;
+    line.remove_prefix(space + 1);
+    int64_t step = 0;
+    if (!RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), re, &step)) continue;
+    if (!first) first = {*at, step};
+    last = {*at, step};
+  }
+  if (!last) return out;
+  out.step = last->second;
+  out.at = last->first;
+  const double seconds = std::chrono::duration<double>(last->first - first->first).count();
+  if (seconds > 0 && last->second >= first->second) {
+    out.steps_per_second = static_cast<double>(last->second - first->second) / seconds;
+  }
+  return out;
+}
+
+namespace {
+
+// The Progress section: what status.progress says (from the supervisors' reports), and what the
+// log tail says now.
+std::string RenderProgress(const json& job, WallTime now, const std::optional<LogProgress>& log) {
+  if (!job.contains(json::json_pointer("/spec/faultTolerance/progress"))) return "";
+  std::vector<std::vector<std::string>> rows;
+  if (log) {
+    std::string current;
+    if (!log->error.empty()) {
+      current = "unknown (" + log->error + ")";
+    } else if (!log->step) {
+      current = "no step line yet";
+    } else {
+      current =
+          "step " + std::to_string(*log->step) +
+          (log->at ? ", " + Age(cache::FormatRfc3339(*log->at), now) + " ago" : "") +
+          (log->steps_per_second ? fmt::format(", {:.3g} steps/s", *log->steps_per_second) : "");
+    }
+    rows.push_back({"Now:", current + " (" + log->source + ")"});
+  }
+  const std::string step = TextAt(job, "/status/progress/step");
+  const std::string at = TextAt(job, "/status/progress/time");
+  rows.push_back(
+      {"Last reported:",
+       step.empty() ? "-" : "step " + step + (at.empty() ? "" : ", " + Age(at, now) + " ago")});
+  rows.push_back({"Last checkpoint:", TextAt(job, "/status/progress/checkpointStep", "-")});
+  const std::string stalls = TextAt(job, "/status/stalls", "0");
+  std::string stall_text = stalls;
+  if (const std::string row = TextAt(job, "/status/progress/stallsInARow"); !row.empty()) {
+    stall_text += " (" + row + " in a row of at most " +
+                  TextAt(job, "/spec/faultTolerance/progress/maxStalls", "3") + ")";
+  }
+  if (const std::string suspect = TextAt(job, "/status/progress/suspectNode"); !suspect.empty()) {
+    stall_text += ", last suspect node " + suspect;
+  }
+  rows.push_back({"Stalls:", stall_text});
+  rows.push_back(
+      {"Stall after:", TextAt(job, "/spec/faultTolerance/progress/stallSeconds", "600") +
+                           "s without a step (" +
+                           TextAt(job, "/spec/faultTolerance/progress/startupSeconds", "1800") +
+                           "s before the first)"});
+  return "\nProgress:\n" + Table(rows, "  ");
+}
+
+}  // namespace
+
+std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallTime now,
+                           const std::optional<LogProgress>& progress) {
   std::string out;
   const std::string phase = TextAt(job, "/status/phase", "Queued");
   std::vector<std::vector<std::string>> head = {
@@ -278,6 +361,7 @@ std::string RenderDescribe(const json& job, const std::vector<json>& pods, WallT
   }
   out += replicas.size() > 1 ? Table(replicas, "  ") : "  <none>\n";
 
+  out += RenderProgress(job, now, progress);
   out += RenderGoodput(job, now);
 
   out += "\nFaults (oldest first):\n";

@@ -7,16 +7,20 @@
 //      finished jobs by namespace and name.
 //   2. `describe` shows one job: its head (phase, attempt, retries, priority, TPU, node pools,
 //      age, and job control when set), its place in the queue while Queued, conditions,
-//      replicas, goodput as of `now`, faults (a SLICE column in a multislice job), cordoned
-//      nodes and pods.
+//      replicas, progress (stall detection: the last step reported, stalls, and the current step
+//      and rate when read from a worker's log), goodput as of `now`, faults (a SLICE column in a
+//      multislice job), cordoned nodes and pods.
 //   3. Tables are aligned columns three spaces apart, as kubectl prints them; a missing field
 //      prints "-" or "<none>", never an error.
 //
 // Thread-safety: none of these functions keeps state; all are safe to call from any thread.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/clock.h"
@@ -26,9 +30,25 @@ namespace tpujob::plugin {
 // The table of `list`: waiting jobs first in queue order, then the others by namespace and name.
 std::string RenderList(const std::vector<nlohmann::json>& jobs, WallTime now, bool all_namespaces);
 
-// The text of `describe` for one job and its pods.
+// What a worker's log tail says of its program's progress, read on demand by `describe` for a job
+// with spec.faultTolerance.progress.logPattern: no API write, nothing kept.
+struct LogProgress {
+  std::string source;  // "pod NAME, its last N lines"
+  std::optional<int64_t> step;
+  std::optional<WallTime> at;              // the kubelet's timestamp of that step's line
+  std::optional<double> steps_per_second;  // over the matched lines of the tail
+  std::string error;                       // why it could not be read
+};
+
+// Parses a log read with timestamps=true (each line "RFC3339Nano TEXT") against the job's step
+// pattern (RE2, one capture group): the last step, when it came, and the rate from the first to
+// the last matched line of the tail.
+LogProgress ProgressFromLog(std::string_view log, std::string_view pattern);
+
+// The text of `describe` for one job and its pods; `progress`, when read, adds the program's
+// current step and rate to the Progress section.
 std::string RenderDescribe(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
-                           WallTime now);
+                           WallTime now, const std::optional<LogProgress>& progress = std::nullopt);
 
 // "3m12s", "2h5m", "4d1h": the age from an RFC 3339 time to `now`; "<unknown>" if unparsable.
 std::string Age(const std::string& rfc3339, WallTime now);

@@ -30,6 +30,20 @@ inline constexpr int kDefaultGraceSeconds = 30;
 // Poll interval of the annotations file, in milliseconds.
 inline constexpr char kPollMsEnv[] = "TPUJOB_SUPERVISOR_POLL_MS";
 inline constexpr int kDefaultPollMs = 100;
+// How the supervisor runs the program: kModeGenerations (the default: behind the barrier,
+// restarted in place) or kModeOnce (no barrier, no annotations: once, its code is the
+// supervisor's; restart Recreate with stall detection).
+inline constexpr char kModeEnv[] = "TPUJOB_SUPERVISOR_MODE";
+inline constexpr char kModeGenerations[] = "generations";
+inline constexpr char kModeOnce[] = "once";
+// Stall detection (spec.faultTolerance.progress): the step pattern (RE2, one capture group)
+// matched against every line of the program's stdout and stderr, the checkpoint pattern, the
+// heartbeat file, and the seconds without progress after the first step and before it.
+inline constexpr char kLogPatternEnv[] = "TPUJOB_PROGRESS_LOG_PATTERN";
+inline constexpr char kCheckpointPatternEnv[] = "TPUJOB_PROGRESS_CHECKPOINT_PATTERN";
+inline constexpr char kHeartbeatFileEnv[] = "TPUJOB_PROGRESS_HEARTBEAT_FILE";
+inline constexpr char kStallSecondsEnv[] = "TPUJOB_PROGRESS_STALL_SECONDS";
+inline constexpr char kStartupSecondsEnv[] = "TPUJOB_PROGRESS_STARTUP_SECONDS";
 // Set for the program: the generation it runs.
 inline constexpr char kGenerationEnv[] = "TPUJOB_GENERATION";
 
@@ -54,6 +68,22 @@ inline constexpr char kReportStopped[] = "stopped";
 inline constexpr char kReportTerminated[] = "terminated";
 // The program of generation N could not be started; "error" says why.
 inline constexpr char kReportError[] = "error";
+
+// Progress (spec.faultTolerance.progress): the program stopped making progress and was stopped
+// ("exit" is its code). Reports written after the program started carry what is known of its
+// progress: "step" (the last step), "lastProgress" (RFC 3339, when it came), "checkpoint" (the
+// last checkpoint's step); a stalled report also "idleSeconds" and "phase" ("startup": no step
+// ever came; "running").
+inline constexpr char kReportStalled[] = "stalled";
+inline constexpr char kReportStepKey[] = "step";
+inline constexpr char kReportLastProgressKey[] = "lastProgress";
+inline constexpr char kReportCheckpointKey[] = "checkpoint";
+inline constexpr char kReportIdleSecondsKey[] = "idleSeconds";
+inline constexpr char kReportPhaseKey[] = "phase";
+inline constexpr char kPhaseStartup[] = "startup";
+inline constexpr char kPhaseRunning[] = "running";
+// The supervisor's exit code after a stall (as timeout(1)'s).
+inline constexpr int kStalledExitCode = 124;
 
 // The supervisor's exit code after a stop order or a SIGTERM with no program running
 // (128 + SIGTERM).

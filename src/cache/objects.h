@@ -44,6 +44,9 @@ inline constexpr std::string_view kJobNameLabel = "tpujob.dev/job-name";
 // The supervisor reads both through a downward API file; the names are those of its protocol.
 inline constexpr std::string_view kGenerationAnnotation = supervisor::kGenerationAnnotation;
 inline constexpr std::string_view kBarrierAnnotation = supervisor::kBarrierAnnotation;
+// Set by the operator on every pod of a job whose program stalled: the node agent of the pod's
+// node runs a hardware round at once for each new value (policy/stall_rules.h).
+inline constexpr std::string_view kHardwareCheckAnnotation = "tpujob.dev/hardware-check";
 
 // A small map of interned strings sorted by key, for labels and annotations. Lookups are
 // binary searches; objects carry tens of entries at most.
@@ -146,6 +149,8 @@ struct PodInfo {
   // Annotations kGenerationAnnotation and kBarrierAnnotation; 0 when absent or not a number.
   int32_t ordered_generation = 0;
   int32_t barrier_generation = 0;
+  // Annotation kHardwareCheckAnnotation; empty when absent.
+  InternedString hardware_check;
 
   // "namespace/name".
   std::string Key() const;

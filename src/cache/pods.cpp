@@ -220,6 +220,10 @@ kube::Result<PodInfo> PodInfo::FromJson(const Json& object) {
       };
       pod.ordered_generation = generation(kGenerationAnnotation);
       pod.barrier_generation = generation(kBarrierAnnotation);
+      if (const Json* check = Reader::Find(*annotations, kHardwareCheckAnnotation);
+          check != nullptr && check->is_string()) {
+        pod.hardware_check = InternedString::Intern(check->get_ref<const std::string&>());
+      }
     }
 
     const Json* spec = reader.Object(object, "spec", root);

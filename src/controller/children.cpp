@@ -10,6 +10,7 @@
 #include "cache/store.h"
 #include "kube/json.h"
 #include "policy/lifecycle.h"
+#include "supervisor/protocol.h"
 
 namespace tpujob::controller {
 namespace {
@@ -294,16 +295,20 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, ReplicaType type,
   pod_spec["initContainers"] = std::move(init);
 }
 
-// In-place restart: the program runs under tpujob-supervise (see children.h).
-void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& options) {
-  pod_spec["restartPolicy"] = "OnFailure";
+// In-place restart or stall detection: the program runs under tpujob-supervise (see children.h).
+// `in_place`: in generations behind the barrier; otherwise once (TPUJOB_SUPERVISOR_MODE once).
+void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& options, bool in_place,
+                   const std::optional<policy::ProgressSpec>& progress) {
   Json& volumes = ArrayField(pod_spec, "volumes");
   volumes.push_back({{"name", std::string(kSupervisorVolume)}, {"emptyDir", Json::object()}});
-  volumes.push_back(
-      {{"name", std::string(kPodInfoVolume)},
-       {"downwardAPI",
-        {{"items", Json::array({{{"path", "annotations"},
-                                 {"fieldRef", {{"fieldPath", "metadata.annotations"}}}}})}}}});
+  if (in_place) {
+    pod_spec["restartPolicy"] = "OnFailure";
+    volumes.push_back(
+        {{"name", std::string(kPodInfoVolume)},
+         {"downwardAPI",
+          {{"items", Json::array({{{"path", "annotations"},
+                                   {"fieldRef", {{"fieldPath", "metadata.annotations"}}}}})}}}});
+  }
   const Json dir_mount = {{"name", std::string(kSupervisorVolume)},
                           {"mountPath", std::string(kSupervisorDir)}};
   ArrayField(pod_spec, "initContainers")
@@ -324,10 +329,24 @@ void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& option
     program["command"] = std::move(command);
     Json& mounts = ArrayField(program, "volumeMounts");
     mounts.push_back(dir_mount);
-    mounts.push_back({{"name", std::string(kPodInfoVolume)},
-                      {"mountPath", std::string(kPodInfoDir)},
-                      {"readOnly", true}});
+    if (in_place) {
+      mounts.push_back({{"name", std::string(kPodInfoVolume)},
+                        {"mountPath", std::string(kPodInfoDir)},
+                        {"readOnly", true}});
+    }
     Json& env = ArrayField(program, "env");
+    if (!in_place)
+      env.push_back({{"name", supervisor::kModeEnv}, {"value", supervisor::kModeOnce}});
+    if (progress) {
+      const auto set = [&env](const char* name, const std::string& value) {
+        if (!value.empty()) env.push_back({{"name", name}, {"value", value}});
+      };
+      set(supervisor::kLogPatternEnv, progress->log_pattern);
+      set(supervisor::kCheckpointPatternEnv, progress->checkpoint_pattern);
+      set(supervisor::kHeartbeatFileEnv, progress->heartbeat_file);
+      set(supervisor::kStallSecondsEnv, std::to_string(progress->stall_seconds));
+      set(supervisor::kStartupSecondsEnv, std::to_string(progress->startup_seconds));
+    }
     env.push_back(
         {{"name", "TPUJOB_SUPERVISOR_GRACE_SECONDS"},
          {"value", std::to_string(pod_spec.value("terminationGracePeriodSeconds", int64_t{30}))}});
@@ -475,8 +494,9 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, Replica
   }
 
   if (spec.fault_tolerance.preflight_enabled) AddPreflight(pod_spec, spec, type, options);
-  if (spec.fault_tolerance.restart == policy::RestartMode::kInPlace) {
-    AddSupervisor(pod_spec, metadata, options);
+  const bool in_place = spec.fault_tolerance.restart == policy::RestartMode::kInPlace;
+  if (in_place || spec.fault_tolerance.progress) {
+    AddSupervisor(pod_spec, metadata, options, in_place, spec.fault_tolerance.progress);
   }
   if (type == ReplicaType::kWorker && options.avoid_maintenance_before_unix) {
     AvoidScheduledMaintenance(pod_spec, *options.avoid_maintenance_before_unix);

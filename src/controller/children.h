@@ -147,6 +147,9 @@ std::string PreflightChecks(const policy::JobSpec& spec, policy::ReplicaType typ
 //     API file of the pod's annotations at kPodInfoDir) and TPUJOB_SUPERVISOR_GRACE_SECONDS, the
 //     pod's grace period; annotations cache::kGenerationAnnotation (options.generation) and,
 //     when options.barrier_open, cache::kBarrierAnnotation;
+//   - stall detection (faultTolerance.progress): the same supervisor with the progress settings
+//     in its environment (supervisor/protocol.h); under restart Recreate it runs the program
+//     once (TPUJOB_SUPERVISOR_MODE once): no barrier, no annotations file, restartPolicy kept;
 //   - terminationGracePeriodSeconds = faultTolerance.maintenanceGracePeriodSeconds unless the
 //     template sets its own, so a drain, an eviction or a deletion by anyone gives the program
 //     the same time to checkpoint after SIGTERM as the operator's own deletions.

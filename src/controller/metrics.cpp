@@ -38,6 +38,12 @@ OperatorMetrics* Declare() {
           "Running jobs the queue preempted for a waiting job of higher priority, by the "
           "preempted job's namespace.",
           {"job_namespace"}),
+      .job_stalls = r.AddCounter(
+          "tpujob_job_stalls_total",
+          "Stalls acted on: a job's program made no progress for spec.faultTolerance.progress."
+          "stallSeconds (startupSeconds before its first step) and was stopped, by the job's "
+          "namespace.",
+          {"job_namespace"}),
       .node_cordons = r.AddCounter("tpujob_node_cordons_total",
                                    "Nodes the operator cordoned, by reason.", {"reason"}),
       .cordons_refused = r.AddCounter(
@@ -190,6 +196,13 @@ void RecordPreemptions(std::string_view ns, const policy::JobStatus& before,
                        const policy::JobStatus& after) {
   if (after.preemptions > before.preemptions) {
     Metrics().job_preemptions.With({ns}).Inc(after.preemptions - before.preemptions);
+  }
+}
+
+void RecordStalls(std::string_view ns, const policy::JobStatus& before,
+                  const policy::JobStatus& after) {
+  if (after.stalls > before.stalls) {
+    Metrics().job_stalls.With({ns}).Inc(after.stalls - before.stalls);
   }
 }
 

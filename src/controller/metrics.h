@@ -1,6 +1,6 @@
 // The operator's metrics, declared once in the process-wide registry (metrics::DefaultRegistry)
-// and served on /metrics. docs/metrics.md lists them with their labels and meaning; the Helm chart's
-// dashboard and alerts use them by name.
+// and served on /metrics. docs/metrics.md lists them with their labels and meaning; the Helm
+// chart's dashboard and alerts use them by name.
 //
 // Counters and histograms are updated where the event happens (a status write that records a
 // fault, a cordon, a reconcile); gauges that mirror state (jobs by phase, queue length, cache
@@ -22,6 +22,7 @@ struct OperatorMetrics {
   metrics::CounterFamily& job_reissues;                // {reason}
   metrics::CounterFamily& job_failures;                // {reason}
   metrics::CounterFamily& job_preemptions;             // {job_namespace}
+  metrics::CounterFamily& job_stalls;                  // {job_namespace}
   metrics::CounterFamily& node_cordons;                // {reason}
   metrics::CounterFamily& cordons_refused;             // {reason}: cap | rate | breaker
   metrics::GaugeFamily& cordoned_nodes;                // -
@@ -68,6 +69,10 @@ void RecordStatusChange(const policy::JobStatus& before, const policy::JobStatus
 // job of namespace `ns`.
 void RecordPreemptions(std::string_view ns, const policy::JobStatus& before,
                        const policy::JobStatus& after);
+
+// Adds the stalls (status.stalls) a successful status write recorded for a job of namespace `ns`.
+void RecordStalls(std::string_view ns, const policy::JobStatus& before,
+                  const policy::JobStatus& after);
 
 // Adds what a successful status write folded into status.goodput (see policy/goodput.h) to
 // the chip-second counters of the job's namespace.

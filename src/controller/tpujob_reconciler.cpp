@@ -491,6 +491,7 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
   RecordStatusChange(before, plan.status, clock_.WallNow());
   RecordGoodput(job.ns.view(), before, plan.status);
   RecordPreemptions(job.ns.view(), before, plan.status);
+  RecordStalls(job.ns.view(), before, plan.status);
   return {};
 }
 
@@ -529,8 +530,13 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const 
   std::vector<std::string> versions(plan.annotate.size());
   ParallelFor(plan.annotate.size(), options_.create_parallelism, [&](size_t i) {
     const policy::PodToAnnotate& a = plan.annotate[i];
-    nlohmann::json annotations = {
-        {std::string(cache::kGenerationAnnotation), std::to_string(a.generation)}};
+    nlohmann::json annotations = nlohmann::json::object();
+    if (a.generation > 0) {
+      annotations[std::string(cache::kGenerationAnnotation)] = std::to_string(a.generation);
+    }
+    if (a.hardware_check) {
+      annotations[std::string(cache::kHardwareCheckAnnotation)] = *a.hardware_check;
+    }
     if (a.barrier) {
       annotations[std::string(cache::kBarrierAnnotation)] = std::to_string(*a.barrier);
     }

@@ -254,6 +254,10 @@ void Decider::NextAttempt(bool reissued, std::string_view reason, const std::str
   s.reissued = reissued;
   s.worker_restarts.clear();
   s.slice_recovery.reset();
+  if (s.progress) {  // a stall not acted on belongs to the attempt that ends
+    s.progress->stall_seen.reset();
+    s.progress->acted_until = now_;
+  }
   NewGeneration();
   s.phase = Phase::kRestarting;
   s.admitted_at.reset();

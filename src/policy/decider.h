@@ -37,6 +37,7 @@
 #include "policy/pod_observation.h"
 #include "policy/preflight_verdict.h"
 #include "policy/slice_recovery.h"
+#include "policy/stall_rules.h"
 
 namespace tpujob::policy {
 
@@ -91,6 +92,11 @@ class Decider {
 
   // Rule 5's verdict. Returns whether a decision was taken.
   bool ApplyPreflightVerdict(const PreflightVerdict& v);
+
+  // Rule 7's verdict (policy/stall_rules.h). Returns whether the plan is complete; a restart in
+  // place sets *gang_restart for the barrier to carry out.
+  bool ApplyStallVerdict(const StallVerdict& v, const std::vector<const ObservedPod*>& pods,
+                         bool* gang_restart);
 
   // --- decider.cpp: the effects ---
   void RecordEvent(bool warning, std::string reason, std::string message);

@@ -200,7 +200,7 @@ PermanentExitVerdict CheckPermanentExits(const PermanentExitSnapshot& snapshot) 
   return v;
 }
 
-// Rule 7.
+// Rule 8.
 SuccessVerdict CheckSuccessOrPreemption(const SuccessSnapshot& snapshot) {
   SuccessVerdict v;
   // Neither success nor preemption is decided while a permanent exit awaits its verdict: it came
@@ -229,7 +229,7 @@ SuccessVerdict CheckSuccessOrPreemption(const SuccessSnapshot& snapshot) {
   return v;
 }
 
-// Rule 8.
+// Rule 9.
 std::vector<RetryVerdict> CheckRetryableExits(const RetrySnapshot& snapshot) {
   std::vector<RetryVerdict> out;
   const std::vector<const ReplicaFailure*>& held = *snapshot.held;

@@ -16,9 +16,12 @@
 //                              settings) or cordon and re-issue.
 //   6. CheckPermanentExits     a permanent exit fails the job once its node has had the fault
 //                              attribution window to be found faulty; until then it is held.
-//   7. CheckSuccessOrPreemption the success policy is met, else the queue's preemption order;
+//   7. CheckStalls             a supervisor stopped a program that made no progress
+//                              (policy/stall_rules.h): hardware rounds on every node, then
+//                              restart the gang, re-issue off a suspect node, or fail the job.
+//   8. CheckSuccessOrPreemption the success policy is met, else the queue's preemption order;
 //                              neither while a permanent exit is held.
-//   8. CheckRetryableExits     per failed replica: restart it (in place, or its pod) within
+//   9. CheckRetryableExits     per failed replica: restart it (in place, or its pod) within
 //                              maxWorkerRestarts, else re-issue the job.
 #pragma once
 
@@ -142,7 +145,7 @@ PermanentExitVerdict CheckPermanentExits(const PermanentExitSnapshot& snapshot);
 std::optional<WallTime> AttributionDeadline(const ObservedPod& pod, const Termination& t,
                                             int64_t fault_attribution_seconds);
 
-// --- Rule 7: success, then preemption ----------------------------------------------------------
+// --- Rule 8: success, then preemption ----------------------------------------------------------
 
 struct SuccessSnapshot {
   bool exit_held = false;  // rule 6 holds a permanent exit
@@ -162,7 +165,7 @@ struct SuccessVerdict {
 };
 SuccessVerdict CheckSuccessOrPreemption(const SuccessSnapshot& snapshot);
 
-// --- Rule 8: retryable exits -------------------------------------------------------------------
+// --- Rule 9: retryable exits -------------------------------------------------------------------
 
 struct RetrySnapshot {
   const std::vector<ReplicaFailure>* failures = nullptr;
@@ -182,7 +185,7 @@ struct RetryVerdict {
   Step step = Step::kDeleteCounted;
   bool delete_pod = false;  // kDeleteCounted, kRestartInPlace: whether the pod is deleted
 };
-// One step per failure that rule 8 acts on, in order, ending at the first kReissue; empty: the
+// One step per failure that rule 9 acts on, in order, ending at the first kReissue; empty: the
 // rule does not apply.
 std::vector<RetryVerdict> CheckRetryableExits(const RetrySnapshot& snapshot);
 

@@ -41,15 +41,17 @@ enum class FaultKind {
   kNodeLost,             // the pod's node is unreachable or deleted
   kMaintenance,          // the pod's node is under maintenance
   kPreempted,            // the queue preempted the job
+  kStalled,              // the program made no progress (spec.faultTolerance.progress)
 };
 
 enum class FaultAction {
-  kRestartWorker,   // the failed worker's pod is created again
-  kRestartInPlace,  // the program restarts in every pod of the attempt, behind a barrier
-  kReissueJob,      // the attempt ends; the job queues again
-  kReplaceSlice,    // the attempt ends; one slice queues again, the others keep their pools
-  kFailJob,         // the job fails
-  kPreemptJob,      // the attempt is stopped for a job of higher priority; it queues again
+  kRestartWorker,      // the failed worker's pod is created again
+  kRestartInPlace,     // the program restarts in every pod of the attempt, behind a barrier
+  kReissueJob,         // the attempt ends; the job queues again
+  kReplaceSlice,       // the attempt ends; one slice queues again, the others keep their pools
+  kFailJob,            // the job fails
+  kPreemptJob,         // the attempt is stopped for a job of higher priority; it queues again
+  kRestartAllWorkers,  // every pod of the attempt is deleted and created again (a stall, Recreate)
 };
 
 enum class FaultGrace { kPodsOwn, kMaintenance };
@@ -71,7 +73,7 @@ struct FaultActionTreatment {
   bool fails_job;
 };
 
-inline constexpr std::array<FaultKindTreatment, 8> kFaultKinds{{
+inline constexpr std::array<FaultKindTreatment, 9> kFaultKinds{{
     // {kind, name, uses_retry, grace, cordon}
     {FaultKind::kContainerFailed, "ContainerFailed", true, FaultGrace::kPodsOwn,
      FaultCordon::kNone},
@@ -84,9 +86,12 @@ inline constexpr std::array<FaultKindTreatment, 8> kFaultKinds{{
     {FaultKind::kNodeLost, "NodeLost", true, FaultGrace::kPodsOwn, FaultCordon::kTheNode},
     {FaultKind::kMaintenance, "Maintenance", false, FaultGrace::kMaintenance, FaultCordon::kNone},
     {FaultKind::kPreempted, "Preempted", false, FaultGrace::kMaintenance, FaultCordon::kNone},
+    // A stall restarts the gang without a retry; a retry is used only when the job is re-issued
+    // off a suspect node (policy/stall_rules.h), whose cordon the stall rule decides itself.
+    {FaultKind::kStalled, "Stalled", true, FaultGrace::kPodsOwn, FaultCordon::kNone},
 }};
 
-inline constexpr std::array<FaultActionTreatment, 6> kFaultActions{{
+inline constexpr std::array<FaultActionTreatment, 7> kFaultActions{{
     // {action, name, restarts_worker, reissues_job, fails_job}
     {FaultAction::kRestartWorker, "RestartWorker", true, false, false},
     {FaultAction::kRestartInPlace, "RestartInPlace", true, false, false},
@@ -94,6 +99,7 @@ inline constexpr std::array<FaultActionTreatment, 6> kFaultActions{{
     {FaultAction::kReplaceSlice, "ReplaceSlice", false, true, false},
     {FaultAction::kFailJob, "FailJob", false, false, true},
     {FaultAction::kPreemptJob, "PreemptJob", false, false, false},
+    {FaultAction::kRestartAllWorkers, "RestartAllWorkers", true, false, false},
 }};
 
 // The row of a kind or an action (the tables are in enumerator order, checked below).

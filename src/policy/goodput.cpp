@@ -42,7 +42,8 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running) {
     case Phase::kStarting:
       return preflight_running ? goodput_cause::kPreflight : goodput_cause::kStarting;
     case Phase::kRunning:
-      return kGoodputProductive;
+      return status.ConditionTrue(condition::kStalled) ? goodput_cause::kStalled
+                                                       : kGoodputProductive;
     case Phase::kSuspended:
       return goodput_cause::kSuspended;
     case Phase::kRestarting:
@@ -55,6 +56,7 @@ std::string_view GoodputState(const JobStatus& status, bool preflight_running) {
       !status.ConditionTrue(condition::kAdmitted)) {
     return goodput_cause::kPreemption;
   }
+  if (!status.reissued && status.ConditionTrue(condition::kStalled)) return goodput_cause::kStalled;
   if (!status.reissued) return goodput_cause::kRestarting;
   if (!status.faults.empty() && status.faults.back().kind == "Maintenance") {
     return goodput_cause::kMaintenance;
@@ -108,6 +110,20 @@ void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInpu
       g.productive_chip_ms -= std::min(g.productive_chip_ms, lost * g.chips);
       g.lost_ms[std::string(goodput_cause::kUncheckpointed)] += lost;
       g.lost_chip_ms[std::string(goodput_cause::kUncheckpointed)] += lost * g.chips;
+    }
+  }
+  // A stall found: the time since the program's last progress was no work (at most what this
+  // productive stretch added).
+  if (g.state == kGoodputProductive && state == goodput_cause::kStalled && input.last_progress &&
+      g.state_since) {
+    const WallTime from = std::max(*g.state_since, Millis(*input.last_progress));
+    if (now > from) {
+      const int64_t lost =
+          std::min(std::chrono::duration_cast<milliseconds>(now - from).count(), g.productive_ms);
+      g.productive_ms -= lost;
+      g.productive_chip_ms -= std::min(g.productive_chip_ms, lost * g.chips);
+      g.lost_ms[std::string(goodput_cause::kStalled)] += lost;
+      g.lost_chip_ms[std::string(goodput_cause::kStalled)] += lost * g.chips;
     }
   }
   if (g.state != state || !g.state_since) g.state_since = now;

@@ -41,12 +41,15 @@ inline constexpr std::string_view kPreemption = "Preemption";    // preempted: g
 inline constexpr std::string_view kSuspended = "Suspended";      // spec.suspend
 // Work done since the last checkpoint and lost to a disruption (moved out of productive).
 inline constexpr std::string_view kUncheckpointed = "Uncheckpointed";
+// A stall (condition Stalled): from the program's last progress until it runs again after the
+// restart (the time between its last progress and the stall's report moves out of productive).
+inline constexpr std::string_view kStalled = "Stalled";
 }  // namespace goodput_cause
-inline constexpr std::array<std::string_view, 10> kGoodputCauses = {
-    goodput_cause::kQueued,        goodput_cause::kRequeued,   goodput_cause::kPreflight,
-    goodput_cause::kStarting,      goodput_cause::kRestarting, goodput_cause::kReissue,
-    goodput_cause::kMaintenance,   goodput_cause::kPreemption, goodput_cause::kSuspended,
-    goodput_cause::kUncheckpointed};
+inline constexpr std::array<std::string_view, 11> kGoodputCauses = {
+    goodput_cause::kQueued,         goodput_cause::kRequeued,   goodput_cause::kPreflight,
+    goodput_cause::kStarting,       goodput_cause::kRestarting, goodput_cause::kReissue,
+    goodput_cause::kMaintenance,    goodput_cause::kPreemption, goodput_cause::kSuspended,
+    goodput_cause::kUncheckpointed, goodput_cause::kStalled};
 
 struct GoodputInput {
   WallTime now{};
@@ -56,6 +59,8 @@ struct GoodputInput {
   bool preflight_running = false;
   // The job's kLastCheckpointAnnotation, when set and readable.
   std::optional<WallTime> last_checkpoint;
+  // status.progress.time: when the program last made progress, as its supervisors reported.
+  std::optional<WallTime> last_progress;
   // When the job was created (metadata.creationTimestamp, whole seconds): where the account
   // starts if the operator first writes the job's status more than 2 s later (it was not
   // running then).

@@ -91,8 +91,9 @@ bool Decider::InPlaceBarrier(const CurrentPods& current) {
     const cache::PodInfo& info = *pod->pod;
     if (info.deleting()) continue;
     if (info.ordered_generation < g || (open && info.barrier_generation < g)) {
-      plan_.annotate.push_back(
-          {info.name, info.uid, g, open ? std::optional<int32_t>(g) : std::nullopt, std::nullopt});
+      plan_.annotate.push_back({info.name, info.uid, g,
+                                open ? std::optional<int32_t>(g) : std::nullopt, std::nullopt,
+                                std::nullopt});
     }
   }
   return false;

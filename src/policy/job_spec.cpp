@@ -1,5 +1,7 @@
 #include "policy/job_spec.h"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 #include <charconv>
 #include <limits>
@@ -181,7 +183,10 @@ std::optional<std::string> PreflightFailsEverywhere(const JobSpec& spec) {
 // command: the program must be named there, since the image's ENTRYPOINT cannot be read from
 // the cluster.
 std::optional<std::string> InPlaceNeedsCommands(const JobSpec& spec) {
-  if (spec.fault_tolerance.restart != RestartMode::kInPlace) return std::nullopt;
+  const bool in_place = spec.fault_tolerance.restart == RestartMode::kInPlace;
+  if (!in_place && !spec.fault_tolerance.progress) return std::nullopt;
+  const std::string why = in_place ? "spec.faultTolerance.restart InPlace"
+                                   : "spec.faultTolerance.progress (stall detection)";
   for (ReplicaType type : {ReplicaType::kMaster, ReplicaType::kWorker}) {
     const ReplicaSpec* replica = spec.Replica(type);
     if (replica == nullptr) continue;
@@ -193,17 +198,75 @@ std::optional<std::string> InPlaceNeedsCommands(const JobSpec& spec) {
                               ? Member((*containers)[0], "command")
                               : nullptr;
     if (command == nullptr || !command->is_array() || command->empty()) {
-      return "spec.replicaSpecs." + std::string(ToString(type)) +
-             ".template: spec.faultTolerance.restart InPlace runs the program under the "
-             "operator's supervisor, which needs the first container's command (the image's "
-             "ENTRYPOINT cannot be read from the cluster): set command (and args), or use "
-             "restart Recreate";
+      return "spec.replicaSpecs." + std::string(ToString(type)) + ".template: " + why +
+             " runs the program under the operator's supervisor, which needs the first "
+             "container's command (the image's ENTRYPOINT cannot be read from the cluster): set "
+             "command (and args)" +
+             (in_place ? ", or use restart Recreate" : "");
     }
   }
   return std::nullopt;
 }
 
+// spec.faultTolerance.progress.
+std::optional<std::string> ReadProgress(const Json& p, std::optional<ProgressSpec>& out) {
+  constexpr std::string_view kPath = "spec.faultTolerance.progress";
+  if (!p.is_object()) return std::string(kPath) + ": must be an object";
+  ProgressSpec progress;
+  const auto path = [&](std::string_view field) {
+    return std::string(kPath) + "." + std::string(field);
+  };
+  for (const auto& [field, target] :
+       {std::pair<std::string_view, std::string*>{"logPattern", &progress.log_pattern},
+        {"heartbeatFile", &progress.heartbeat_file},
+        {"checkpointPattern", &progress.checkpoint_pattern}}) {
+    if (auto e = ReadString(p, field, path(field), *target)) return e;
+  }
+  if (progress.log_pattern.empty() && progress.heartbeat_file.empty()) {
+    return std::string(kPath) +
+           ": needs a source of progress: logPattern (a regular expression with one capture "
+           "group, the step, matched against the program's output) or heartbeatFile (a file the "
+           "program rewrites)";
+  }
+  for (const auto& [field, pattern] :
+       {std::pair<std::string_view, const std::string*>{"logPattern", &progress.log_pattern},
+        {"checkpointPattern", &progress.checkpoint_pattern}}) {
+    if (pattern->empty()) continue;
+    if (auto e = CheckStepPattern(*pattern)) return path(field) + ": " + *e;
+  }
+  if (!progress.heartbeat_file.empty() && !progress.heartbeat_file.starts_with('/')) {
+    return path("heartbeatFile") + ": \"" + progress.heartbeat_file + "\" is not an absolute path";
+  }
+  if (auto e =
+          ReadInt(p, "stallSeconds", path("stallSeconds"), 1, 604800, progress.stall_seconds)) {
+    return e;
+  }
+  if (auto e = ReadInt(p, "startupSeconds", path("startupSeconds"), 1, 604800,
+                       progress.startup_seconds)) {
+    return e;
+  }
+  int64_t max_stalls = progress.max_stalls;
+  if (auto e = ReadInt(p, "maxStalls", path("maxStalls"), 1, 100, max_stalls)) return e;
+  progress.max_stalls = static_cast<int32_t>(max_stalls);
+  out = std::move(progress);
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<std::string> CheckStepPattern(std::string_view pattern) {
+  RE2::Options options;
+  options.set_log_errors(false);
+  const RE2 re(re2::StringPiece(pattern.data(), pattern.size()), options);
+  if (!re.ok())
+    return "\"" + std::string(pattern) + "\" is not a valid RE2 expression: " + re.error();
+  if (re.NumberOfCapturingGroups() != 1) {
+    return "\"" + std::string(pattern) + "\" has " + std::to_string(re.NumberOfCapturingGroups()) +
+           " capture groups; it needs exactly one, around the step number (use (?:...) for "
+           "the others)";
+  }
+  return std::nullopt;
+}
 
 std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   JobSpec out;
@@ -431,6 +494,9 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
         }
         ft.exit_codes.permanent.erase(code);  // overrides a default
       }
+    }
+    if (const Json* progress = Member(*f, "progress"); progress != nullptr) {
+      if (auto e = ReadProgress(*progress, ft.progress)) return Error(*e);
     }
     if (const Json* pre = Member(*f, "preflight"); pre != nullptr) {
       if (!pre->is_object()) return Error("spec.faultTolerance.preflight: must be an object");

@@ -76,6 +76,34 @@ enum class RestartMode {
 // for every pod to reach the barrier before it falls back to recreating the pods.
 inline constexpr int64_t kDefaultBarrierTimeoutSeconds = 300;
 
+// spec.faultTolerance.progress: how the supervisor in each worker tells a running program from a
+// hung one (docs/api.md#progress). At least one source of progress is set.
+inline constexpr int64_t kDefaultStallSeconds = 600;
+inline constexpr int64_t kDefaultStartupSeconds = 1800;
+inline constexpr int32_t kDefaultMaxStalls = 3;
+struct ProgressSpec {
+  // An RE2 expression with one capture group, the step number, matched against every line the
+  // program writes to stdout and stderr; "" when the heartbeat file alone is the source.
+  std::string log_pattern;
+  // A file the program rewrites: its content a step number, or only its mtime; "" when unused.
+  std::string heartbeat_file;
+  // An RE2 expression with one capture group: a line that says a checkpoint of that step was
+  // saved. "" when the job says nothing about its checkpoints.
+  std::string checkpoint_pattern;
+  // No new step for this long after the first one: stalled.
+  int64_t stall_seconds = kDefaultStallSeconds;
+  // No step at all for this long after the program started: stalled.
+  int64_t startup_seconds = kDefaultStartupSeconds;
+  // Stalls in a row, with no progress in between, after which the job fails (reason Stalled).
+  int32_t max_stalls = kDefaultMaxStalls;
+  friend bool operator==(const ProgressSpec&, const ProgressSpec&) = default;
+};
+
+// Checks a user's step pattern: it compiles under RE2 (linear-time matching, so no pattern can
+// stall the supervisor) and has exactly one capture group. nullopt when fine, else the reason
+// (RE2's own message for a pattern that does not compile), without the field's name.
+std::optional<std::string> CheckStepPattern(std::string_view pattern);
+
 struct FaultTolerance {
   int32_t max_job_retries = 0;  // re-issues of the whole job; 0 = off
   Recovery recovery = Recovery::kSlice;
@@ -95,6 +123,8 @@ struct FaultTolerance {
   std::string preflight_image;  // "" = the operator's own image (its --preflight-image flag)
   std::vector<std::string> preflight_checks;  // "dns", "disk", "ulimit", "accelerator"
   Json preflight_thresholds = Json::object();
+  // Stall detection; unset: off.
+  std::optional<ProgressSpec> progress;
 };
 
 // spec.tpu.slices bounds, and the most worker pods a job may have across its slices (see

@@ -239,6 +239,24 @@ JobStatus JobStatus::FromJson(const Json& j) {
                     .barrier_since = ReadTime(*it, "barrierClosedSince")};
     if (p.generation > 0) s.in_place = p;
   }
+  if (auto it = j.find("progress"); it != j.end() && it->is_object()) {
+    ProgressStatus p;
+    const auto integer = [&](const char* key) -> std::optional<int64_t> {
+      auto v = it->find(key);
+      if (v == it->end() || !v->is_number_integer()) return std::nullopt;
+      return v->get<int64_t>();
+    };
+    p.step = integer("step");
+    p.time = ReadTime(*it, "time");
+    p.checkpoint_step = integer("checkpointStep");
+    p.stalls_in_a_row = ReadInt<int32_t>(*it, "stallsInARow");
+    p.stalled_at_step = integer("stalledAtStep");
+    p.suspect_node = ReadString(*it, "suspectNode");
+    p.stall_seen = ReadTime(*it, "stallSeen");
+    p.acted_until = ReadTime(*it, "stallsActedUntil");
+    s.progress = std::move(p);
+  }
+  s.stalls = ReadInt<int32_t>(j, "stalls");
   if (auto it = j.find("queuePosition"); it != j.end() && it->is_number_integer()) {
     s.queue_position = it->get<int32_t>();
   }
@@ -352,6 +370,19 @@ Json JobStatus::ToJson() const {
     PutTime(p, "barrierClosedSince", in_place->barrier_since);
     out["inPlace"] = std::move(p);
   }
+  if (progress) {
+    Json p = Json::object();
+    if (progress->step) p["step"] = *progress->step;
+    PutTime(p, "time", progress->time);
+    if (progress->checkpoint_step) p["checkpointStep"] = *progress->checkpoint_step;
+    if (progress->stalls_in_a_row != 0) p["stallsInARow"] = progress->stalls_in_a_row;
+    if (progress->stalled_at_step) p["stalledAtStep"] = *progress->stalled_at_step;
+    PutString(p, "suspectNode", progress->suspect_node);
+    PutTime(p, "stallSeen", progress->stall_seen);
+    PutTime(p, "stallsActedUntil", progress->acted_until);
+    out["progress"] = std::move(p);
+  }
+  if (stalls != 0) out["stalls"] = stalls;
   if (reissued) out["reissued"] = true;
   if (preemptions != 0) out["preemptions"] = preemptions;
   PutString(out, "preemptedBy", preempted_by);

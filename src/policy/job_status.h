@@ -47,6 +47,9 @@ inline constexpr std::string_view kFailed = "Failed";
 inline constexpr std::string_view kSuspended = "Suspended";
 // True from a preemption until the job is admitted again.
 inline constexpr std::string_view kPreempted = "Preempted";
+// spec.faultTolerance.progress: True from a stall (the program made no progress and was
+// stopped) until the restarted attempt runs again.
+inline constexpr std::string_view kStalled = "Stalled";
 }  // namespace condition
 
 struct Condition {
@@ -162,6 +165,26 @@ struct InPlaceStatus {
   friend bool operator==(const InPlaceStatus&, const InPlaceStatus&) = default;
 };
 
+// status.progress (spec.faultTolerance.progress): what the operator knows of the program's steps,
+// from the supervisors' reports, and the state of stall handling.
+struct ProgressStatus {
+  std::optional<int64_t> step;             // the last step a report gave
+  std::optional<WallTime> time;            // when that step came
+  std::optional<int64_t> checkpoint_step;  // the last checkpoint a report gave
+  // Stalls in a row with no progress in between (a step past the previous stall's), and the step
+  // of the last one. maxStalls in a row fails the job.
+  int32_t stalls_in_a_row = 0;
+  std::optional<int64_t> stalled_at_step;
+  // The last stall's sole suspect's node ("" when none was alone behind the others).
+  std::string suspect_node;
+  // A stall seen and not yet acted on: when its first report came; the fault attribution window
+  // runs from there, the nodes of the job run a hardware round meanwhile.
+  std::optional<WallTime> stall_seen;
+  // Reports of stalls that ended at or before this time were acted on.
+  std::optional<WallTime> acted_until;
+  friend bool operator==(const ProgressStatus&, const ProgressStatus&) = default;
+};
+
 struct JobStatus {
   Phase phase = Phase::kNone;
   std::vector<Condition> conditions;
@@ -184,6 +207,8 @@ struct JobStatus {
   std::vector<std::string> node_pools;
   std::optional<SliceRecovery> slice_recovery;
   std::optional<InPlaceStatus> in_place;
+  std::optional<ProgressStatus> progress;
+  int32_t stalls = 0;  // stalls acted on, every attempt
   bool reissued = false;
   // Times the job was preempted, and by which job (namespace/name) and when, the last time.
   int32_t preemptions = 0;

@@ -141,8 +141,8 @@ Decider::EarlierAttempts Decider::RemoveEarlierAttempts() {
   if (!moving.empty() && !others_left) {
     // The replaced slice's old pods are gone: the kept ones join the new attempt.
     for (const ObservedPod* p : moving) {
-      plan_.annotate.push_back(
-          {p->pod->name, p->pod->uid, s.in_place->generation, std::nullopt, s.attempt});
+      plan_.annotate.push_back({p->pod->name, p->pod->uid, s.in_place->generation, std::nullopt,
+                                s.attempt, std::nullopt});
     }
   }
 
@@ -401,6 +401,19 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
   std::vector<const ObservedPod*> pods;  // of the attempt, by replica
   for (const auto& [id, p] : current) pods.push_back(p);
 
+  // Stalls are not exits: the stall rule takes them, whatever the code (policy/stall_rules.h).
+  std::vector<WorkerProgress> stalls;
+  std::erase_if(failures, [&](ReplicaFailure& f) {
+    std::optional<SupervisorReport> report = StallOf(f.termination);
+    if (!report) return false;
+    WorkerProgress w{.pod = f.pod,
+                     .report = std::move(*report),
+                     .termination = std::move(f.termination),
+                     .stalled = true};
+    if (!StallActedOn(w, s.progress ? &*s.progress : nullptr)) stalls.push_back(std::move(w));
+    return true;
+  });
+
   // Rules 1 and 2 (docs/architecture.md, "Faults, in the order the policy checks them"): the
   // nodes the pods run on.
   if (ApplyNodeRules(pods)) {
@@ -465,7 +478,26 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
   }
   const std::vector<const ReplicaFailure*>& held = permanent.held;
 
-  // Rule 7: success, then the queue's preemption.
+  // Rule 7: a stall (policy/stall_rules.h), reported by the supervisors of the current run.
+  bool gang_restart = false;
+  if (!stalls.empty() && spec.fault_tolerance.progress) {
+    const std::optional<ProgressStatus> before = s.progress;
+    // The verdict points into the snapshot: it lives as long.
+    const StallSnapshot snapshot{
+        .workers = std::move(stalls),
+        .spec = &spec,
+        .progress = &*spec.fault_tolerance.progress,
+        .status = before ? &*before : nullptr,
+        .attribution_seconds = spec.fault_tolerance.fault_attribution_seconds,
+        .now = now_};
+    const StallVerdict stall = CheckStalls(snapshot);
+    if (ApplyStallVerdict(stall, pods, &gang_restart)) {
+      UpdateCounts();
+      return;
+    }
+  }
+
+  // Rule 8: success, then the queue's preemption.
   const SuccessVerdict success = CheckSuccessOrPreemption({
       .exit_held = !held.empty(),
       .success_policy = spec.success_policy,
@@ -487,10 +519,9 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
     return;
   }
 
-  // Rule 8: retryable exits restart within the worker's budget, then re-issue. In place (the
+  // Rule 9: retryable exits restart within the worker's budget, then re-issue. In place (the
   // program restarts in every pod behind a barrier) or by recreating the failed worker's pod.
   bool restarted = false;
-  bool gang_restart = false;
   const int32_t max_restarts = spec.fault_tolerance.max_worker_restarts;
   for (const RetryVerdict& step :
        CheckRetryableExits({&failures, &held, &s.worker_restarts, in_place, max_restarts})) {
@@ -575,6 +606,10 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
     // Restarting in place: InPlaceBarrier set Ready.
   } else if (done == total && !restarted) {
     if (s.phase != Phase::kRunning) {
+      if (s.ConditionTrue(condition::kStalled)) {
+        s.SetCondition(condition::kStalled, false, "Restarted",
+                       "every pod runs the program again after the stall", now_, spec_generation_);
+      }
       s.phase = Phase::kRunning;
       s.running_at = now_;
       s.slice_recovery.reset();  // every pod is up: the kept nodes are no longer needed
@@ -632,6 +667,116 @@ bool Decider::ApplyNodeRules(const std::vector<const ObservedPod*>& pods) {
   return false;
 }
 
+// Rule 7's verdict.
+bool Decider::ApplyStallVerdict(const StallVerdict& v, const std::vector<const ObservedPod*>& pods,
+                                bool* gang_restart) {
+  if (v.outcome == StallVerdict::Outcome::kNone) return false;
+  JobStatus& s = plan_.status;
+  const ProgressSpec& spec = *spec_->fault_tolerance.progress;
+  ProgressStatus& p = s.progress ? *s.progress : s.progress.emplace();
+  if (v.step && (!p.step || *v.step >= *p.step)) {
+    p.step = v.step;
+    p.time = v.last_progress;
+  }
+  if (v.checkpoint && (!p.checkpoint_step || *v.checkpoint > *p.checkpoint_step)) {
+    p.checkpoint_step = v.checkpoint;
+  }
+  const int64_t window = spec_->fault_tolerance.fault_attribution_seconds;
+  if (v.outcome == StallVerdict::Outcome::kCheckHardware) {
+    const std::string token = HardwareCheckToken(s.attempt, s.stalls + 1);
+    int nodes = 0;
+    for (const ObservedPod* pod : pods) {
+      if (pod->pod->deleting() || pod->pod->node_name.empty()) continue;
+      ++nodes;
+      if (pod->pod->hardware_check.view() == token) continue;
+      PodToAnnotate a;
+      a.name = pod->pod->name;
+      a.uid = pod->pod->uid;
+      a.hardware_check = token;
+      plan_.annotate.push_back(std::move(a));
+    }
+    const std::string checking = "; the job's " + std::to_string(nodes) +
+                                 " nodes run a hardware check, a node found faulty within " +
+                                 std::to_string(window) +
+                                 "s (faultAttributionSeconds) is the fault";
+    if (!p.stall_seen) {
+      p.stall_seen = v.seen;
+      RecordEvent(true, "Stalled", v.message + checking);
+    }
+    s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(v.message + checking), now_,
+                   spec_generation_);
+    Requeue(*v.recheck_in);
+    return true;
+  }
+
+  // Acted on: counted once.
+  s.stalls++;
+  p.stalls_in_a_row = v.in_a_row;
+  p.stalled_at_step = v.step;
+  const std::string previous_suspect = p.suspect_node;
+  p.suspect_node = v.suspect != nullptr ? std::string(v.suspect->pod->pod->node_name.view()) : "";
+  p.stall_seen.reset();
+  p.acted_until = now_;
+  const std::string count = "stall " + std::to_string(v.in_a_row) + " in a row of at most " +
+                            std::to_string(spec.max_stalls) + " (maxStalls)";
+  const std::string no_fault =
+      window > 0 ? "; no node was found faulty within " + std::to_string(window) + "s" : "";
+  switch (v.outcome) {
+    case StallVerdict::Outcome::kFail: {
+      RecordFault(*v.first->pod, v.first->termination, FaultAction::kFailJob, "",
+                  FaultKind::kStalled);
+      const std::string why = v.message + no_fault + "; " + std::to_string(v.in_a_row) +
+                              " stalls in a row with no progress in between (maxStalls " +
+                              std::to_string(spec.max_stalls) + "): the job is not restarted again";
+      s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_,
+                     spec_generation_);
+      Finish(false, "Stalled", why);
+      return true;
+    }
+    case StallVerdict::Outcome::kReplaceSuspect: {
+      const WorkerProgress& suspect = *v.suspect;
+      const std::string node(suspect.pod->pod->node_name.view());
+      const std::string why = v.message + no_fault + "; node " + node +
+                              " was the sole suspect of the previous stall too (" +
+                              previous_suspect + "): it is cordoned and the job moves off it";
+      Cordon({.node = node,
+              .reason = std::string(FaultKindName(FaultKind::kStalled)),
+              .message = "the sole suspect of two stalls in a row of TPUJob " + job_.Key() +
+                         " (stalls " + std::to_string(s.stalls - 1) + " and " +
+                         std::to_string(s.stalls) + ")",
+              .item = "",
+              .evidence = "stall " + HardwareCheckToken(s.attempt, s.stalls)});
+      s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_,
+                     spec_generation_);
+      Reissue(*suspect.pod, suspect.termination, why, FaultKind::kStalled, "", {suspect.pod});
+      return true;
+    }
+    case StallVerdict::Outcome::kRestart:
+    default:
+      break;
+  }
+  const bool in_place = spec_->fault_tolerance.restart == RestartMode::kInPlace;
+  RecordFault(*v.first->pod, v.first->termination,
+              in_place ? FaultAction::kRestartInPlace : FaultAction::kRestartAllWorkers, "",
+              FaultKind::kStalled);
+  const std::string how = in_place ? "restarting the program in place in every pod, generation " +
+                                         std::to_string(s.in_place ? s.in_place->generation + 1 : 1)
+                                   : "every pod is created again";
+  const std::string why = v.message + no_fault + "; " + how + " (" + count + ")";
+  s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_, spec_generation_);
+  RecordEvent(true, "StallRestart", why);
+  if (in_place) {
+    *gang_restart = true;
+    return false;
+  }
+  for (const ObservedPod* pod : pods) {
+    if (!pod->pod->deleting()) DeletePod(*pod->pod, std::nullopt, "the job stalled: " + how);
+  }
+  s.phase = Phase::kRestarting;
+  s.SetCondition(condition::kReady, false, "Stalled", BoundedMessage(why), now_, spec_generation_);
+  return true;
+}
+
 // Rule 5's verdict. Returns whether a decision was taken.
 bool Decider::ApplyPreflightVerdict(const PreflightVerdict& v) {
   switch (v.outcome) {
@@ -675,6 +820,7 @@ Plan Decide(const LifecycleInput& input) {
   if (auto checkpoint = job.annotations.Get(kLastCheckpointAnnotation)) {
     goodput.last_checkpoint = cache::ParseRfc3339(*checkpoint);
   }
+  if (plan.status.progress) goodput.last_progress = plan.status.progress->time;
   goodput.created = job.creation_timestamp;
   AccountGoodput(written, plan.status, goodput);
   return plan;

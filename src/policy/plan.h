@@ -154,10 +154,12 @@ struct NodeToCordon {
 struct PodToAnnotate {
   std::string name;
   std::string uid;
-  int32_t generation = 0;          // supervisor::kGenerationAnnotation: the generation to run
+  int32_t generation = 0;  // supervisor::kGenerationAnnotation: the generation to run; 0: left
   std::optional<int32_t> barrier;  // supervisor::kBarrierAnnotation; unset: left as it is
   // Slice recovery in place: the pod of a kept slice moves to this attempt (its label).
   std::optional<int32_t> attempt;
+  // cache::kHardwareCheckAnnotation: asks the node agent for a hardware round (a stall).
+  std::optional<std::string> hardware_check;
 };
 
 struct Plan {

@@ -42,10 +42,33 @@ std::optional<SupervisorReport> ParseSupervisorReport(std::string_view message) 
       !generation->is_number_integer()) {
     return std::nullopt;
   }
-  SupervisorReport r{state->get<std::string>(), generation->get<int32_t>(), std::nullopt};
+  SupervisorReport r;
+  r.state = state->get<std::string>();
+  r.generation = generation->get<int32_t>();
   if (auto e = j.find(supervisor::kReportExitKey); e != j.end() && e->is_number_integer())
     r.exit = e->get<int32_t>();
+  const auto integer = [&](const char* key) -> std::optional<int64_t> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<int64_t>();
+  };
+  r.step = integer(supervisor::kReportStepKey);
+  r.checkpoint = integer(supervisor::kReportCheckpointKey);
+  r.idle_seconds = integer(supervisor::kReportIdleSecondsKey);
+  if (auto it = j.find(supervisor::kReportLastProgressKey); it != j.end() && it->is_string()) {
+    r.last_progress = cache::ParseRfc3339(it->get_ref<const std::string&>());
+  }
+  if (auto it = j.find(supervisor::kReportPhaseKey); it != j.end() && it->is_string()) {
+    r.phase = it->get<std::string>();
+  }
   return r;
+}
+
+std::optional<SupervisorReport> StallOf(const Termination& termination) {
+  if (termination.container.empty() || termination.init_container) return std::nullopt;
+  auto report = ParseSupervisorReport(termination.message);
+  if (!report || report->state != supervisor::kReportStalled) return std::nullopt;
+  return report;
 }
 
 ProgramObservation ObserveProgram(const cache::PodInfo& pod) {
@@ -71,10 +94,12 @@ ProgramObservation ObserveProgram(const cache::PodInfo& pod) {
     // not start it.
     // "terminated": the kubelet sent SIGTERM. While the pod is being deleted that is no
     // failure; otherwise it killed the container (a liveness probe) and the program ended.
-    const bool program_ended = state == supervisor::kReportExited ||
-                               state == supervisor::kReportRunning ||
-                               state == supervisor::kReportError ||
-                               (state == supervisor::kReportTerminated && !pod.deleting());
+    // "stalled": it made no progress and was stopped (the stall rule, not the exit code, decides).
+    if (state == supervisor::kReportStalled) exit = *code;
+    const bool program_ended =
+        state == supervisor::kReportExited || state == supervisor::kReportStalled ||
+        state == supervisor::kReportRunning || state == supervisor::kReportError ||
+        (state == supervisor::kReportTerminated && !pod.deleting());
     if (program_ended && exit == 0 && *code == 0) {
       o.succeeded = terminated;
     } else if (program_ended) {

@@ -76,8 +76,18 @@ struct SupervisorReport {
   std::string state;  // supervisor::kState*
   int32_t generation = 0;
   std::optional<int32_t> exit;
+  // Progress (spec.faultTolerance.progress), when the supervisor tracked it.
+  std::optional<int64_t> step;
+  std::optional<WallTime> last_progress;
+  std::optional<int64_t> checkpoint;
+  std::optional<int64_t> idle_seconds;
+  std::string phase;  // of a stalled report: supervisor::kPhaseStartup or kPhaseRunning
 };
 std::optional<SupervisorReport> ParseSupervisorReport(std::string_view message);
+
+// The report of a replica that the supervisor stopped because its program made no progress
+// (state supervisor::kReportStalled), else nullopt.
+std::optional<SupervisorReport> StallOf(const Termination& termination);
 
 // The pre-flight init container's name, and its exit codes (see docs/preflight.md).
 inline constexpr std::string_view kPreflightContainer = "preflight";

@@ -152,6 +152,45 @@ TEST(KubectlPluginTest, MultisliceJobShowsItsSlicesPoolsAndTheSliceOfEachFault) 
   EXPECT_THAT(RenderDescribe(single, {}, kNow), ::testing::Not(HasSubstr("SLICE")));
 }
 
+TEST(KubectlPluginTest, ProgressFromATimestampedLogTail) {
+  const std::string log =
+      "2026-01-01T11:58:00.000000000Z loading data\n"
+      "2026-01-01T11:58:10.500000000Z completed step: 100, seconds: 1.2\n"
+      "2026-01-01T11:58:30.500000000Z completed step: 120, seconds: 1.0\n"
+      "not a timestamp completed step: 999\n"
+      "2026-01-01T11:59:00.500000000Z completed step: 150, seconds: 1.0\n"
+      "2026-01-01T11:59:01.000000000Z saved checkpoint at step 150";  // no newline at the end
+  const LogProgress p = ProgressFromLog(log, "completed step: (\\d+)");
+  EXPECT_EQ(p.error, "");
+  EXPECT_EQ(p.step, 150);
+  ASSERT_TRUE(p.steps_per_second.has_value());
+  EXPECT_DOUBLE_EQ(*p.steps_per_second, 1.0);  // 50 steps in 50 s
+  EXPECT_FALSE(ProgressFromLog("2026-01-01T11:58:00Z hello\n", "step (\\d+)").step.has_value());
+  EXPECT_NE(ProgressFromLog(log, "step (").error, "");
+
+  json job = Job("llm", "Running", 0, 0);
+  job["spec"]["faultTolerance"]["progress"] = {{"logPattern", "completed step: (\\d+)"},
+                                               {"stallSeconds", 300}};
+  job["status"]["stalls"] = 2;
+  job["status"]["progress"] = {{"step", 120},
+                               {"time", "2026-01-01T11:50:00Z"},
+                               {"checkpointStep", 100},
+                               {"stallsInARow", 1},
+                               {"suspectNode", "tpu-7"}};
+  LogProgress now = p;
+  now.source = "pod llm-worker-0, its last 500 log lines";
+  const std::string out = RenderDescribe(job, {}, kNow, now);
+  for (const char* want :
+       {"Progress:\n", "Now:               step 150, 60s ago, 1 steps/s (pod llm-worker-0",
+        "Last reported:     step 120, 10m ago", "Last checkpoint:   100",
+        "Stalls:            2 (1 in a row of at most 3), last suspect node tpu-7",
+        "Stall after:       300s without a step (1800s before the first)"}) {
+    EXPECT_THAT(out, HasSubstr(want)) << out;
+  }
+  EXPECT_THAT(RenderDescribe(Job("q", "Running", 0, 0), {}, kNow),
+              ::testing::Not(HasSubstr("Progress:")));
+}
+
 TEST(KubectlPluginTest, DescribeShowsTheGoodputBreakdownUpToNow) {
   json job = Job("llm", "Running", 0, 0);
   job["status"]["goodput"] = {{"state", "Productive"},

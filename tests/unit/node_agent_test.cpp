@@ -403,6 +403,31 @@ TEST(NodeAgentTriggerTest, Table) {
   }
 }
 
+TEST(NodeAgentTriggerTest, TheOperatorsHardwareCheckAnnotationTriggersOncePerValue) {
+  using cache::ContainerState;
+  cache::PodInfo pod = Pod({Container("trainer", ContainerState::kRunning)});
+  EXPECT_THAT(AbnormalExits(pod, {}), SizeIs(0));
+  pod.hardware_check = cache::InternedString::Intern("1/1");
+  const std::vector<Trigger> first = AbnormalExits(pod, {});
+  ASSERT_THAT(first, SizeIs(1));
+  EXPECT_EQ(first[0].Key(), "uid-1/check:1/1");
+  EXPECT_EQ(first[0].hardware_check, "1/1");
+  EXPECT_EQ(DescribeTrigger(first[0]),
+            "checked at once: the job of pod team-a/llm-worker-0 stalled (hardware check 1/1)");
+
+  kube::FakeClient client;
+  FakeClock clock;
+  Settings settings;
+  settings.node_name = "tpu-0";
+  NodeAgent agent(client, settings, Probes{}, clock);
+  EXPECT_THAT(agent.NotePod(pod), ElementsAre(first[0]));
+  EXPECT_THAT(agent.NotePod(pod), SizeIs(0));                 // the same value again
+  pod.hardware_check = cache::InternedString::Intern("1/2");  // the next stall
+  const std::vector<Trigger> second = agent.NotePod(pod);
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_EQ(second[0].Key(), "uid-1/check:1/2");
+}
+
 TEST(NodeAgentTriggerTest, TheSameContainerTriggersOnceUntilItsPodIsDeleted) {
   using cache::ContainerState;
   const std::set<std::string> none;
@@ -742,7 +767,8 @@ Trigger TrainerExit(int32_t exit_code = 1) {
                  .uid = "uid-1",
                  .container = "trainer",
                  .init_container = false,
-                 .exit_code = exit_code};
+                 .exit_code = exit_code,
+                 .hardware_check = ""};
 }
 
 TEST_F(NodeAgentRoundsTest, ATriggeredFailingRoundSetsTheConditionAtOnceWhateverFailAfter) {

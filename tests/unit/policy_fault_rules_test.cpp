@@ -421,8 +421,9 @@ TEST(PolicyFaultTableTest, EveryNameRoundTrips) {
 
 TEST(PolicyFaultTableTest, RestartsWorkerExactlyForTheRestartingActions) {
   for (const FaultActionTreatment& row : kFaultActions) {
-    const bool restarting =
-        row.action == FaultAction::kRestartWorker || row.action == FaultAction::kRestartInPlace;
+    const bool restarting = row.action == FaultAction::kRestartWorker ||
+                            row.action == FaultAction::kRestartInPlace ||
+                            row.action == FaultAction::kRestartAllWorkers;
     EXPECT_EQ(RestartsWorker(row.action), restarting) << row.name;
     EXPECT_EQ(RestartsWorker(row.name), restarting) << row.name;
   }

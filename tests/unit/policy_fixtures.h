@@ -201,6 +201,7 @@ class PodSim {
     in.now = now_;
     in.admit = admit;
     in.preempt = preempt;
+    in.node_health = node_health;
     for (const SimPod& p : pods_) in.pods.push_back({&p.pod, p.type, p.index, p.attempt});
     for (const cache::PodInfo& p : strays_) in.strays.push_back(&p);
     return in;
@@ -210,6 +211,8 @@ class PodSim {
 
   // What the queue says of the job while it is admitted (LifecycleInput::preempt).
   std::optional<PreemptOrder> preempt;
+  // LifecycleInput::node_health (e.g. Nodes::Fn()); unset: the node rules are off.
+  std::function<NodeHealth(std::string_view)> node_health;
 
   // Decides, checks that deciding again on the result changes nothing, applies the plan and
   // moves the clock on by one second.

@@ -1,0 +1,306 @@
+// Stall detection (spec.faultTolerance.progress) end to end on the control plane: what the
+// operator does with a supervisor's stalled report. KWOK runs no container, so the test plays the
+// kubelet and each pod's tpujob-supervise (supervisor_sim.h): a stalled program is a container
+// that ended with the stall code and the supervisor's report as its termination message. The
+// supervisor's own detection is tested against real programs in supervisor_tests.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cache/objects.h"
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "supervisor/protocol.h"
+#include "supervisor_sim.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+
+std::string Scrape(const OperatorProcess& op) {
+  return RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics",
+                    false)
+      .output;
+}
+
+::testing::AssertionResult MetricShows(const OperatorProcess& op, const std::string& sample) {
+  std::string metrics;
+  if (Eventually(
+          [&] { return (metrics = Scrape(op)).find("\n" + sample + "\n") != std::string::npos; },
+          seconds(10))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "no \"" << sample << "\" in /metrics:\n" << metrics;
+}
+
+// A stalled report, as tpujob-supervise writes it (supervisor/protocol.h).
+std::string StalledReport(int64_t step, seconds idle) {
+  return json{{supervisor::kReportStateKey, supervisor::kReportStalled},
+              {supervisor::kReportGenerationKey, 0},
+              {supervisor::kReportExitKey, 143},
+              {supervisor::kReportStepKey, step},
+              {supervisor::kReportLastProgressKey,
+               cache::FormatRfc3339(std::chrono::system_clock::now() - idle)},
+              {supervisor::kReportIdleSecondsKey, idle.count()},
+              {supervisor::kReportPhaseKey, supervisor::kPhaseRunning}}
+      .dump();
+}
+
+class StallE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { InstallCrd(); }
+
+  void SetUp() override {
+    static int counter = 0;
+    prefix_ = "st" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
+    accelerator_ = "tpu-" + prefix_;
+  }
+  void TearDown() override {
+    for (const std::string& set : node_sets_) DeleteTpuNodes(set);
+  }
+
+  void CreatePools(int pools, int hosts, const std::string& topology) {
+    for (int p = 0; p < pools; ++p) {
+      const std::string set = prefix_ + "-" + std::string(1, static_cast<char>('a' + p));
+      node_sets_.push_back(set);
+      CreateTpuNodes(set, hosts, accelerator_, topology, "pool-" + set);
+    }
+  }
+
+  // A single-slice job of `hosts` workers whose program's progress is watched.
+  std::string Job(const std::string& name, int hosts, const std::string& topology,
+                  const std::string& fault_tolerance) const {
+    return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
+           "\nspec:\n  tpu: {accelerator: " + accelerator_ + ", topology: " + topology +
+           ", chipsPerWorker: 4}\n  faultTolerance: {" + fault_tolerance +
+           "}\n  replicaSpecs:\n    Worker:\n      replicas: " + std::to_string(hosts) +
+           "\n      template:\n        spec:\n          containers:\n"
+           "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n";
+  }
+
+  std::string prefix_;
+  std::string accelerator_;
+  std::vector<std::string> node_sets_;
+};
+
+// A stall checks every node of the job, then restarts the gang in place: counted as a stall,
+// not against maxWorkerRestarts, visible in the condition, the Events, the metrics and goodput.
+TEST_F(StallE2E, InPlaceStallChecksEveryNodeThenRestartsTheGangInPlace) {
+  CreatePools(1, 4, "2x8");
+  TestNamespace ns("stall-ip");
+  const std::string n = ns.name();
+  ASSERT_EQ(ApplyYaml(n, Job("st", 4, "2x8",
+                             "restart: InPlace, faultAttributionSeconds: 3, progress: {logPattern: "
+                             "'completed step: (\\d+)', stallSeconds: 60}"))
+                .exit_code,
+            0);
+  SupervisorSim sim(n, "st");
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "st", "{.status.phase}", "Running", seconds(60))) << op.Log();
+
+  // The supervisor runs the program with the progress settings.
+  const json pod = json::parse(Kubectl("get pod st-worker-1 -n " + n + " -o json", false).output);
+  EXPECT_EQ(pod["spec"]["containers"][0]["command"],
+            json::array({"/tpujob/bin/tpujob-supervise", "--", "sh", "-c", "train"}));
+  std::map<std::string, std::string> env;
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    env[e.value("name", "")] = e.value("value", "");
+  }
+  EXPECT_EQ(env[supervisor::kLogPatternEnv], "completed step: (\\d+)");
+  EXPECT_EQ(env[supervisor::kStallSecondsEnv], "60");
+  EXPECT_EQ(env[supervisor::kStartupSecondsEnv], "1800");
+  EXPECT_EQ(env.count(supervisor::kModeEnv), 0u);  // generations: the in-place default
+
+  ASSERT_TRUE(sim.ProgramStalls("st-worker-1", 41, seconds(60)));
+  // Every pod is asked for a hardware round on its node.
+  std::string checks;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        checks = Get(n, "pods -l " + std::string(cache::kJobNameLabel) + "=st",
+                     "{range .items[*]}{.metadata.annotations.tpujob\\.dev/hardware-check} {end}");
+        return checks == "1/1 1/1 1/1 1/1 ";
+      },
+      seconds(20)))
+      << checks << "\n"
+      << op.Log();
+  // Past the attribution window, no node faulty: the gang restarts in place.
+  ASSERT_TRUE(JobFieldBecomes(n, "st", "{.status.stalls}", "1", seconds(30))) << op.Log();
+  EXPECT_EQ(JobField(n, "st", "{.status.inPlace.generation}"), "2");
+  EXPECT_EQ(JobField(n, "st", "{.status.faults[*].kind}/{.status.faults[*].action}"),
+            "Stalled/RestartInPlace");
+  EXPECT_EQ(JobField(n, "st", "{.status.progress.step}"), "41");
+  EXPECT_EQ(JobField(n, "st", "{.status.workerRestarts}"), "");
+  EXPECT_EQ(JobField(n, "st", "{.status.conditions[?(@.type==\"Stalled\")].status}"), "True");
+  EXPECT_TRUE(MetricShows(op, "tpujob_job_stalls_total{job_namespace=\"" + n + "\"} 1"));
+  EXPECT_TRUE(MetricShows(op, "tpujob_job_restarts_total{reason=\"Stalled\"} 1"));
+
+  // The supervisors stop the old generation; the barrier opens; the job runs again.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        sim.Step();
+        return JobField(n, "st", "{.status.inPlace.barrier}") == "Open";
+      },
+      seconds(60), std::chrono::milliseconds(200)))
+      << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "st", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  EXPECT_EQ(JobField(n, "st",
+                     "{.status.conditions[?(@.type==\"Stalled\")].status}/"
+                     "{.status.conditions[?(@.type==\"Stalled\")].reason}"),
+            "False/Restarted");
+  const auto events = JobEvents(n, "st");
+  EXPECT_EQ(EventsWith(events, "Stalled",
+                       "worker-1 (pod st-worker-1) made no progress for 60s "
+                       "after step 41")
+                .size(),
+            1u)
+      << DescribeEvents(events);
+  EXPECT_EQ(EventsWith(events, "StallRestart", "restarting the program in place").size(), 1u)
+      << DescribeEvents(events);
+  // Goodput: the stall's time is its own cause.
+  EXPECT_NE(JobField(n, "st", "{.status.goodput.lostSeconds.stalled}"), "");
+}
+
+// A hang on a node the hardware check then finds faulty is the hardware's: the node is
+// cordoned and the job re-issued, not restarted as a stall.
+TEST_F(StallE2E, AFaultyNodeWithinTheWindowMakesTheStallAHardwareFault) {
+  CreatePools(2, 2, "2x4");
+  TestNamespace ns("stall-hw");
+  const std::string n = ns.name();
+  ASSERT_EQ(ApplyYaml(n, Job("hw", 2, "2x4",
+                             "restart: InPlace, maxJobRetries: 1, faultAttributionSeconds: 30, "
+                             "progress: {logPattern: 'step (\\d+)'}"))
+                .exit_code,
+            0);
+  SupervisorSim sim(n, "hw");
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "hw", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  const std::string node = NodeOf(n, "hw-worker-1");
+  ASSERT_TRUE(sim.ProgramStalls("hw-worker-0", 7, seconds(600)));
+  ASSERT_TRUE(JobFieldBecomes(n, "hw", "{.status.conditions[?(@.type==\"Stalled\")].status}",
+                              "True", seconds(20)))
+      << op.Log();
+  // The device plugin's health check marks worker 1's chip unhealthy meanwhile.
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipHang", "chip 2 stopped").exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "hw", "{.status.attempt}", "2", seconds(30))) << op.Log();
+  EXPECT_EQ(JobField(n, "hw", "{.status.stalls}"), "");  // no stall counted
+  EXPECT_EQ(JobField(n, "hw", "{.status.faults[-1:].kind} {.status.faults[-1:].node}"),
+            "NodeUnhealthy " + node);
+  EXPECT_TRUE(
+      Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; }, seconds(20)))
+      << op.Log();
+}
+
+// Under Recreate every pod is created again; maxStalls in a row with no progress in between
+// fail the job with reason Stalled.
+TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
+  CreatePools(1, 2, "2x4");
+  TestNamespace ns("stall-rc");
+  const std::string n = ns.name();
+  ASSERT_EQ(ApplyYaml(n, Job("rc", 2, "2x4",
+                             "faultAttributionSeconds: 0, progress: {logPattern: 'step (\\d+)', "
+                             "maxStalls: 2}"))
+                .exit_code,
+            0);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "rc", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  const json pod = json::parse(Kubectl("get pod rc-worker-0 -n " + n + " -o json", false).output);
+  EXPECT_NE(pod["spec"].value("restartPolicy", ""), "OnFailure");
+  bool once = false;
+  for (const json& e : pod["spec"]["containers"][0]["env"]) {
+    once |= e.value("name", "") == supervisor::kModeEnv &&
+            e.value("value", "") == supervisor::kModeOnce;
+  }
+  EXPECT_TRUE(once) << pod["spec"]["containers"][0].dump();
+  const std::string uid0 = PodUid(n, "rc-worker-0");
+  const std::string uid1 = PodUid(n, "rc-worker-1");
+
+  ASSERT_EQ(TerminatePod(n, "rc-worker-1", supervisor::kStalledExitCode, "Error",
+                         StalledReport(10, seconds(90)))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "rc", "{.status.stalls}", "1", seconds(30))) << op.Log();
+  // Both pods are created again, then run.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return PodUid(n, "rc-worker-0") != uid0 && PodUid(n, "rc-worker-1") != uid1 &&
+               !PodUid(n, "rc-worker-0").empty() && !PodUid(n, "rc-worker-1").empty();
+      },
+      seconds(60)))
+      << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "rc", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  EXPECT_EQ(JobField(n, "rc", "{.status.faults[*].action}"), "RestartAllWorkers");
+
+  // Stalled again at the same step: the second in a row of maxStalls 2.
+  ASSERT_EQ(TerminatePod(n, "rc-worker-0", supervisor::kStalledExitCode, "Error",
+                         StalledReport(10, seconds(90)))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "rc", "{.status.phase}", "Failed", seconds(30))) << op.Log();
+  EXPECT_EQ(JobField(n, "rc", "{.status.conditions[?(@.type==\"Failed\")].reason}"), "Stalled");
+  EXPECT_NE(JobField(n, "rc", "{.status.conditions[?(@.type==\"Failed\")].message}")
+                .find("2 stalls in a row with no progress in between (maxStalls 2)"),
+            std::string::npos);
+  EXPECT_EQ(JobField(n, "rc", "{.status.stalls}"), "2");
+  EXPECT_TRUE(MetricShows(op, "tpujob_job_failures_total{reason=\"Stalled\"} 1"));
+}
+
+// The same node alone behind the others in two stalls in a row is cordoned, naming both, and
+// the job re-issued off it.
+TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
+  CreatePools(2, 3, "2x6");
+  TestNamespace ns("stall-sus");
+  const std::string n = ns.name();
+  ASSERT_EQ(ApplyYaml(n, Job("su", 3, "2x6",
+                             "maxJobRetries: 1, faultAttributionSeconds: 3, progress: "
+                             "{logPattern: 'step (\\d+)'}"))
+                .exit_code,
+            0);
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  const std::string suspect = NodeOf(n, "su-worker-1");
+  // Every worker stalls; worker 1 is one step behind the others.
+  const auto stall = [&](const std::string& behind) {
+    for (int i = 0; i < 3; ++i) {
+      const std::string pod = "su-worker-" + std::to_string(i);
+      ASSERT_EQ(TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
+                             StalledReport(pod == behind ? 19 : 20, seconds(90)))
+                    .exit_code,
+                0);
+    }
+  };
+  stall("su-worker-1");
+  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.progress.suspectNode}", suspect, seconds(30)))
+      << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  // The pod now on the suspect node falls behind again.
+  std::string behind;
+  for (int i = 0; i < 3; ++i) {
+    const std::string pod = "su-worker-" + std::to_string(i);
+    if (NodeOf(n, pod) == suspect) behind = pod;
+  }
+  // Three workers in the job's pool of three nodes: one is back on the suspect node.
+  ASSERT_FALSE(behind.empty()) << "no worker on " << suspect;
+  stall(behind);
+  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.attempt}", "2", seconds(30))) << op.Log();
+  EXPECT_TRUE(Eventually([&] { return NodeField(suspect, "{.spec.unschedulable}") == "true"; },
+                         seconds(20)))
+      << op.Log();
+  EXPECT_EQ(JobField(n, "su", "{.status.faults[-1:].kind} {.status.faults[-1:].node}"),
+            "Stalled " + suspect);
+  const auto events = JobEvents(n, "su");
+  EXPECT_FALSE(
+      EventsWith(events, "Reissued", "was the sole suspect of the previous stall too").empty())
+      << DescribeEvents(events);
+}
+
+}  // namespace
+}  // namespace tpujob::e2e

@@ -1,0 +1,124 @@
+#include "policy/stall_rules.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace tpujob::policy {
+namespace {
+
+// The reports have whole seconds: a stop that came at least this much earlier than every other
+// one came first.
+constexpr std::chrono::seconds kFirstByAtLeast{1};
+
+}  // namespace
+
+bool StallActedOn(const WorkerProgress& w, const ProgressStatus* status) {
+  if (status == nullptr || !status->acted_until) return false;
+  const auto& ended = w.termination.finished_at;
+  return ended && *ended <= *status->acted_until;
+}
+
+std::string HardwareCheckToken(int32_t attempt, int32_t stall) {
+  return std::to_string(attempt) + "/" + std::to_string(stall);
+}
+
+const WorkerProgress* StallSuspect(const std::vector<WorkerProgress>& workers) {
+  if (workers.size() < 2) return nullptr;
+  // Alone with the lowest step (a worker with no step at all is behind every one with a step).
+  const auto step = [](const WorkerProgress& w) { return w.report.step.value_or(-1); };
+  const WorkerProgress* lowest = nullptr;
+  bool alone = false;
+  for (const WorkerProgress& w : workers) {
+    if (lowest == nullptr || step(w) < step(*lowest)) {
+      lowest = &w;
+      alone = true;
+    } else if (step(w) == step(*lowest)) {
+      alone = false;
+    }
+  }
+  if (alone) return lowest;
+  // Else the one whose progress stopped first, by a clear margin, among those at the lowest step.
+  const WorkerProgress* earliest = nullptr;
+  std::optional<WallTime> second;
+  for (const WorkerProgress& w : workers) {
+    if (step(w) != step(*lowest)) continue;
+    if (!w.report.last_progress) return nullptr;  // cannot compare
+    if (earliest == nullptr || *w.report.last_progress < *earliest->report.last_progress) {
+      if (earliest != nullptr) second = earliest->report.last_progress;
+      earliest = &w;
+    } else if (!second || *w.report.last_progress < *second) {
+      second = w.report.last_progress;
+    }
+  }
+  if (earliest == nullptr || !second) return nullptr;
+  return *second - *earliest->report.last_progress >= kFirstByAtLeast ? earliest : nullptr;
+}
+
+StallVerdict CheckStalls(const StallSnapshot& s) {
+  StallVerdict v;
+  for (const WorkerProgress& w : s.workers) {
+    if (w.report.step && (!v.step || *w.report.step > *v.step)) v.step = w.report.step;
+    if (w.report.last_progress &&
+        (!v.last_progress || *w.report.last_progress > *v.last_progress)) {
+      v.last_progress = w.report.last_progress;
+    }
+    if (w.report.checkpoint && (!v.checkpoint || *w.report.checkpoint > *v.checkpoint)) {
+      v.checkpoint = w.report.checkpoint;
+    }
+    if (!w.stalled) continue;
+    const auto ended = [](const WorkerProgress& x) {
+      return x.termination.finished_at.value_or(WallTime::max());
+    };
+    if (v.first == nullptr || ended(w) < ended(*v.first)) v.first = &w;
+  }
+  if (v.first == nullptr || s.progress == nullptr) return v;
+
+  v.seen = s.status != nullptr && s.status->stall_seen ? *s.status->stall_seen : s.now;
+  v.suspect = StallSuspect(s.workers);
+  const SupervisorReport& r = v.first->report;
+  std::string what = DescribeReplica(*v.first->pod, s.spec) + " made no progress for " +
+                     std::to_string(r.idle_seconds.value_or(0)) + "s";
+  if (r.phase == supervisor::kPhaseStartup || !r.step) {
+    what += " since its program started (no step within startupSeconds " +
+            std::to_string(s.progress->startup_seconds) + ")";
+  } else {
+    what += " after step " + std::to_string(*r.step) + " (stallSeconds " +
+            std::to_string(s.progress->stall_seconds) + ")";
+  }
+  if (v.checkpoint) what += "; last checkpoint at step " + std::to_string(*v.checkpoint);
+  if (v.suspect != nullptr) {
+    what += "; suspect: " + DescribeReplica(*v.suspect->pod, s.spec) + " on node " +
+            std::string(v.suspect->pod->pod->node_name.view()) +
+            (v.suspect->report.step ? ", at step " + std::to_string(*v.suspect->report.step)
+                                    : ", before its first step") +
+            ", behind the others";
+  }
+  v.message = std::move(what);
+
+  const WallTime deadline = v.seen + std::chrono::seconds(s.attribution_seconds);
+  if (s.now < deadline) {
+    v.outcome = StallVerdict::Outcome::kCheckHardware;
+    v.recheck_in = std::chrono::ceil<std::chrono::milliseconds>(deadline - s.now);
+    return v;
+  }
+
+  // In a row unless the program got past the previous stall's step.
+  const ProgressStatus* before = s.status;
+  const bool progressed =
+      before == nullptr || before->stalls_in_a_row == 0 ||
+      (v.step && (!before->stalled_at_step || *v.step > *before->stalled_at_step));
+  v.in_a_row = progressed ? 1 : before->stalls_in_a_row + 1;
+  if (v.in_a_row >= s.progress->max_stalls) {
+    v.outcome = StallVerdict::Outcome::kFail;
+    return v;
+  }
+  if (v.suspect != nullptr && before != nullptr && !before->suspect_node.empty() &&
+      before->suspect_node == v.suspect->pod->pod->node_name.view()) {
+    v.outcome = StallVerdict::Outcome::kReplaceSuspect;
+    return v;
+  }
+  v.outcome = StallVerdict::Outcome::kRestart;
+  return v;
+}
+
+}  // namespace tpujob::policy
