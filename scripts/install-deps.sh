@@ -18,6 +18,7 @@ build_packages=(
   libsimdjson-dev                                 # a node watch event's digest (kube/watch.h)
   libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
   prometheus-cpp-dev                              # metric families, text exposition
+  libre2-dev                                      # tpujob-supervise's progress patterns (libre2.a)
 )
 test_packages=(
   git
