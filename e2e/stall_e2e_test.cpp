@@ -114,9 +114,9 @@ TEST_F(StallE2E, InPlaceStallChecksEveryNodeThenRestartsTheGangInPlace) {
   for (const json& e : pod["spec"]["containers"][0]["env"]) {
     env[e.value("name", "")] = e.value("value", "");
   }
-  EXPECT_EQ(env[supervisor::kLogPatternEnv], "completed step: (\\d+)");
-  EXPECT_EQ(env[supervisor::kStallSecondsEnv], "60");
-  EXPECT_EQ(env[supervisor::kStartupSecondsEnv], "1800");
+  EXPECT_EQ(env[supervisor::kProgressLogPatternEnv], "completed step: (\\d+)");
+  EXPECT_EQ(env[supervisor::kProgressStallSecondsEnv], "60");
+  EXPECT_EQ(env[supervisor::kProgressStartupSecondsEnv], "1800");
   EXPECT_EQ(env.count(supervisor::kModeEnv), 0u);  // generations: the in-place default
 
   ASSERT_TRUE(sim.ProgramStalls("st-worker-1", 41, seconds(60)));

@@ -18,7 +18,7 @@ build_packages=(
   libsimdjson-dev                                 # a node watch event's digest (kube/watch.h)
   libspdlog-dev libfmt-dev libcli11-dev           # structured logs, command line
   prometheus-cpp-dev                              # metric families, text exposition
-  libre2-dev                                      # users' step patterns, linear-time (policy, supervisor)
+  libre2-dev                                      # users' step patterns, linear-time (policy; libre2.a in tpujob-supervise)
 )
 test_packages=(
   git

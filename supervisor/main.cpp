@@ -29,7 +29,8 @@ constexpr char kUsage[] =
     "       tpujob-supervise --install DEST | --version | --help\n";
 
 void PrintHelp() {
-  std::cout << kUsage << R"(
+  std::cout
+      << kUsage << R"(
 Runs PROGRAM as a child and restarts it in place across generations of a TPUJob, coordinated by
 the operator through the pod's annotations. Meant to be the entrypoint of a worker container whose
 pod has restartPolicy OnFailure: when the supervisor exits non-zero, the kubelet restarts the
@@ -38,48 +39,100 @@ container in the same pod.
 Each run of the supervisor:
   1. reads the last generation it started (G, 0 if none) from the state file, reports
      {"state":"barrier","generation":G} and waits until the annotation )"
-            << kBarrierAnnotation << R"( >= G+1;
+      << kBarrierAnnotation << R"( >= G+1;
   2. records the barrier value N as the generation started, reports {"state":"running",
      "generation":N} and runs PROGRAM (in its own process group, with )"
-            << kGenerationEnv << R"(=N);
+      << kGenerationEnv << R"(=N);
   3. ends with the first of:
      - PROGRAM exits with code C (a signal S: 128+S): reports {"state":"exited",...,"exit":C}
        and exits C;
      - a stop order, the annotation )"
-            << kGenerationAnnotation << R"( > N: sends SIGTERM to the program's
+      << kGenerationAnnotation << R"( > N: sends SIGTERM to the program's
        group, SIGKILL after the grace period, reports {"state":"stopped",...,"exit":C,
        "next":M} and exits 143;
      - SIGTERM or SIGINT to the supervisor: forwards SIGTERM to the program's group, waits for
-       it, reports {"state":"terminated",...,"exit":C} and exits C (143 with no program).
+       it, reports {"state":"terminated",...,"exit":C} and exits C (143 with no program);
+     - with progress tracking on (below), a stall: reports {"state":"stalled",...}, sends SIGTERM
+       to the program's group, SIGKILL after the grace period, reports {"state":"stalled",
+       "generation":N,"exit":C,"step":T,"lastProgress":"...","idleSeconds":I,"checkpoint":K,
+       "phase":P} and exits )"
+      << kStalledExitCode << R"(.
+With )"
+      << kModeEnv << "=" << kModeOnce
+      << R"( there is no barrier, no state file and no annotations file: the
+supervisor runs PROGRAM once as generation )"
+      << kGenerationEnv << R"( (its own value, 0 if unset), reports
+{"state":"running",...} and then as in 3. (without stop orders), and exits with PROGRAM's code.
 The report is the termination message, rewritten at every state change. Log lines go to stderr.
+
+Progress tracking is on when )"
+      << kProgressLogPatternEnv << " or " << kProgressHeartbeatFileEnv << R"( is
+set. PROGRAM's stdout and stderr are then pipes: the supervisor copies every byte, unchanged, to
+its own stdout and stderr as it arrives, and matches each line (ended by \n or \r; the first
+64 KiB of a longer one) against the patterns. Progress is a step greater than the last one seen
+or a change of the heartbeat file's mtime. A stall is, before the first progress,
+)" << kProgressStartupSecondsEnv
+      << R"( since the start (phase "startup"), after it
+)" << kProgressStallSecondsEnv
+      << R"( without new progress (phase "running"). The reports written after PROGRAM started carry "step" (the highest step seen),
+"lastProgress" (RFC 3339 UTC) and "checkpoint" (the last checkpoint's step) when known.
 
 Environment:
   )" << kPodinfoEnv
-            << R"(
+      << R"(
       the pod's annotations, a downward API file, re-read at every poll
       (default )"
-            << kDefaultPodinfoPath << R"()
+      << kDefaultPodinfoPath << R"()
   )" << kStateEnv
-            << R"(
+      << R"(
       a directory kept across container restarts (an emptyDir) holding the file ')"
-            << kStateFileName << R"(',
+      << kStateFileName << R"(',
       the last generation started (default )"
-            << kDefaultStateDir << R"()
+      << kDefaultStateDir << R"()
   )" << kMessageEnv
-            << R"(
+      << R"(
       the termination message file (default )"
-            << kDefaultMessagePath << R"()
+      << kDefaultMessagePath << R"()
   )" << kGraceSecondsEnv
-            << R"(
+      << R"(
       seconds between SIGTERM and SIGKILL on a stop order (default )"
-            << kDefaultGraceSeconds << R"()
+      << kDefaultGraceSeconds << R"()
   )" << kPollMsEnv
-            << R"(
+      << R"(
       poll interval of the annotations file in milliseconds (default )"
-            << kDefaultPollMs << R"()
+      << kDefaultPollMs << R"()
+  )" << kModeEnv
+      << R"(
+      )"
+      << kModeGenerations << R"( (default): the barrier and in-place restarts as above; )"
+      << kModeOnce << R"(: run PROGRAM
+      once, without annotations (a job whose pods are recreated)
+  )" << kProgressLogPatternEnv
+      << R"(
+      an RE2 regular expression with exactly one capture group, the step (decimal), matched
+      (partially) against every line of PROGRAM's stdout and stderr, e.g. 'completed step: (\d+)'
+  )" << kProgressCheckpointPatternEnv
+      << R"(
+      an RE2 regular expression with exactly one capture group: a line saying that the checkpoint
+      of that step was saved
+  )" << kProgressHeartbeatFileEnv
+      << R"(
+      a file PROGRAM rewrites: each change of its mtime is progress; its content, if a decimal
+      integer, is the step (otherwise the step counts the changes)
+  )" << kProgressStallSecondsEnv
+      << R"(
+      seconds without new progress after the first that make a stall (default )"
+      << kDefaultStallSeconds << R"()
+  )" << kProgressStartupSecondsEnv
+      << R"(
+      seconds from the start without any progress that make a stall (default )"
+      << kDefaultStartupSeconds << R"()
 
-Exit codes: the program's code; 143 after a stop order or SIGTERM at the barrier; 127 when
-PROGRAM cannot be executed; 2 for a usage error; 1 when the supervisor cannot work (state file).
+Exit codes: the program's code; 143 after a stop order or SIGTERM at the barrier; )"
+      << kStalledExitCode << R"( after a
+stall; 127 when PROGRAM cannot be executed; 2 for a usage error or an invalid environment (a bad
+pattern, a number out of range; reported as {"state":"error","generation":0,"error":"VARIABLE:
+why"}); 1 when the supervisor cannot work (state file).
 
 --install DEST copies this (static) binary to DEST, mode 0755, replacing it atomically: an init
 container uses it to put the supervisor into a volume shared with the worker container.
@@ -190,7 +243,14 @@ int main(int argc, char** argv) {
       OptionsFromEnvironment([](const char* name) { return std::getenv(name); }, &error);
   if (!options) {
     std::cerr << "tpujob-supervise: " << error << "\n";
-    return 2;
+    // The operator shows the report: the variable and why.
+    const std::string path =
+        MessagePathFromEnvironment([](const char* name) { return std::getenv(name); });
+    if (!WriteMessage(path, ConfigErrorMessage(error))) {
+      std::cerr << "tpujob-supervise: cannot write the termination message " << path << ": "
+                << std::strerror(errno) << "\n";
+    }
+    return kConfigErrorExitCode;
   }
   return Supervise(*options, args);
 }

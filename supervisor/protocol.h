@@ -30,32 +30,65 @@ inline constexpr int kDefaultGraceSeconds = 30;
 // Poll interval of the annotations file, in milliseconds.
 inline constexpr char kPollMsEnv[] = "TPUJOB_SUPERVISOR_POLL_MS";
 inline constexpr int kDefaultPollMs = 100;
-// How the supervisor runs the program: kModeGenerations (the default: behind the barrier,
-// restarted in place) or kModeOnce (no barrier, no annotations: once, its code is the
-// supervisor's; restart Recreate with stall detection).
+// Set for the program: the generation it runs. In mode "once" the supervisor's own value is kept
+// and reported as the generation (0 when unset).
+inline constexpr char kGenerationEnv[] = "TPUJOB_GENERATION";
+
+// How the supervisor runs the program: kModeGenerations (the default) waits at the barrier and
+// restarts in place on stop orders; kModeOnce (restart: Recreate) needs no annotations file and no
+// state directory: it runs the program once, reports and exits with the program's code.
 inline constexpr char kModeEnv[] = "TPUJOB_SUPERVISOR_MODE";
 inline constexpr char kModeGenerations[] = "generations";
 inline constexpr char kModeOnce[] = "once";
-// Stall detection (spec.faultTolerance.progress): the step pattern (RE2, one capture group)
-// matched against every line of the program's stdout and stderr, the checkpoint pattern, the
-// heartbeat file, and the seconds without progress after the first step and before it.
-inline constexpr char kLogPatternEnv[] = "TPUJOB_PROGRESS_LOG_PATTERN";
-inline constexpr char kCheckpointPatternEnv[] = "TPUJOB_PROGRESS_CHECKPOINT_PATTERN";
-inline constexpr char kHeartbeatFileEnv[] = "TPUJOB_PROGRESS_HEARTBEAT_FILE";
-inline constexpr char kStallSecondsEnv[] = "TPUJOB_PROGRESS_STALL_SECONDS";
-inline constexpr char kStartupSecondsEnv[] = "TPUJOB_PROGRESS_STARTUP_SECONDS";
-// Set for the program: the generation it runs.
-inline constexpr char kGenerationEnv[] = "TPUJOB_GENERATION";
+
+// Progress tracking and stall detection, on when kProgressLogPatternEnv or
+// kProgressHeartbeatFileEnv is set (the operator sets them from spec.faultTolerance.progress).
+// Then the program's stdout and stderr are pipes that the supervisor copies, byte for byte, to its
+// own stdout and stderr, matching each line (ended by \n or \r; its first 64 KiB) on the side.
+// An RE2 regular expression with exactly one capture group, the step (decimal), matched (RE2
+// PartialMatch) against every line of the program's stdout and stderr. A line whose step is
+// greater than the last one seen is progress.
+inline constexpr char kProgressLogPatternEnv[] = "TPUJOB_PROGRESS_LOG_PATTERN";
+// An RE2 regular expression with exactly one capture group: a line saying that a checkpoint was
+// saved, the group its step. Reported as kReportCheckpointKey; not progress by itself.
+inline constexpr char kProgressCheckpointPatternEnv[] = "TPUJOB_PROGRESS_CHECKPOINT_PATTERN";
+// A file the program rewrites: every change of its mtime is progress. If its content (trimmed) is
+// a non-negative decimal integer that is the step; otherwise the step counts the changes. Looked
+// at every kPollMsEnv milliseconds; the file as it is when the program starts is not progress.
+inline constexpr char kProgressHeartbeatFileEnv[] = "TPUJOB_PROGRESS_HEARTBEAT_FILE";
+// After the first progress, no new progress for this many seconds is a stall (phase "running").
+inline constexpr char kProgressStallSecondsEnv[] = "TPUJOB_PROGRESS_STALL_SECONDS";
+inline constexpr int kDefaultStallSeconds = 600;
+// Before the first progress, this many seconds since the program started is a stall (phase
+// "startup").
+inline constexpr char kProgressStartupSecondsEnv[] = "TPUJOB_PROGRESS_STARTUP_SECONDS";
+inline constexpr int kDefaultStartupSeconds = 1800;
 
 // The report: the termination message, a JSON object rewritten at every state change,
-//   {"state":S,"generation":N[,"exit":C][,"next":G][,"error":"..."]}
-// with S one of the states below. The operator reads it from the container's state.terminated
-// or lastState.terminated message.
+//   {"state":S,"generation":N[,"exit":C][,"next":G][,"step":T][,"lastProgress":"..."]
+//    [,"idleSeconds":I][,"checkpoint":K][,"phase":P][,"error":"..."]}
+// with S one of the states below, well under the 4096 bytes a termination message is cut at (an
+// error is cut at 512 bytes). The operator reads it from the container's state.terminated or
+// lastState.terminated message. With progress tracking on, every report written after the program
+// started (exited, stopped, terminated, stalled) carries step, lastProgress and checkpoint when
+// known; idleSeconds and phase are in the stalled report.
 inline constexpr char kReportStateKey[] = "state";
 inline constexpr char kReportGenerationKey[] = "generation";
 inline constexpr char kReportExitKey[] = "exit";
 inline constexpr char kReportNextKey[] = "next";
 inline constexpr char kReportErrorKey[] = "error";
+// The last (highest) step seen; absent before the first.
+inline constexpr char kReportStepKey[] = "step";
+// When the last progress came, RFC 3339 UTC in seconds ("2026-12-05T01:02:03Z"); absent if none.
+inline constexpr char kReportLastProgressKey[] = "lastProgress";
+// Seconds since the last progress (phase "running") or since the program started ("startup").
+inline constexpr char kReportIdleSecondsKey[] = "idleSeconds";
+// The step of the last checkpoint seen (kProgressCheckpointPatternEnv); absent if none.
+inline constexpr char kReportCheckpointKey[] = "checkpoint";
+// kPhaseStartup before the first progress, kPhaseRunning after it.
+inline constexpr char kReportPhaseKey[] = "phase";
+inline constexpr char kPhaseStartup[] = "startup";
+inline constexpr char kPhaseRunning[] = "running";
 // Waits at the barrier; N is the last generation started (0: none).
 inline constexpr char kReportBarrier[] = "barrier";
 // Runs the program as generation N.
@@ -66,29 +99,25 @@ inline constexpr char kReportExited[] = "exited";
 inline constexpr char kReportStopped[] = "stopped";
 // The supervisor was sent SIGTERM or SIGINT; "exit" is its program's code when one ran.
 inline constexpr char kReportTerminated[] = "terminated";
-// The program of generation N could not be started; "error" says why.
+// The program of generation N could not be started; "error" says why. Also the report of an
+// invalid environment (a bad pattern, a number out of range), with generation 0, when the
+// supervisor exits kConfigErrorExitCode at start: "error" is "<VARIABLE>: <why>" or
+// "<VARIABLE> must be ...".
 inline constexpr char kReportError[] = "error";
-
-// Progress (spec.faultTolerance.progress): the program stopped making progress and was stopped
-// ("exit" is its code). Reports written after the program started carry what is known of its
-// progress: "step" (the last step), "lastProgress" (RFC 3339, when it came), "checkpoint" (the
-// last checkpoint's step); a stalled report also "idleSeconds" and "phase" ("startup": no step
-// ever came; "running").
+// No progress in time: the program of generation N was stopped (SIGTERM to its group, SIGKILL
+// after the grace period; "exit" its code) and the supervisor exits kStalledExitCode. Carries
+// step, lastProgress, idleSeconds, checkpoint and phase. Written once without "exit" when the
+// stall is found, then again with it once the program is gone.
 inline constexpr char kReportStalled[] = "stalled";
-inline constexpr char kReportStepKey[] = "step";
-inline constexpr char kReportLastProgressKey[] = "lastProgress";
-inline constexpr char kReportCheckpointKey[] = "checkpoint";
-inline constexpr char kReportIdleSecondsKey[] = "idleSeconds";
-inline constexpr char kReportPhaseKey[] = "phase";
-inline constexpr char kPhaseStartup[] = "startup";
-inline constexpr char kPhaseRunning[] = "running";
-// The supervisor's exit code after a stall (as timeout(1)'s).
-inline constexpr int kStalledExitCode = 124;
 
 // The supervisor's exit code after a stop order or a SIGTERM with no program running
 // (128 + SIGTERM).
 inline constexpr int kStoppedExitCode = 143;
 // The program could not be executed.
 inline constexpr int kExecFailedExitCode = 127;
+// The program was stopped after a stall (kReportStalled).
+inline constexpr int kStalledExitCode = 124;
+// A usage error or an invalid environment (reported as kReportError).
+inline constexpr int kConfigErrorExitCode = 2;
 
 }  // namespace tpujob::supervisor

@@ -8,12 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "supervisor/protocol.h"
@@ -115,16 +117,24 @@ bool InstallSignalHandlers(std::string* error) {
       return false;
     }
   }
+  // A write to a closed stdout or stderr fails with EPIPE instead of killing the supervisor (the
+  // program gets the signal's default back in StartProgram).
+  ::signal(SIGPIPE, SIG_IGN);
   return true;
 }
 
-// Waits for a signal or `timeout`, then drains the pipe.
-void WaitForEvent(std::chrono::milliseconds timeout) {
-  pollfd fd{.fd = g_pipe[0], .events = POLLIN, .revents = 0};
-  const int ms = static_cast<int>(std::max<int64_t>(0, timeout.count()));
-  ::poll(&fd, 1, ms);
-  char buffer[64];
-  while (::read(g_pipe[0], buffer, sizeof(buffer)) > 0) {
+// Waits for a signal, output of the program (copied by `pump`, if any) or `timeout`, then drains
+// the self-pipe.
+void WaitForEvent(std::chrono::milliseconds timeout, OutputPump* pump = nullptr) {
+  pollfd fds[3] = {{.fd = g_pipe[0], .events = POLLIN, .revents = 0}};
+  const int streams = pump != nullptr ? pump->PollFds(fds + 1) : 0;
+  const int ms = static_cast<int>(std::clamp<int64_t>(timeout.count(), 0, 1 << 30));
+  const int ready = ::poll(fds, static_cast<nfds_t>(1 + streams), ms);
+  if (ready > 0 && pump != nullptr) pump->Service(fds + 1, streams);
+  if (fds[0].revents != 0) {
+    char buffer[64];
+    while (::read(g_pipe[0], buffer, sizeof(buffer)) > 0) {
+    }
   }
 }
 
@@ -151,8 +161,12 @@ std::string Describe(int exit_code) {
   return std::to_string(exit_code);
 }
 
-// Starts argv in a process group of its own with TPUJOB_GENERATION set. Returns its pid, or -1.
-pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation) {
+// Starts argv in a process group of its own with TPUJOB_GENERATION set, its stdout and stderr the
+// pump's pipes if there is one. Returns its pid, or -1.
+pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation,
+                   const OutputPump* pump) {
+  const int child_stdout = pump != nullptr ? pump->ChildStdout() : -1;
+  const int child_stderr = pump != nullptr ? pump->ChildStderr() : -1;
   // Everything the child needs is built before fork: it only calls async-signal-safe functions.
   std::vector<std::string> env_strings;
   const std::string prefix = std::string(kGenerationEnv) + "=";
@@ -182,6 +196,8 @@ pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation) {
   }
   if (pid == 0) {
     ::setpgid(0, 0);
+    if (child_stdout >= 0) ::dup2(child_stdout, STDOUT_FILENO);
+    if (child_stderr >= 0) ::dup2(child_stderr, STDERR_FILENO);
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     sigemptyset(&action.sa_mask);
@@ -246,7 +262,47 @@ std::optional<Options> OptionsFromEnvironment(const std::function<const char*(co
   if (!poll) return std::nullopt;
   options.grace = std::chrono::seconds(*grace);
   options.poll = std::chrono::milliseconds(*poll);
+
+  const std::string mode = get(kModeEnv, kModeGenerations);
+  if (mode == kModeGenerations) {
+    options.mode = Mode::kGenerations;
+  } else if (mode == kModeOnce) {
+    options.mode = Mode::kOnce;
+  } else {
+    *error = std::string(kModeEnv) + " must be " + kModeGenerations + " or " + kModeOnce +
+             ", not \"" + mode + "\"";
+    return std::nullopt;
+  }
+  options.once_generation = ParseGeneration(Trim(get(kGenerationEnv, "0"))).value_or(0);
+
+  options.progress.log_pattern = get(kProgressLogPatternEnv, "");
+  options.progress.checkpoint_pattern = get(kProgressCheckpointPatternEnv, "");
+  options.progress.heartbeat_file = get(kProgressHeartbeatFileEnv, "");
+  for (const auto& [name, pattern] :
+       {std::pair{kProgressLogPatternEnv, &options.progress.log_pattern},
+        std::pair{kProgressCheckpointPatternEnv, &options.progress.checkpoint_pattern}}) {
+    if (pattern->empty()) continue;
+    if (const auto why = PatternError(*pattern)) {
+      *error = std::string(name) + ": " + *why;
+      return std::nullopt;
+    }
+  }
+  const auto stall = number(kProgressStallSecondsEnv, kDefaultStallSeconds, 1);
+  if (!stall) return std::nullopt;
+  const auto startup = number(kProgressStartupSecondsEnv, kDefaultStartupSeconds, 1);
+  if (!startup) return std::nullopt;
+  options.progress.stall = std::chrono::seconds(*stall);
+  options.progress.startup = std::chrono::seconds(*startup);
   return options;
+}
+
+Message ConfigErrorMessage(const std::string& error) {
+  return {.state = kReportError, .generation = 0, .error = error};
+}
+
+std::string MessagePathFromEnvironment(const std::function<const char*(const char*)>& getenv) {
+  const char* value = getenv(kMessageEnv);
+  return value != nullptr && *value != '\0' ? value : kDefaultMessagePath;
 }
 
 std::optional<std::string> UnquoteGo(std::string_view quoted) {
@@ -415,7 +471,27 @@ std::string FormatMessage(const Message& message) {
                     member(kReportGenerationKey, std::to_string(message.generation));
   if (message.exit_code) out += "," + member(kReportExitKey, std::to_string(*message.exit_code));
   if (message.next) out += "," + member(kReportNextKey, std::to_string(*message.next));
-  if (message.error) out += "," + member(kReportErrorKey, JsonQuote(*message.error));
+  if (message.step) out += "," + member(kReportStepKey, std::to_string(*message.step));
+  if (message.last_progress) {
+    out += "," + member(kReportLastProgressKey, JsonQuote(*message.last_progress));
+  }
+  if (message.idle_seconds) {
+    out += "," + member(kReportIdleSecondsKey, std::to_string(*message.idle_seconds));
+  }
+  if (message.checkpoint) {
+    out += "," + member(kReportCheckpointKey, std::to_string(*message.checkpoint));
+  }
+  if (message.phase) out += "," + member(kReportPhaseKey, JsonQuote(*message.phase));
+  if (message.error) {
+    std::string_view error = *message.error;
+    if (error.size() > kMaxReportError) {
+      // Cut at a character boundary: no UTF-8 continuation byte first in what is dropped.
+      size_t cut = kMaxReportError;
+      while (cut > 0 && (static_cast<unsigned char>(error[cut]) & 0xC0) == 0x80) --cut;
+      error = error.substr(0, cut);
+    }
+    out += "," + member(kReportErrorKey, JsonQuote(error));
+  }
   return out + "}";
 }
 
@@ -468,6 +544,193 @@ int ExitCodeFromWaitStatus(int status) {
   return 1;
 }
 
+namespace {
+
+// Stops the program: SIGTERM to its group, SIGKILL after the grace period, then whatever is left
+// in its group. Returns its exit code. The pump keeps copying its output meanwhile.
+int StopProgram(const Options& options, pid_t program, int64_t generation, OutputPump* pump) {
+  SignalProgram(program, SIGTERM);
+  const auto deadline = Clock::now() + options.grace;
+  std::optional<int> code;
+  while (!(code = ReapChildren(program))) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    WaitForEvent(std::min(left, options.poll), pump);
+  }
+  if (!code) {
+    Log("generation " + std::to_string(generation) + " still running after the grace " +
+        "period: sending SIGKILL");
+    SignalProgram(program, SIGKILL);
+  }
+  // What the program left behind in its group goes too.
+  ::kill(-program, SIGKILL);
+  while (!code) {
+    code = ReapChildren(program);
+    if (!code) WaitForEvent(options.poll, pump);
+  }
+  return *code;
+}
+
+std::string Seconds(std::chrono::milliseconds duration) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(duration).count()) + "s";
+}
+
+// How long the pipes are drained after the program exited: until they yield nothing for
+// kDrainIdle (a grandchild may keep them open), kDrainLimit at most.
+constexpr std::chrono::milliseconds kDrainIdle{100};
+constexpr std::chrono::milliseconds kDrainLimit{2000};
+
+// Runs the program as `generation` until it exits, stops on a stop order (when `stop_orders`),
+// stalls or the supervisor is terminated. Returns the supervisor's exit code.
+int RunProgram(const Options& options, const std::vector<std::string>& argv, int64_t generation,
+               bool stop_orders) {
+  std::string error;
+  Report(options, {.state = kReportRunning, .generation = generation});
+  std::unique_ptr<ProgressTracker> tracker;
+  std::unique_ptr<OutputPump> pump;
+  if (options.progress.Enabled()) {
+    tracker = std::make_unique<ProgressTracker>(options.progress);
+    pump = std::make_unique<OutputPump>(tracker.get());
+    if (!pump->Open(&error)) {
+      Log("not starting generation " + std::to_string(generation) + ": " + error);
+      Report(options, {.state = kReportError, .generation = generation, .error = error});
+      return 1;
+    }
+  }
+  const pid_t program = StartProgram(argv, generation, pump.get());
+  if (program < 0) {
+    error = std::string("fork: ") + std::strerror(errno);
+    Log("not starting generation " + std::to_string(generation) + ": " + error);
+    Report(options, {.state = kReportError, .generation = generation, .error = error});
+    return 1;
+  }
+  const auto started = Clock::now();
+  if (pump) pump->CloseChildEnds();
+  if (tracker) tracker->Start(started);
+  if (stop_orders) {
+    Log("barrier " + std::to_string(generation) + " open: started generation " +
+        std::to_string(generation) + " (pid " + std::to_string(program) + ")");
+  } else {
+    Log("started the program as generation " + std::to_string(generation) + " (pid " +
+        std::to_string(program) + "), mode " + kModeOnce);
+  }
+  if (tracker) {
+    const ProgressOptions& progress = options.progress;
+    Log(std::string("tracking progress") +
+        (progress.log_pattern.empty() ? "" : " (log pattern " + progress.log_pattern + ")") +
+        (progress.heartbeat_file.empty() ? ""
+                                         : " (heartbeat file " + progress.heartbeat_file + ")") +
+        ": stalled after " + std::to_string(progress.startup.count()) + "s without progress at " +
+        "startup, " + std::to_string(progress.stall.count()) + "s after");
+  }
+
+  // A report after the program started: with what is known of its progress.
+  const auto with_progress = [&](Message message) {
+    if (tracker) {
+      const ProgressState state = tracker->State(Clock::now());
+      message.step = state.step;
+      message.last_progress = state.last_progress;
+      message.checkpoint = state.checkpoint;
+    }
+    return message;
+  };
+  const auto drain = [&] {
+    if (pump) pump->Drain(kDrainIdle, kDrainLimit);
+  };
+
+  // The annotations file and the heartbeat file are looked at once per poll interval, however
+  // often the program's output wakes the loop.
+  auto next_look = Clock::now();
+  for (;;) {
+    if (const auto code = ReapChildren(program)) {
+      drain();
+      Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code));
+      Report(options,
+             with_progress({.state = kReportExited, .generation = generation, .exit_code = *code}));
+      return *code;
+    }
+    if (g_terminate) {
+      Log("terminated by signal " + std::to_string(g_terminate_signal) +
+          ": sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
+          std::to_string(program) + ") and waiting for it");
+      SignalProgram(program, SIGTERM);
+      std::optional<int> code;
+      while (!(code = ReapChildren(program))) WaitForEvent(options.poll, pump.get());
+      drain();
+      Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code) +
+          " after SIGTERM");
+      Report(options,
+             with_progress(
+                 {.state = kReportTerminated, .generation = generation, .exit_code = *code}));
+      // Not 0 even when the program exited 0: under restartPolicy OnFailure a container that
+      // the kubelet stopped without deleting the pod (a liveness probe) must run again.
+      return *code != 0 ? *code : kStoppedExitCode;
+    }
+    auto now = Clock::now();
+    if (now >= next_look) {
+      next_look = now + options.poll;
+      if (stop_orders) {
+        const int64_t ordered =
+            AnnotationGeneration(ReadAnnotations(options.podinfo_path), kGenerationAnnotation);
+        if (ordered > generation) {
+          Log("stop order: annotation " + std::string(kGenerationAnnotation) + " is " +
+              std::to_string(ordered) + " > " + std::to_string(generation) +
+              "; sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
+              std::to_string(program) + "), SIGKILL in " + Seconds(options.grace));
+          const int code = StopProgram(options, program, generation, pump.get());
+          drain();
+          Log("generation " + std::to_string(generation) + " stopped with code " + Describe(code) +
+              "; exiting " + std::to_string(kStoppedExitCode) + " to restart for generation " +
+              std::to_string(ordered));
+          Report(options, with_progress({.state = kReportStopped,
+                                         .generation = generation,
+                                         .exit_code = code,
+                                         .next = ordered}));
+          return kStoppedExitCode;
+        }
+      }
+      if (tracker) tracker->CheckHeartbeat(now);
+    }
+    if (tracker && tracker->Stalled(now)) {
+      const ProgressState state = tracker->State(now);
+      const auto stalled = [&](std::optional<int> code) {
+        Message message =
+            with_progress({.state = kReportStalled, .generation = generation, .exit_code = code});
+        message.idle_seconds = state.idle_seconds;
+        message.phase = state.started ? kPhaseRunning : kPhaseStartup;
+        return message;
+      };
+      Log("stalled: " +
+          (state.started ? "no progress for " + std::to_string(state.idle_seconds) +
+                               "s after step " + std::to_string(state.step.value_or(0)) + " (at " +
+                               state.last_progress.value_or("?") + ")"
+                         : "no progress " + std::to_string(state.idle_seconds) +
+                               "s after the start (startup)") +
+          ", last checkpoint " +
+          (state.checkpoint ? "at step " + std::to_string(*state.checkpoint) : "unknown") +
+          "; sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
+          std::to_string(program) + "), SIGKILL in " + Seconds(options.grace) + ", exiting " +
+          std::to_string(kStalledExitCode));
+      // Reported before the stop too, in case the supervisor does not outlive the grace period.
+      Report(options, stalled(std::nullopt));
+      const int code = StopProgram(options, program, generation, pump.get());
+      drain();
+      Log("generation " + std::to_string(generation) + " stopped with code " + Describe(code) +
+          " after the stall");
+      Report(options, stalled(code));
+      return kStalledExitCode;
+    }
+    auto timeout = std::chrono::ceil<std::chrono::milliseconds>(next_look - now);
+    if (tracker) {
+      timeout = std::min(timeout,
+                         std::chrono::ceil<std::chrono::milliseconds>(tracker->Deadline() - now));
+    }
+    WaitForEvent(std::max(timeout, std::chrono::milliseconds(0)), pump.get());
+  }
+}
+
+}  // namespace
+
 int Supervise(const Options& options, const std::vector<std::string>& argv) {
   std::string error;
   if (argv.empty()) {
@@ -478,110 +741,44 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
     Log(error);
     return 1;
   }
-  int64_t last = ReadStateGeneration(options.state_dir);
-  for (;;) {
-    const int64_t next = last + 1;
-    Report(options, {.state = kReportBarrier, .generation = last});
-    Log("waiting at the barrier for generation " + std::to_string(next) + " (annotation " +
-        kBarrierAnnotation + " >= " + std::to_string(next) + ")");
-    int64_t generation = 0;
-    for (;;) {
-      ReapChildren(-1);
-      if (g_terminate) {
-        Log("terminated by signal " + std::to_string(g_terminate_signal) +
-            " at the barrier; no program running");
-        Report(options, {.state = kReportTerminated, .generation = last});
-        return kStoppedExitCode;
-      }
-      const int64_t barrier =
-          AnnotationGeneration(ReadAnnotations(options.podinfo_path), kBarrierAnnotation);
-      if (barrier >= next) {
-        generation = barrier;
-        break;
-      }
-      WaitForEvent(options.poll);
-    }
-
-    if (!WriteStateGeneration(options.state_dir, generation, &error)) {
-      // Without the record a restarted container would run this generation again.
-      Log("not starting generation " + std::to_string(generation) + ": " + error);
-      // The generation it was to run failed: the operator counts it as that generation's.
-      Report(options, {.state = kReportError, .generation = generation, .error = error});
-      return 1;
-    }
-    last = generation;
-    Report(options, {.state = kReportRunning, .generation = generation});
-    const pid_t program = StartProgram(argv, generation);
-    if (program < 0) {
-      error = std::string("fork: ") + std::strerror(errno);
-      Log("not starting generation " + std::to_string(generation) + ": " + error);
-      Report(options, {.state = kReportError, .generation = generation, .error = error});
-      return 1;
-    }
-    Log("barrier " + std::to_string(generation) + " open: started generation " +
-        std::to_string(generation) + " (pid " + std::to_string(program) + ")");
-
-    for (;;) {
-      if (const auto code = ReapChildren(program)) {
-        Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code));
-        Report(options, {.state = kReportExited, .generation = generation, .exit_code = *code});
-        return *code;
-      }
-      if (g_terminate) {
-        Log("terminated by signal " + std::to_string(g_terminate_signal) +
-            ": sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
-            std::to_string(program) + ") and waiting for it");
-        SignalProgram(program, SIGTERM);
-        std::optional<int> code;
-        while (!(code = ReapChildren(program))) WaitForEvent(options.poll);
-        Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code) +
-            " after SIGTERM");
-        Report(options, {.state = kReportTerminated, .generation = generation, .exit_code = *code});
-        // Not 0 even when the program exited 0: under restartPolicy OnFailure a container that
-        // the kubelet stopped without deleting the pod (a liveness probe) must run again.
-        return *code != 0 ? *code : kStoppedExitCode;
-      }
-      const int64_t ordered =
-          AnnotationGeneration(ReadAnnotations(options.podinfo_path), kGenerationAnnotation);
-      if (ordered > generation) {
-        Log("stop order: annotation " + std::string(kGenerationAnnotation) + " is " +
-            std::to_string(ordered) + " > " + std::to_string(generation) +
-            "; sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
-            std::to_string(program) + "), SIGKILL in " +
-            std::to_string(
-                std::chrono::duration_cast<std::chrono::seconds>(options.grace).count()) +
-            "s");
-        SignalProgram(program, SIGTERM);
-        const auto deadline = Clock::now() + options.grace;
-        std::optional<int> code;
-        while (!(code = ReapChildren(program))) {
-          const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-          if (left.count() <= 0) break;
-          WaitForEvent(std::min(left, options.poll));
-        }
-        if (!code) {
-          Log("generation " + std::to_string(generation) + " still running after the grace " +
-              "period: sending SIGKILL");
-        }
-        if (!code) SignalProgram(program, SIGKILL);
-        // What the program left behind in its group goes too.
-        ::kill(-program, SIGKILL);
-        while (!code) {
-          code = ReapChildren(program);
-          if (!code) WaitForEvent(options.poll);
-        }
-        Log("generation " + std::to_string(generation) + " stopped with code " + Describe(*code) +
-            "; exiting " + std::to_string(kStoppedExitCode) + " to restart for generation " +
-            std::to_string(ordered));
-        Report(options, {.state = kReportStopped,
-                         .generation = generation,
-                         .exit_code = *code,
-                         .next = ordered});
-        return kStoppedExitCode;
-      }
-      WaitForEvent(options.poll);
-    }
+  if (!options.progress.Enabled() && !options.progress.checkpoint_pattern.empty()) {
+    Log(std::string(kProgressCheckpointPatternEnv) + " is ignored without " +
+        kProgressLogPatternEnv + " or " + kProgressHeartbeatFileEnv);
   }
+  if (options.mode == Mode::kOnce) {
+    return RunProgram(options, argv, options.once_generation, /*stop_orders=*/false);
+  }
+  const int64_t last = ReadStateGeneration(options.state_dir);
+  const int64_t next = last + 1;
+  Report(options, {.state = kReportBarrier, .generation = last});
+  Log("waiting at the barrier for generation " + std::to_string(next) + " (annotation " +
+      kBarrierAnnotation + " >= " + std::to_string(next) + ")");
+  int64_t generation = 0;
+  for (;;) {
+    ReapChildren(-1);
+    if (g_terminate) {
+      Log("terminated by signal " + std::to_string(g_terminate_signal) +
+          " at the barrier; no program running");
+      Report(options, {.state = kReportTerminated, .generation = last});
+      return kStoppedExitCode;
+    }
+    const int64_t barrier =
+        AnnotationGeneration(ReadAnnotations(options.podinfo_path), kBarrierAnnotation);
+    if (barrier >= next) {
+      generation = barrier;
+      break;
+    }
+    WaitForEvent(options.poll);
+  }
+
+  if (!WriteStateGeneration(options.state_dir, generation, &error)) {
+    // Without the record a restarted container would run this generation again.
+    Log("not starting generation " + std::to_string(generation) + ": " + error);
+    // The generation it was to run failed: the operator counts it as that generation's.
+    Report(options, {.state = kReportError, .generation = generation, .error = error});
+    return 1;
+  }
+  return RunProgram(options, argv, generation, /*stop_orders=*/true);
 }
 
 }  // namespace tpujob::supervisor

@@ -12,7 +12,14 @@
 #include <string_view>
 #include <vector>
 
+#include "supervisor/progress.h"
+
 namespace tpujob::supervisor {
+
+enum class Mode {
+  kGenerations,  // the barrier, stop orders, in-place restarts (protocol.h kModeGenerations)
+  kOnce,         // run the program once (kModeOnce)
+};
 
 struct Options {
   std::string podinfo_path;
@@ -20,10 +27,15 @@ struct Options {
   std::string message_path;
   std::chrono::milliseconds grace{std::chrono::seconds(30)};
   std::chrono::milliseconds poll{100};
+  Mode mode = Mode::kGenerations;
+  // Mode::kOnce: the generation reported and given to the program (kGenerationEnv, 0 if unset).
+  int64_t once_generation = 0;
+  ProgressOptions progress;
 };
 
 // Options from the environment (protocol.h), `getenv` looking a name up (nullptr: unset). Returns
-// nullopt and sets *error for a malformed number.
+// nullopt and sets *error for a malformed number, an unknown mode or a pattern that is not RE2
+// with exactly one capture group ("<VARIABLE>: <why>").
 std::optional<Options> OptionsFromEnvironment(const std::function<const char*(const char*)>& getenv,
                                               std::string* error);
 
@@ -51,9 +63,18 @@ struct Message {
   std::optional<int> exit_code{};
   std::optional<int64_t> next{};
   std::optional<std::string> error{};
+  // Progress (protocol.h kReportStepKey and the following), when tracked.
+  std::optional<int64_t> step{};
+  std::optional<std::string> last_progress{};
+  std::optional<int64_t> idle_seconds{};
+  std::optional<int64_t> checkpoint{};
+  std::optional<std::string> phase{};
 };
 
-// The report as protocol.h describes it: {"state":"...","generation":N[,"exit":C]...}.
+// The report as protocol.h describes it: {"state":"...","generation":N[,"exit":C]...}. An error
+// longer than kMaxReportError bytes is cut there (the termination message is at most 4096, and
+// escaping can make a byte six).
+inline constexpr size_t kMaxReportError = 512;
 std::string FormatMessage(const Message& message);
 // JSON string escaping (quotes included).
 std::string JsonQuote(std::string_view text);
@@ -68,9 +89,15 @@ bool WriteMessage(const std::string& path, const Message& message);
 // A wait status as an exit code: the exit status, or 128 + the signal.
 int ExitCodeFromWaitStatus(int status);
 
+// The report of an invalid environment (OptionsFromEnvironment's error), written to the message
+// file `getenv` names before the supervisor exits kConfigErrorExitCode.
+Message ConfigErrorMessage(const std::string& error);
+std::string MessagePathFromEnvironment(const std::function<const char*(const char*)>& getenv);
+
 // The run loop: waits at the barrier, runs argv as generation N, and returns the supervisor's exit
-// code (protocol.h) when the program exits, a stop order comes or the supervisor is terminated.
-// Installs signal handlers; call once per process.
+// code (protocol.h) when the program exits, a stop order comes, the program stalls or the
+// supervisor is terminated. In Mode::kOnce, runs argv once without a barrier. Installs signal
+// handlers; call once per process.
 int Supervise(const Options& options, const std::vector<std::string>& argv);
 
 }  // namespace tpujob::supervisor

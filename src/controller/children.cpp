@@ -341,11 +341,11 @@ void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& option
       const auto set = [&env](const char* name, const std::string& value) {
         if (!value.empty()) env.push_back({{"name", name}, {"value", value}});
       };
-      set(supervisor::kLogPatternEnv, progress->log_pattern);
-      set(supervisor::kCheckpointPatternEnv, progress->checkpoint_pattern);
-      set(supervisor::kHeartbeatFileEnv, progress->heartbeat_file);
-      set(supervisor::kStallSecondsEnv, std::to_string(progress->stall_seconds));
-      set(supervisor::kStartupSecondsEnv, std::to_string(progress->startup_seconds));
+      set(supervisor::kProgressLogPatternEnv, progress->log_pattern);
+      set(supervisor::kProgressCheckpointPatternEnv, progress->checkpoint_pattern);
+      set(supervisor::kProgressHeartbeatFileEnv, progress->heartbeat_file);
+      set(supervisor::kProgressStallSecondsEnv, std::to_string(progress->stall_seconds));
+      set(supervisor::kProgressStartupSecondsEnv, std::to_string(progress->startup_seconds));
     }
     env.push_back(
         {{"name", "TPUJOB_SUPERVISOR_GRACE_SECONDS"},
