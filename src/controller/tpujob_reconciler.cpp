@@ -653,9 +653,18 @@ kube::Status TPUJobReconciler::CreatePods(const cache::TPUJobInfo& job, const po
     const std::vector<std::string>& pools = plan.status.node_pools;
     const std::string pool =
         want.type == policy::ReplicaType::kWorker && slice < pools.size() ? pools[slice] : "";
+    // ... and off the nodes other workers of this plan are bound to (PodToCreate::avoid).
+    std::optional<PodBuildOptions> own;
+    if (!want.avoid.empty()) {
+      own = pod_options;
+      own->avoid_nodes.insert(own->avoid_nodes.end(), want.avoid.begin(), want.avoid.end());
+      std::sort(own->avoid_nodes.begin(), own->avoid_nodes.end());
+      own->avoid_nodes.erase(std::unique(own->avoid_nodes.begin(), own->avoid_nodes.end()),
+                             own->avoid_nodes.end());
+    }
     auto created = client_.Create(kube::Resource::Pods(), ns,
-                                  BuildPod(job, spec, want.type, want.index, attempt, pod_options,
-                                           pool, want.node, want.bind));
+                                  BuildPod(job, spec, want.type, want.index, attempt,
+                                           own ? *own : pod_options, pool, want.node, want.bind));
     if (created) {
       made[i] = 1;
       versions[i] = created->value("/metadata/resourceVersion"_json_pointer, std::string());

@@ -214,12 +214,30 @@ class Decider {
   std::string KeptNode(ReplicaType type, int32_t index);
 
   // The attempt ends for a fault of `kind` (by default the one `t` says) that `culprit` shows:
-  // the job, or the one slice the fault is confined to, queues again as the next attempt, or the
+  // the job, or the slices the fault is confined to, queues again as the next attempt, or the
   // job fails when the fault uses a retry and none is left. The fault table says whether it uses
   // a retry and the grace period of the pods it deletes.
+  // `others`: the other faults of the same decision (another faulty node), recorded with the
+  // same action; one retry for them all.
+  struct OtherFault {
+    const ObservedPod* pod = nullptr;
+    Termination termination;
+    FaultKind kind = FaultKind::kNodeUnhealthy;
+  };
   void Reissue(const ObservedPod& culprit, const Termination& t, const std::string& why,
                std::optional<FaultKind> kind, const std::string& item,
-               const std::vector<const ObservedPod*>& touched);
+               const std::vector<const ObservedPod*>& touched,
+               const std::vector<OtherFault>& others = {});
+
+  // A node of the previous attempt found unhealthy or lost while its re-issue is carried out
+  // (the attempt not admitted yet) is a fault like any other: recorded once, cordoned, one retry
+  // used; its slice joins the replaced ones, or the whole job is re-issued. Returns whether it
+  // decided something (the plan then admits nothing).
+  bool FaultsInFlight();
+
+  // The nodes the workers of `create` bound to a node are bound to: a worker of the same slice
+  // the scheduler places keeps off them (PodToCreate::avoid).
+  void AvoidBoundNodes(std::vector<PodToCreate>& create) const;
 
   // Slice recovery in place: a pod of the previous attempt (or, moved already, of this one) in a
   // slice the attempt keeps, not being deleted: it stays, and its program restarts in place.

@@ -123,6 +123,23 @@ FaultyNodeVerdict CheckFaultyNodes(const NodeFaultSnapshot& snapshot) {
   if (v.culprit != nullptr) {
     v.kind = v.culprit->health.unreachable ? FaultKind::kNodeLost : FaultKind::kNodeUnhealthy;
     v.termination = NodeVerdictAfterExit(*v.culprit);
+    // Every other faulty node once, by its first pod (a pod whose program failed there first).
+    std::vector<std::string> nodes = {std::string(v.culprit->pod->pod->node_name.view())};
+    for (const PodOnNode& p : snapshot.pods) {
+      if (p.health.verdict != NodeVerdict::kUnhealthy &&
+          p.health.verdict != NodeVerdict::kMissing) {
+        continue;
+      }
+      const std::string node(p.pod->pod->node_name.view());
+      auto seen = std::find(nodes.begin(), nodes.end(), node);
+      if (seen == nodes.end()) {
+        nodes.push_back(node);
+        v.others.push_back(&p);
+      } else if (seen != nodes.begin() && p.state == PodState::kFailed) {
+        const PodOnNode*& first = v.others[static_cast<size_t>(seen - nodes.begin()) - 1];
+        if (first->state != PodState::kFailed) first = &p;
+      }
+    }
   }
   return v;
 }

@@ -77,7 +77,10 @@ struct FaultyNodeVerdict {
   bool lost_any = false;                       // one of the nodes is unreachable
   std::vector<const ObservedPod*> touched;     // every pod on such a node
   std::vector<NodeToCordon> cordon;            // the nodes to cordon (not a deleted one)
-  Termination termination;                     // NodeVerdictAfterExit of the culprit
+  // One pod on each such node other than the culprit's (the first): each node is a fault of its
+  // own, recorded with the culprit's.
+  std::vector<const PodOnNode*> others;
+  Termination termination;  // NodeVerdictAfterExit of the culprit
 };
 FaultyNodeVerdict CheckFaultyNodes(const NodeFaultSnapshot& snapshot);
 

@@ -45,7 +45,8 @@ Plan Decider::Run() {
 
   const EarlierAttempts earlier = RemoveEarlierAttempts();
   const bool admitted = s.ConditionTrue(condition::kAdmitted);
-  if ((s.phase == Phase::kQueued || !admitted) && !WaitOrAdmit(earlier.others_left)) {
+  if ((s.phase == Phase::kQueued || !admitted) &&
+      (FaultsInFlight() || !WaitOrAdmit(earlier.others_left))) {
     UpdateCounts();
     return std::move(plan_);
   }
@@ -175,10 +176,11 @@ bool Decider::WaitOrAdmit(bool others_left) {
     if (s.slice_recovery) {
       // Only the replaced slices wait for pools; the others keep theirs (reserved).
       const std::string replaced = SliceList(s.slice_recovery->slices);
-      s.SetCondition(condition::kAdmitted, false, "Reissued",
-                     attempt + ": " + replaced + " waits for a node pool with first priority; " +
-                         KeptSlices() + " keep their node pools",
-                     now_, spec_generation_);
+      s.SetCondition(
+          condition::kAdmitted, false, "Reissued",
+          attempt + ": " + replaced + (s.slice_recovery->slices.size() == 1 ? " waits" : " wait") +
+              " for a node pool with first priority; " + KeptSlices() + " keep their node pools",
+          now_, spec_generation_);
       RecordEvent(false, "Queued", attempt + ": " + replaced + " queued with first priority");
       return false;
     }
@@ -595,6 +597,7 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
         want.bind = !want.node.empty();
       }
     }
+    AvoidBoundNodes(missing);
     plan_.create = missing;
   }
 
@@ -651,10 +654,15 @@ bool Decider::ApplyNodeRules(const std::vector<const ObservedPod*>& pods) {
   if (faulty.culprit != nullptr) {
     for (const NodeToCordon& c : faulty.cordon) Cordon(c);
     const ObservedPod& culprit = *faulty.culprit->pod;
+    std::vector<OtherFault> others;
+    for (const PodOnNode* o : faulty.others) {
+      others.push_back({o->pod, NodeVerdictAfterExit(*o),
+                        o->health.unreachable ? FaultKind::kNodeLost : FaultKind::kNodeUnhealthy});
+    }
     Reissue(culprit, faulty.termination,
             DescribeReplica(culprit, spec_) + ": " + faulty.termination.message +
                 (faulty.lost_any ? " (lost)" : ""),
-            faulty.kind, "", faulty.touched);
+            faulty.kind, "", faulty.touched, others);
     return true;
   }
   if (maintenance.culprit != nullptr) {

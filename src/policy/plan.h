@@ -123,6 +123,10 @@ struct PodToCreate {
   // Bind the pod to `node` directly (spec.nodeName), without the scheduler: a worker of a slice
   // kept by slice recovery goes back to the node its slice holds.
   bool bind = false;
+  // Keep off these nodes (a required node affinity NotIn): a worker the scheduler places keeps
+  // off the nodes the workers of its slice this plan binds are bound to, which the scheduler
+  // may not count yet, so that no host gets two workers.
+  std::vector<std::string> avoid = {};
   friend bool operator==(const PodToCreate&, const PodToCreate&) = default;
 };
 
