@@ -36,8 +36,9 @@ Knobs:
   TRAIN_HANG_ONCE=1       hang only once: the hanging process first leaves the marker
                           <checkpoint path>/train-hung-at-step-<k>, and a later run that finds it
                           runs past step k.
-  TRAIN_SILENT=1          print nothing on stdout (no progress or checkpoint lines); what is said
-                          on stderr stays.
+  TRAIN_SILENT=1          print none of the lines below (what is said on stderr stays, and so
+                          does gloo's own "[Gloo] Rank R is connected to ..." line on stdout at
+                          the first collective of a multi-process run).
 
 Lines on stdout (flushed one by one; MaxText's format for the first):
   completed step: N, seconds: X.XXX, loss: L
