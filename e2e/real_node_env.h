@@ -53,6 +53,20 @@ inline std::string WorkerImage() {
   return PortsEnvOf(PortsEnv("REAL_NODE_TOOLS") + "/images/images.env", "WORKER_IMAGE");
 }
 
+// The directory of the jax-worker image (e2e/tools/jax-worker: a real JAX training program over
+// gloo CPU collectives, with Orbax checkpoints), built and cached on first use by its build.sh
+// (about 2 minutes the first time; at once after that). Not imported by `e2e/cluster up`: load
+// JaxWorkerArchive() with `e2e/cluster load-image` first.
+inline std::string JaxWorkerDir() {
+  static const std::string dir = Trim(
+      RunCommand(std::string(TPUJOB_SOURCE_DIR) + "/e2e/tools/jax-worker/build.sh", false).output);
+  return dir;
+}
+inline std::string JaxWorkerArchive() { return JaxWorkerDir() + "/jax-worker.oci.tar"; }
+inline std::string JaxWorkerImage() {
+  return PortsEnvOf(JaxWorkerDir() + "/images.env", "JAX_IMAGE");
+}
+
 // Writes a chip list into one of the device plugin's files (unhealthy, hidden): "" for none,
 // "0" or "1,3".
 inline void SetChips(const std::string& file, const std::string& chips) {
