@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,20 @@ std::string StalledReport(int64_t step, seconds idle) {
               {supervisor::kReportIdleSecondsKey, idle.count()},
               {supervisor::kReportPhaseKey, supervisor::kPhaseRunning}}
       .dump();
+}
+
+// A stall that ended at or before status.progress.stallsActedUntil (whole seconds) was acted on.
+// A new stall comes at least startupSeconds (>= 1 s) after the pods the last one recreated, so
+// on a cluster it always ends later; a test that plays the supervisor awaits the next second.
+::testing::AssertionResult PastTheLastStall(const std::string& ns, const std::string& job) {
+  const std::string acted = JobField(ns, job, "{.status.progress.stallsActedUntil}");
+  const std::optional<WallTime> until = cache::ParseRfc3339(acted);
+  if (!until) return ::testing::AssertionFailure() << "no stallsActedUntil: \"" << acted << "\"";
+  if (Eventually([&] { return std::chrono::system_clock::now() >= *until + seconds(1); },
+                 seconds(5))) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "the clock did not pass " << acted;
 }
 
 class StallE2E : public ::testing::Test {
@@ -126,7 +141,7 @@ TEST_F(StallE2E, InPlaceStallChecksEveryNodeThenRestartsTheGangInPlace) {
       [&] {
         checks = Get(n, "pods -l " + std::string(cache::kJobNameLabel) + "=st",
                      "{range .items[*]}{.metadata.annotations.tpujob\\.dev/hardware-check} {end}");
-        return checks == "1/1 1/1 1/1 1/1 ";
+        return Trim(checks) == "1/1 1/1 1/1 1/1";
       },
       seconds(20)))
       << checks << "\n"
@@ -240,6 +255,7 @@ TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
   EXPECT_EQ(JobField(n, "rc", "{.status.faults[*].action}"), "RestartAllWorkers");
 
   // Stalled again at the same step: the second in a row of maxStalls 2.
+  ASSERT_TRUE(PastTheLastStall(n, "rc"));
   ASSERT_EQ(TerminatePod(n, "rc-worker-0", supervisor::kStalledExitCode, "Error",
                          StalledReport(10, seconds(90)))
                 .exit_code,
@@ -289,6 +305,7 @@ TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
   }
   // Three workers in the job's pool of three nodes: one is back on the suspect node.
   ASSERT_FALSE(behind.empty()) << "no worker on " << suspect;
+  ASSERT_TRUE(PastTheLastStall(n, "su"));
   stall(behind);
   ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.attempt}", "2", seconds(30))) << op.Log();
   EXPECT_TRUE(Eventually([&] { return NodeField(suspect, "{.spec.unschedulable}") == "true"; },
