@@ -7,14 +7,17 @@
 #     in the same run; prints both in MB/s and their ratio (goal: >= 0.8);
 #  2. CPU: a program writing 10 MB/s of log lines in 64 KiB blocks for BENCH_SECONDS (10); prints
 #     the supervisor's own CPU time (user + system, from /proc, its children not included) as a
-#     percentage of one core (goal: <= 2).
+#     percentage of one core (goal: <= 2);
+#  3. stall to stop: a program that prints one step, then hangs (SIGTERM ends it), under
+#     TPUJOB_PROGRESS_STALL_SECONDS=1; the time from its step line to the supervisor's exit,
+#     beyond the 1 s stall window, median of BENCH_STALL_RUNS (5) (goal: <= 1 s).
 # Usage: scripts/bench-supervisor.sh [BUILD_DIR]   (BUILD_DIR default: build; needs python3 and
 # tpujob-supervise built: cmake --build BUILD_DIR --target tpujob-supervise)
 # Nothing here asserts a number.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
-supervise="$root/$build/tpujob-supervise"
+if [[ $build == /* ]]; then supervise="$build/tpujob-supervise"; else supervise="$root/$build/tpujob-supervise"; fi
 mb=${BENCH_MB:-512}
 runs=${BENCH_RUNS:-3}
 seconds=${BENCH_SECONDS:-10}
@@ -110,4 +113,24 @@ cpu = (utime + stime) / tck
 print(f"cpu: {sent / elapsed / (1 << 20):.1f} MB/s for {elapsed:.1f} s: tpujob-supervise used "
       f"{cpu:.2f} s of CPU ({utime / tck:.2f} user, {stime / tck:.2f} system), "
       f"{100 * cpu / elapsed:.2f}% of one core (goal <= 2)")
+EOF
+
+# 3. From the last step to the program stopped, beyond stallSeconds.
+python3 - "$supervise" "$dir" "${BENCH_STALL_RUNS:-5}" <<'EOF'
+import os, statistics, subprocess, sys, time
+supervise, work, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+env = dict(os.environ, TPUJOB_PROGRESS_STALL_SECONDS="1", TPUJOB_SUPERVISOR_GRACE_SECONDS="5",
+           TPUJOB_SUPERVISOR_MESSAGE=work + "/stall-message")
+beyond = []
+for _ in range(runs):
+    p = subprocess.Popen([supervise, "--", "sh", "-c", "echo 'completed step: 1'; exec sleep 60"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    p.stdout.readline()
+    stepped = time.monotonic()
+    code = p.wait()
+    beyond.append(time.monotonic() - stepped - 1.0)
+    if code != 124:
+        print(f"stall: tpujob-supervise exited {code}, not 124")
+print("stall to stop: " + " ".join(f"{b:.3f}" for b in beyond) +
+      f" s beyond stallSeconds 1; median {statistics.median(beyond):.3f} s (goal <= 1)")
 EOF

@@ -53,7 +53,7 @@
 #     the same minute: the ratio is the operator's cost per event against client-go's.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
 # cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
-# slice-recovery, in-place, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
+# slice-recovery, supervisor, in-place, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
 # scale-faults or idle runs, since the last two are measured with them cached; e.g.
 #   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
@@ -454,6 +454,12 @@ if section slice-recovery; then
 echo "== slice recovery beside whole-job re-issue, and hot swap"
 TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-slice.sh" "$build" "$kubeconfig" ||
   echo "  (failed: see the error above)"
+echo
+fi
+
+if section supervisor; then
+echo "== tpujob-supervise with stall detection: output passthrough against cat, CPU at 10 MB/s, stall to stop"
+bash "$root/scripts/bench-supervisor.sh" "$build" || echo "  (failed: see the error above)"
 echo
 fi
 
