@@ -93,11 +93,6 @@ class Decider {
   // Rule 5's verdict. Returns whether a decision was taken.
   bool ApplyPreflightVerdict(const PreflightVerdict& v);
 
-  // Rule 7's verdict (policy/stall_rules.h). Returns whether the plan is complete; a restart in
-  // place sets *gang_restart for the barrier to carry out.
-  bool ApplyStallVerdict(const StallVerdict& v, const std::vector<const ObservedPod*>& pods,
-                         bool* gang_restart);
-
   // --- decider.cpp: the effects ---
   void RecordEvent(bool warning, std::string reason, std::string message);
 
@@ -204,6 +199,12 @@ class Decider {
   // it), opens the barrier once every pod waits there, and falls back to recreating the pods when
   // it stays closed for barrierTimeoutSeconds. True when it falls back: the plan is complete.
   bool InPlaceBarrier(const CurrentPods& current);
+
+  // --- stall_rules.cpp ---
+  // Rule 7's verdict (policy/stall_rules.h). Returns whether the plan is complete; a restart in
+  // place sets *gang_restart for the barrier to carry out.
+  bool ApplyStallVerdict(const StallVerdict& v, const std::vector<const ObservedPod*>& pods,
+                         bool* gang_restart);
 
   // --- slice_recovery.cpp ---
   // The slices slice recovery keeps, e.g. "slices 0, 1 and 3".

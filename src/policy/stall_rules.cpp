@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "policy/decider.h"
+
 namespace tpujob::policy {
 namespace {
 
@@ -119,6 +121,118 @@ StallVerdict CheckStalls(const StallSnapshot& s) {
   }
   v.outcome = StallVerdict::Outcome::kRestart;
   return v;
+}
+
+// --- Applying the verdict (the lifecycle's rule 7) ---
+
+// Rule 7's verdict.
+bool Decider::ApplyStallVerdict(const StallVerdict& v, const std::vector<const ObservedPod*>& pods,
+                                bool* gang_restart) {
+  if (v.outcome == StallVerdict::Outcome::kNone) return false;
+  JobStatus& s = plan_.status;
+  const ProgressSpec& spec = *spec_->fault_tolerance.progress;
+  ProgressStatus& p = s.progress ? *s.progress : s.progress.emplace();
+  if (v.step && (!p.step || *v.step >= *p.step)) {
+    p.step = v.step;
+    p.time = v.last_progress;
+  }
+  if (v.checkpoint && (!p.checkpoint_step || *v.checkpoint > *p.checkpoint_step)) {
+    p.checkpoint_step = v.checkpoint;
+  }
+  const int64_t window = spec_->fault_tolerance.fault_attribution_seconds;
+  if (v.outcome == StallVerdict::Outcome::kCheckHardware) {
+    const std::string token = HardwareCheckToken(s.attempt, s.stalls + 1);
+    int nodes = 0;
+    for (const ObservedPod* pod : pods) {
+      if (pod->pod->deleting() || pod->pod->node_name.empty()) continue;
+      ++nodes;
+      if (pod->pod->hardware_check.view() == token) continue;
+      PodToAnnotate a;
+      a.name = pod->pod->name;
+      a.uid = pod->pod->uid;
+      a.hardware_check = token;
+      plan_.annotate.push_back(std::move(a));
+    }
+    const std::string checking = "; the job's " + std::to_string(nodes) +
+                                 " nodes run a hardware check, a node found faulty within " +
+                                 std::to_string(window) +
+                                 "s (faultAttributionSeconds) is the fault";
+    if (!p.stall_seen) {
+      p.stall_seen = v.seen;
+      RecordEvent(true, "Stalled", v.message + checking);
+    }
+    s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(v.message + checking), now_,
+                   spec_generation_);
+    Requeue(*v.recheck_in);
+    return true;
+  }
+
+  // Acted on: counted once.
+  s.stalls++;
+  p.stalls_in_a_row = v.in_a_row;
+  p.stalled_at_step = v.step;
+  const std::string previous_suspect = p.suspect_node;
+  p.suspect_node = v.suspect != nullptr ? std::string(v.suspect->pod->pod->node_name.view()) : "";
+  p.stall_seen.reset();
+  p.acted_until = now_;
+  const std::string count = "stall " + std::to_string(v.in_a_row) + " in a row of at most " +
+                            std::to_string(spec.max_stalls) + " (maxStalls)";
+  const std::string no_fault =
+      window > 0 ? "; no node was found faulty within " + std::to_string(window) + "s" : "";
+  switch (v.outcome) {
+    case StallVerdict::Outcome::kFail: {
+      RecordFault(*v.first->pod, v.first->termination, FaultAction::kFailJob, "",
+                  FaultKind::kStalled);
+      const std::string why = v.message + no_fault + "; " + std::to_string(v.in_a_row) +
+                              " stalls in a row with no progress in between (maxStalls " +
+                              std::to_string(spec.max_stalls) + "): the job is not restarted again";
+      s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_,
+                     spec_generation_);
+      Finish(false, "Stalled", why);
+      return true;
+    }
+    case StallVerdict::Outcome::kReplaceSuspect: {
+      const WorkerProgress& suspect = *v.suspect;
+      const std::string node(suspect.pod->pod->node_name.view());
+      const std::string why = v.message + no_fault + "; node " + node +
+                              " was the sole suspect of the previous stall too (" +
+                              previous_suspect + "): it is cordoned and the job moves off it";
+      Cordon({.node = node,
+              .reason = std::string(FaultKindName(FaultKind::kStalled)),
+              .message = "the sole suspect of two stalls in a row of TPUJob " + job_.Key() +
+                         " (stalls " + std::to_string(s.stalls - 1) + " and " +
+                         std::to_string(s.stalls) + ")",
+              .item = "",
+              .evidence = "stall " + HardwareCheckToken(s.attempt, s.stalls)});
+      s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_,
+                     spec_generation_);
+      Reissue(*suspect.pod, suspect.termination, why, FaultKind::kStalled, "", {suspect.pod});
+      return true;
+    }
+    case StallVerdict::Outcome::kRestart:
+    default:
+      break;
+  }
+  const bool in_place = spec_->fault_tolerance.restart == RestartMode::kInPlace;
+  RecordFault(*v.first->pod, v.first->termination,
+              in_place ? FaultAction::kRestartInPlace : FaultAction::kRestartAllWorkers, "",
+              FaultKind::kStalled);
+  const std::string how = in_place ? "restarting the program in place in every pod, generation " +
+                                         std::to_string(s.in_place ? s.in_place->generation + 1 : 1)
+                                   : "every pod is created again";
+  const std::string why = v.message + no_fault + "; " + how + " (" + count + ")";
+  s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_, spec_generation_);
+  RecordEvent(true, "StallRestart", why);
+  if (in_place) {
+    *gang_restart = true;
+    return false;
+  }
+  for (const ObservedPod* pod : pods) {
+    if (!pod->pod->deleting()) DeletePod(*pod->pod, std::nullopt, "the job stalled: " + how);
+  }
+  s.phase = Phase::kRestarting;
+  s.SetCondition(condition::kReady, false, "Stalled", BoundedMessage(why), now_, spec_generation_);
+  return true;
 }
 
 }  // namespace tpujob::policy
