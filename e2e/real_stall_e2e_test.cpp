@@ -1,0 +1,597 @@
+// Stall detection (spec.faultTolerance.progress) on the real node of the local cluster (`e2e/cluster
+// up --real-node`), with a real program: the jax-worker image (e2e/tools/jax-worker/train.py), two
+// JAX processes joined by jax.distributed over gloo, one of which stops inside a step so that the
+// other blocks in the collective, as a hung host blocks a slice. What is real here that
+// stall_e2e_test.cpp plays on KWOK: the supervisor's pipes and pattern matching on a program's
+// real output, its stall timer, its stop of a process that is blocked in a collective, its report
+// through the kubelet's termination message, the container restart (InPlace) or the new pods
+// (Recreate), and the Orbax checkpoint the restarted processes resume from. And that the
+// supervisor's pass-through leaves what the node's container runtime logs byte for byte as it is
+// without it.
+//
+// The node is one host, so a two-process job is a Master (process 0, the coordinator) and one
+// Worker, each given its JAX_* variables; their checkpoint directory is one hostPath directory.
+// TPUJOB_E2E_DIR must name a cluster started with --real-node into whose node the project image
+// was imported (the real_cluster fixture of CMakeLists.txt); the jax-worker image is built (cached)
+// and imported by the suite when the node lacks it.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "e2e_env.h"
+#include "operator_env.h"
+#include "real_node_env.h"
+#include "tpujob_env.h"
+
+namespace tpujob::e2e {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::seconds;
+
+// "2026-12-05T01:02:03Z" as Unix seconds (-1 when it is not that).
+int64_t Rfc3339Seconds(const std::string& text) {
+  std::tm tm{};
+  std::istringstream in(text);
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  if (in.fail()) return -1;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+// A container of the job that ended, as the kubelet reported it (state or lastState).
+struct Termination {
+  std::string pod;
+  std::string uid;
+  int exit_code = -1;
+  std::string finished_at;
+  std::string message;
+};
+
+// Every termination of the container `trainer` of every pod of a namespace, from a kubectl watch
+// started before the pods exist: under Recreate the operator deletes the stalled pods moments
+// after their containers ended, and under InPlace the ended state is lastState once the kubelet
+// restarted the container.
+class TerminationWatch {
+ public:
+  explicit TerminationWatch(const std::string& ns) {
+    path_ = ClusterDir() + "/termination-watch-" + ns + ".log";
+    // The whole containerStatuses list as JSON: a jsonpath that names fields inside it fails,
+    // and ends the watch, on a pod that has none yet.
+    const std::string cmd =
+        ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath() + " get pods -n " + ns +
+        " --watch -o jsonpath='{.metadata.name}|{.metadata.uid}|{.status.containerStatuses}"
+        "{\"\\n\"}' > " +
+        path_ + " 2>&1 & echo $!";
+    pid_ = std::atoi(Trim(RunCommand(cmd, false).output).c_str());
+  }
+  ~TerminationWatch() {
+    if (pid_ > 0) ::kill(pid_, SIGTERM);
+    std::remove(path_.c_str());
+  }
+  TerminationWatch(const TerminationWatch&) = delete;
+  TerminationWatch& operator=(const TerminationWatch&) = delete;
+
+  // Every distinct termination of the container `trainer` seen so far, in state or lastState
+  // (pod uid and finishedAt tell them apart).
+  std::vector<Termination> All() const {
+    std::vector<Termination> seen;
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      const auto first = line.find('|');
+      const auto second = first == std::string::npos ? first : line.find('|', first + 1);
+      if (second == std::string::npos) continue;
+      const Json statuses = Json::parse(line.substr(second + 1), nullptr, false);
+      if (!statuses.is_array()) continue;
+      for (const Json& c : statuses) {
+        if (c.value("name", "") != "trainer") continue;
+        for (const char* which : {"state", "lastState"}) {
+          const Json t = c.value(which, Json::object()).value("terminated", Json::object());
+          if (!t.contains("exitCode")) continue;
+          Termination found{line.substr(0, first), line.substr(first + 1, second - first - 1),
+                            t.value("exitCode", -1), t.value("finishedAt", ""),
+                            t.value("message", "")};
+          bool known = false;
+          for (const Termination& s : seen) {
+            known = known || (s.uid == found.uid && s.finished_at == found.finished_at);
+          }
+          if (!known) seen.push_back(std::move(found));
+        }
+      }
+    }
+    return seen;
+  }
+  std::string Raw() const { return ReadFile(path_); }
+
+ private:
+  std::string path_;
+  int pid_ = -1;
+};
+
+// The operator (one replica) and the node agent, installed once for the suite, and the
+// jax-worker image on the node.
+class RealStallE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (RealNode().empty() || ImageArchive().empty()) return;
+    // Built once and cached (about 3 minutes the first time), imported once per cluster (about
+    // 20 s): `e2e/cluster up` does not import it.
+    const std::string image = JaxWorkerImage();
+    if (image.empty()) return;
+    const std::string ctr = "ctr --address " + PortsEnv("CONTAINERD_SOCKET") + " -n k8s.io ";
+    if (RunCommand(ctr + "images ls -q | grep -qxF '" + image + "'", false).exit_code != 0) {
+      const auto load = RunCommand(std::string(TPUJOB_SOURCE_DIR) + "/e2e/cluster load-image " +
+                                       JaxWorkerArchive() + " --dir " + ClusterDir(),
+                                   false);
+      if (load.exit_code != 0) {
+        std::cerr << "could not import " << JaxWorkerArchive() << ":\n" << load.output;
+        return;
+      }
+    }
+    jax_image_ = image;
+    ops_ = std::make_unique<TestNamespace>("real-stall");
+    agents_ = std::make_unique<TestNamespace>("real-stall-agent");  // hostPath: privileged
+    release_ = std::make_unique<Release>(
+        ops_->name(), "--set replicaCount=1 --set nodeAgent.namespace=" + agents_->name() +
+                          " --set nodeAgent.devPath=" + TpuDir() +
+                          "/dev --set nodeAgent.intervalSeconds=2 --set nodeAgent.passAfter=1");
+  }
+  static void TearDownTestSuite() {
+    release_.reset();
+    agents_.reset();
+    ops_.reset();
+  }
+
+  void SetUp() override {
+    ASSERT_FALSE(RealNode().empty())
+        << ClusterDir() << " has no real node: start it with e2e/cluster up --real-node";
+    ASSERT_FALSE(jax_image_.empty())
+        << "no jax-worker image on the node (e2e/tools/jax-worker/build.sh, then "
+           "e2e/cluster load-image)";
+    ASSERT_NE(release_, nullptr) << "no image archive: set TPUJOB_E2E_IMAGE_ARCHIVE to the one "
+                                    "make image wrote, or write its path to "
+                                 << ClusterDir() << "/image-archive";
+    ASSERT_EQ(release_->install().exit_code, 0) << release_->install().output;
+    ASSERT_TRUE(PodsBecomeReady(ops_->name(), kOperatorSelector, 1));
+    ASSERT_TRUE(PodsBecomeReady(agents_->name(), kAgentSelector, 1));
+    node_ = RealNode();
+    Kubectl("uncordon " + node_, false);
+    // The chips are free: no job pod of an earlier test is left on the node.
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return Trim(Kubectl("get pods -A -l tpujob.dev/job-name --field-selector spec.nodeName=" +
+                                  node_ + " -o name",
+                              false)
+                          .output)
+              .empty();
+        },
+        seconds(90), std::chrono::milliseconds(250)))
+        << Kubectl("get pods -A -l tpujob.dev/job-name -o wide").output;
+  }
+
+  static std::string OperatorLogs() {
+    return Kubectl("logs -n " + ops_->name() + " -l " + kOperatorSelector + " --tail=40").output;
+  }
+
+  // A replica of the job: one pod running `command` in the jax-worker image as container
+  // `trainer`, with the job's checkpoint directory at /ckpt and a memory-backed /dev/shm.
+  std::string Replica(const std::string& type, const std::string& command,
+                      const std::vector<std::pair<std::string, std::string>>& env,
+                      const std::string& checkpoint_dir) const {
+    std::string yaml = "    " + type +
+                       ":\n      replicas: 1\n      template:\n        spec:\n"
+                       "          terminationGracePeriodSeconds: 2\n"
+                       // The Master asks for no chip, so the operator gives it no toleration of
+                       // the TPU taint; the real node is the only one that runs containers.
+                       "          tolerations: [{key: google.com/tpu, operator: Exists}]\n"
+                       "          containers:\n          - name: trainer\n"
+                       "            image: \"" +
+                       jax_image_ + "\"\n            imagePullPolicy: Never\n            command: " +
+                       command + "\n            env:\n";
+    for (const auto& [key, value] : env) {
+      yaml += "            - {name: " + key + ", value: '" + value + "'}\n";
+    }
+    yaml +=
+        "            volumeMounts:\n            - {name: ckpt, mountPath: /ckpt}\n"
+        "            - {name: shm, mountPath: /dev/shm}\n"
+        "          volumes:\n          - {name: ckpt, hostPath: {path: " +
+        checkpoint_dir +
+        ", type: Directory}}\n"
+        "          - {name: shm, emptyDir: {medium: Memory}}\n";
+    return yaml;
+  }
+
+  std::string Header(const std::string& name, const std::string& fault_tolerance) const {
+    return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
+           "\nspec:\n  tpu: {accelerator: " + PortsEnv("REAL_TPU_ACCELERATOR") +
+           ", topology: " + PortsEnv("REAL_TPU_TOPOLOGY") +
+           ", chipsPerWorker: " + PortsEnv("REAL_TPU_CHIPS") +
+           "}\n  checkpoint: {path: /ckpt}\n  faultTolerance: " + fault_tolerance +
+           "\n  replicaSpecs:\n";
+  }
+
+  std::string MakeCheckpointDir(const std::string& name) {
+    const std::string dir = ClusterDir() + "/ckpt-" + name + "-" + std::to_string(::getpid());
+    RunCommand("rm -rf " + dir + " && mkdir -p " + dir);
+    dirs_.push_back(dir);
+    return dir;
+  }
+  void TearDown() override {
+    for (const std::string& dir : dirs_) RunCommand("rm -rf " + dir, false);
+  }
+
+  void RunHang(const std::string& mode);
+
+  static std::unique_ptr<TestNamespace> ops_;
+  static std::unique_ptr<TestNamespace> agents_;
+  static std::unique_ptr<Release> release_;
+  static std::string jax_image_;
+  std::string node_;
+  std::vector<std::string> dirs_;
+};
+
+std::unique_ptr<TestNamespace> RealStallE2E::ops_;
+std::unique_ptr<TestNamespace> RealStallE2E::agents_;
+std::unique_ptr<Release> RealStallE2E::release_;
+std::string RealStallE2E::jax_image_;
+
+// The job's faults[] entry of `kind` ({} when absent).
+Json FaultOf(const std::string& ns, const std::string& job, const std::string& kind) {
+  const Json status = JobJson(ns, job).value("status", Json::object());
+  for (const Json& f : status.value("faults", Json::array())) {
+    if (f.value("kind", "") == kind) return f;
+  }
+  return Json::object();
+}
+
+constexpr int kStallSeconds = 10;
+constexpr int kHangStep = 8;
+constexpr int kCheckpointEvery = 3;
+// The last checkpoint before the hang: both processes completed step kHangStep - 1.
+constexpr int kLastCheckpoint = (kHangStep - 1) / kCheckpointEvery * kCheckpointEvery;
+
+// Process 1 stops for good inside step kHangStep, before its collective (once: the restarted
+// pair runs past it); process 0 blocks in that step's all-reduce. Neither prints a step for
+// kStallSeconds: both supervisors report a stall, stop their program and exit 124; the operator
+// waits faultAttributionSeconds for the node agent's verdict (healthy) and restarts the gang,
+// which resumes from the last Orbax checkpoint and finishes.
+//
+// The process blocked in the collective does not act on SIGTERM: its supervisor kills it at the end
+// of the grace period (terminationGracePeriodSeconds, 2 s here), so it ends within kStallSeconds
+// + 2 s + the supervisor's poll of its last step by these whole-second clocks.
+//
+// About 40 s per mode on the 2-core machine: JAX's start (imports, jax.distributed, the first
+// jit) takes about 10 s per generation, the stall kStallSeconds, the attribution window 3 s.
+void RealStallE2E::RunHang(const std::string& mode) {
+    const std::string name = mode == "InPlace" ? "hang-inplace" : "hang-recreate";
+    TestNamespace ns("real-" + name);
+    const std::string n = ns.name();
+    const std::string dir = MakeCheckpointDir(name);
+    const std::vector<std::pair<std::string, std::string>> train = {
+        {"TRAIN_STEPS", "40"},
+        {"TRAIN_STEP_SECONDS", "0.2"},
+        {"TRAIN_CHECKPOINT_EVERY", std::to_string(kCheckpointEvery)},
+        {"TRAIN_HANG_AT_STEP", std::to_string(kHangStep)},
+        {"TRAIN_HANG_PROCESS", "1"},
+        {"TRAIN_HANG_ONCE", "1"},
+        {"JAX_COORDINATOR_ADDRESS", name + "-master-0." + name},
+        {"JAX_NUM_PROCESSES", "2"},
+    };
+    auto with_id = [&](const std::string& id) {
+      auto env = train;
+      env.emplace_back("JAX_PROCESS_ID", id);
+      return env;
+    };
+    const std::string command = "[python3, /app/train.py]";
+    const std::string yaml =
+        Header(name, "{restart: " + mode +
+                         ", maxJobRetries: 0, faultAttributionSeconds: 3, "
+                         "maintenanceGracePeriodSeconds: 2, preflight: {enabled: false}, "
+                         "progress: {logPattern: 'completed step: (\\d+)', checkpointPattern: "
+                         "'saved checkpoint at step (\\d+)', stallSeconds: " +
+                         std::to_string(kStallSeconds) + "}}") +
+        Replica("Master", command, with_id("0"), dir) +
+        Replica("Worker", command, with_id("1"), dir);
+    TerminationWatch watch(n);
+    const std::string selector = "tpujob.dev/job-name=" + name;
+    ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+        << DescribePods(n, selector) << OperatorLogs();
+    const std::string master = name + "-master-0", worker = name + "-worker-0";
+    std::map<std::string, std::string> uids;
+    for (const std::string& pod : {master, worker}) {
+      uids[pod] = Get(n, "pod " + pod, "{.metadata.uid}");
+      // The supervisor runs the program.
+      EXPECT_NE(Get(n, "pod " + pod, "{.spec.containers[0].command[0]}").find("tpujob-supervise"),
+                std::string::npos)
+          << pod;
+    }
+
+    // Both containers end with the supervisor's stall code and its final stalled report.
+    std::map<std::string, Termination> stalled;
+    const bool both = Eventually(
+        [&] {
+          for (const Termination& t : watch.All()) {
+            const Json report = Json::parse(t.message, nullptr, false);
+            if (report.is_object() && report.value("state", "") == "stalled" &&
+                report.contains("exit")) {
+              stalled[t.pod] = t;
+            }
+          }
+          return stalled.size() == 2;
+        },
+        seconds(150), std::chrono::milliseconds(250));
+    ASSERT_TRUE(both) << watch.Raw() << DescribePods(n, selector) << OperatorLogs();
+    for (const auto& [pod, t] : stalled) {
+      SCOPED_TRACE(pod);
+      const Json report = Json::parse(t.message);
+      std::cout << "== " << pod << ": exit " << t.exit_code << " at " << t.finished_at
+                << ", report " << t.message << "\n";
+      EXPECT_EQ(t.exit_code, 124) << t.message;
+      EXPECT_EQ(report.value("phase", ""), "running") << t.message;
+      // Both completed the step before the hang and none after it.
+      EXPECT_EQ(report.value("step", -1), kHangStep - 1) << t.message;
+      // Stopped within stallSeconds + 5 s of the last progress (lastProgress and finishedAt are
+      // whole seconds: the stall cannot be found before stallSeconds - 1 s by these clocks).
+      const int64_t last = Rfc3339Seconds(report.value("lastProgress", ""));
+      const int64_t finished = Rfc3339Seconds(t.finished_at);
+      ASSERT_GT(last, 0) << t.message;
+      ASSERT_GT(finished, 0) << t.finished_at;
+      EXPECT_GE(finished - last, kStallSeconds - 1) << t.message << " finished " << t.finished_at;
+      EXPECT_LE(finished - last, kStallSeconds + 5) << t.message << " finished " << t.finished_at;
+      EXPECT_GE(report.value("idleSeconds", 0), kStallSeconds) << t.message;
+    }
+    // Process 0 saves the checkpoints and says so: its supervisor saw the last one.
+    EXPECT_EQ(Json::parse(stalled[master].message, nullptr, false).value("checkpoint", -1),
+              kLastCheckpoint)
+        << stalled[master].message;
+
+    // Counted as one stall, restarted after the attribution window (the node is healthy).
+    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.stalls}", "1", seconds(60)))
+        << JobJson(n, name).dump(2) << OperatorLogs();
+    const Json fault = FaultOf(n, name, "Stalled");
+    EXPECT_EQ(fault.value("action", ""), mode == "InPlace" ? "RestartInPlace" : "RestartAllWorkers")
+        << fault.dump();
+
+    // The restarted pair resumes from the checkpoint: every process says so in its log.
+    for (const std::string& pod : {master, worker}) {
+      SCOPED_TRACE(pod);
+      std::string log;
+      const std::string line = "restored checkpoint at step " + std::to_string(kLastCheckpoint);
+      EXPECT_TRUE(Eventually(
+          [&] {
+            log = Kubectl("logs -n " + n + " " + pod + " -c trainer", false).output;
+            return log.find(line) != std::string::npos;
+          },
+          seconds(120), std::chrono::milliseconds(300)))
+          << log << DescribePods(n, selector) << OperatorLogs();
+      if (mode == "InPlace") {
+        EXPECT_EQ(Get(n, "pod " + pod, "{.metadata.uid}"), uids[pod]);
+        EXPECT_EQ(Get(n, "pod " + pod, "{.status.containerStatuses[0].restartCount}"), "1");
+        // The restarted container still begins where the checkpoint left off: no step before it.
+        EXPECT_EQ(log.find("completed step: " + std::to_string(kLastCheckpoint) + ","),
+                  std::string::npos)
+            << log;
+      } else {
+        EXPECT_NE(Get(n, "pod " + pod, "{.metadata.uid}"), uids[pod]);
+      }
+    }
+    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Succeeded", seconds(120)))
+        << DescribePods(n, selector) << OperatorLogs();
+    EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "1");
+}
+
+TEST_F(RealStallE2E, InPlaceAJaxProcessHungInACollectiveIsStoppedAndThePairResumesInPlace) {
+  RunHang("InPlace");
+}
+
+TEST_F(RealStallE2E, RecreateAJaxProcessHungInACollectiveIsStoppedAndNewPodsResume) {
+  RunHang("Recreate");
+}
+
+
+// A program whose output is hard to pass on: ~50 MB in all, stdout and stderr written in turns,
+// lines split over several writes while the other stream writes (partial lines), 1 MB lines,
+// lines ended by \r, empty lines, bytes of every value but \n and \r inside lines, and lines the
+// supervisor's pattern matches. Never "\r\n": the container runtime logs that line ending as
+// "\n" (with or without the supervisor), and the test compares what it logged with the program's
+// own hash of what it wrote. Deterministic (a seeded generator). It ends each stream with
+// "END-OF-STREAM <bytes before> <sha256 before>\n" and then sleeps, so that its pod and the
+// container runtime's log file stay until the test has read them (a finished job's pods are
+// deleted, and their logs with them).
+constexpr const char* kFirehose = R"PY(import hashlib, os, random, time
+rng = random.Random(20261205)
+seen = {1: hashlib.sha256(), 2: hashlib.sha256()}
+size = {1: 0, 2: 0}
+def write(fd, data):
+    seen[fd].update(data)
+    size[fd] += len(data)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+pool = rng.randbytes(1 << 21).translate(bytes(b if b not in (10, 13) else 65 for b in range(256)))
+def body(n):
+    start = rng.randrange(0, len(pool) - n)
+    return pool[start:start + n]
+step = 0
+big = {1: 0, 2: 0}
+while size[1] + size[2] < 50 * 1000 * 1000:
+    fd = rng.choice((1, 2))
+    kind = rng.random()
+    if kind < 0.02 and big[fd] < 12:
+        big[fd] += 1
+        write(fd, body(1 << 20) + b"\n")
+    elif kind < 0.30:
+        # One line in 2-6 writes, the other stream writing between them.
+        line = body(rng.randrange(1, 200000)) + b"\n"
+        cuts = sorted(rng.randrange(1, len(line)) for _ in range(rng.randrange(1, 6)))
+        last = 0
+        for cut in cuts + [len(line)]:
+            write(fd, line[last:cut])
+            last = cut
+            if rng.random() < 0.5:
+                write(3 - fd, body(rng.randrange(0, 3000)) + b"\n")
+    elif kind < 0.40:
+        write(fd, b"".join(b"progress %d%%\r" % p for p in range(0, 100, rng.randrange(1, 20))) + b"done\n")
+    elif kind < 0.45:
+        write(fd, b"\n" * rng.randrange(1, 5))
+    elif kind < 0.60:
+        step += 1
+        write(fd, b"completed step: %d, seconds: 0.100, loss: 0.5\n" % step)
+    else:
+        write(fd, b"".join(body(rng.randrange(0, 300)) + b"\n" for _ in range(rng.randrange(1, 200))))
+for fd in (1, 2):
+    os.write(fd, b"END-OF-STREAM %d %s\n" % (size[fd], seen[fd].hexdigest().encode()))
+while True:
+    time.sleep(3600)
+)PY";
+
+// The container runtime's log of a container, whole: the kubelet rotates 0.log past its size
+// limit (renaming it 0.log.<time>, gzipping the older ones), so the files in their order, written
+// to `out`. False when a rotation happened while they were read (the listing changed).
+bool ReadCriLog(const std::string& dir, const std::string& out) {
+  return RunCommand("cd " + dir + " && a=$(ls) && { for f in $(ls 0.log.* 2>/dev/null | sort); " +
+                        "do case $f in *.gz) zcat -- \"$f\" ;; *) cat -- \"$f\" ;; esac; done; " +
+                        "cat 0.log; } > " + out + " && b=$(ls) && [ \"$a\" = \"$b\" ]",
+                    false)
+             .exit_code == 0;
+}
+
+// A stream as the container runtime logged it: the contents of its records in the CRI log file
+// (RFC3339NANO timestamp, stream, P for a part of a line or F for its end, the bytes), each full
+// record's line ended again by \n.
+std::string StreamOfCriLog(const std::string& file, const std::string& stream) {
+  std::ifstream in(file, std::ios::binary);
+  std::string out;
+  for (std::string record; std::getline(in, record);) {
+    const auto a = record.find(' ');
+    const auto b = a == std::string::npos ? a : record.find(' ', a + 1);
+    const auto c = b == std::string::npos ? b : record.find(' ', b + 1);
+    if (c == std::string::npos) {
+      // A record of a line that is only its tag ("... stdout F"): an empty line.
+      if (b != std::string::npos && record.substr(a + 1, b - a - 1) == stream &&
+          record.substr(b + 1) == "F") {
+        out += "\n";
+      }
+      continue;
+    }
+    if (record.substr(a + 1, b - a - 1) != stream) continue;
+    out.append(record, c + 1, std::string::npos);
+    if (record.substr(b + 1, c - b - 1) == "F") out += "\n";
+  }
+  return out;
+}
+
+// The supervisor passes the program's stdout and stderr on byte for byte: what the node's
+// container runtime logs of each stream is the same with it (progress set) as without it.
+// Per stream, not the interleaving of the two: the runtime reads stdout and stderr with one reader
+// each and writes whichever has data first, so even without the supervisor the order of the
+// records of the two streams in the file varies from run to run (as it does for a program's two
+// streams on a terminal); within a stream the order is the bytes' own.
+// The supervisor's own log lines, which it writes on stderr before the program's first byte, are
+// taken off the front of the supervised stderr first: they are its, not the program's.
+TEST_F(RealStallE2E, TheSupervisorPassesStdoutAndStderrOnByteForByte) {
+  TestNamespace ns("real-bytes");
+  const std::string n = ns.name();
+  std::map<std::string, std::map<std::string, std::string>> streams;  // run -> stream -> bytes
+  for (const std::string run : {"plain", "supervised"}) {
+    SCOPED_TRACE(run);
+    const std::string name = "bytes-" + run;
+    const std::string dir = MakeCheckpointDir(name);
+    std::ofstream(dir + "/firehose.py") << kFirehose;
+    const std::string progress =
+        run == "supervised"
+            ? ", progress: {logPattern: 'completed step: (\\d+)', stallSeconds: 3600}"
+            : "";
+    const std::string yaml =
+        Header(name, "{maxJobRetries: 0, preflight: {enabled: false}" + progress + "}") +
+        Replica("Worker", "[python3, /ckpt/firehose.py]", {}, dir);
+    ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+    const std::string pod = name + "-worker-0";
+    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+        << DescribePods(n, "tpujob.dev/job-name=" + name) << OperatorLogs();
+    const std::string command = Get(n, "pod " + pod, "{.spec.containers[0].command[0]}");
+    EXPECT_EQ(command.find("tpujob-supervise") != std::string::npos, run == "supervised")
+        << command;
+    const std::string uid = Get(n, "pod " + pod, "{.metadata.uid}");
+    const std::string logs =
+        ClusterDir() + "/node/pod-logs/" + n + "_" + pod + "_" + uid + "/trainer";
+    const std::string file = dir + "/cri.log";
+    // Until both streams' last lines are in the log.
+    std::map<std::string, std::string> logged;
+    const bool ended = Eventually(
+        [&] {
+          if (!ReadCriLog(logs, file)) return false;
+          for (const std::string stream : {"stdout", "stderr"}) {
+            logged[stream] = StreamOfCriLog(file, stream);
+            if (logged[stream].find("END-OF-STREAM ") == std::string::npos) return false;
+          }
+          return true;
+        },
+        seconds(120), std::chrono::milliseconds(1000));
+    ASSERT_TRUE(ended) << RunCommand("ls -la " + logs, false).output
+                       << DescribePods(n, "tpujob.dev/job-name=" + name);
+    for (const std::string stream : {"stdout", "stderr"}) {
+      std::string bytes = std::move(logged[stream]);
+      if (run == "supervised" && stream == "stderr") {
+        // The supervisor's own log lines (supervisor/main.cpp: "Log lines go to stderr") come
+        // first, whole lines written before it passes on the first byte of the program's.
+        std::string own;
+        while (bytes.starts_with("tpujob-supervise: ")) {
+          const auto eol = bytes.find('\n');
+          own += bytes.substr(0, eol + 1);
+          bytes.erase(0, eol + 1);
+        }
+        std::cout << "== the supervisor's own lines on stderr:\n" << own;
+        EXPECT_NE(own.find("tpujob-supervise: started the program"), std::string::npos) << own;
+      }
+      // The program's own count and hash of what it wrote before its last line.
+      const auto end = bytes.rfind("END-OF-STREAM ");
+      ASSERT_NE(end, std::string::npos) << stream;
+      std::istringstream last(bytes.substr(end + 14));
+      size_t count = 0;
+      std::string sha;
+      last >> count >> sha;
+      EXPECT_EQ(end, count) << stream;
+      const std::string copy = dir + "/" + stream;
+      std::ofstream(copy, std::ios::binary) << bytes.substr(0, end);
+      EXPECT_EQ(Trim(RunCommand("sha256sum < " + copy + " | cut -d' ' -f1", false).output), sha)
+          << stream << " of the " << run << " run is not what the program wrote";
+      std::cout << "== " << run << " " << stream << ": " << bytes.size() << " bytes\n";
+      streams[run][stream] = std::move(bytes);
+    }
+    ASSERT_EQ(Kubectl("delete tpujob " + name + " -n " + n + " --wait").exit_code, 0);
+    ASSERT_TRUE(Eventually([&] { return JobPods(n, name).empty(); }, seconds(60)));
+  }
+  for (const std::string stream : {"stdout", "stderr"}) {
+    const std::string& plain = streams["plain"][stream];
+    const std::string& supervised = streams["supervised"][stream];
+    EXPECT_GT(plain.size(), 20u * 1000 * 1000) << stream;
+    size_t differ = 0;
+    while (differ < plain.size() && differ < supervised.size() &&
+           plain[differ] == supervised[differ]) {
+      ++differ;
+    }
+    EXPECT_TRUE(plain == supervised)
+        << stream << ": " << plain.size() << " bytes without the supervisor, "
+        << supervised.size() << " with it; the first difference at byte " << differ;
+  }
+}
+
+}  // namespace
+}  // namespace tpujob::e2e
