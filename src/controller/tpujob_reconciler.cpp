@@ -562,11 +562,19 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const 
     if (errors[i] && !first_error) first_error = errors[i];
   }
   const policy::PodToAnnotate& first = plan.annotate.front();
-  log::Info("annotated pods", {{"tpujob", key},
-                               {"pods", plan.annotate.size()},
-                               {"generation", first.generation},
-                               {"barrier", first.barrier ? "open" : "closed"},
-                               {"moved_to_attempt", first.attempt ? *first.attempt : 0}});
+  if (first.hardware_check) {
+    // A stall: every node of the job is asked for a hardware round (policy/stall_rules.h).
+    log::Info("annotated pods for a hardware check on their nodes",
+              {{"tpujob", key},
+               {"pods", plan.annotate.size()},
+               {"hardware_check", *first.hardware_check}});
+  } else {
+    log::Info("annotated pods", {{"tpujob", key},
+                                 {"pods", plan.annotate.size()},
+                                 {"generation", first.generation},
+                                 {"barrier", first.barrier ? "open" : "closed"},
+                                 {"moved_to_attempt", first.attempt ? *first.attempt : 0}});
+  }
   if (first_error) {
     log::Warn("cannot annotate pods", {{"tpujob", key}, {"error", first_error->ToString()}});
     return std::unexpected(*first_error);
