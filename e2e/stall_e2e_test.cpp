@@ -42,19 +42,6 @@ std::string Scrape(const OperatorProcess& op) {
   return ::testing::AssertionFailure() << "no \"" << sample << "\" in /metrics:\n" << metrics;
 }
 
-// A stalled report, as tpujob-supervise writes it (supervisor/protocol.h).
-std::string StalledReport(int64_t step, seconds idle) {
-  return json{{supervisor::kReportStateKey, supervisor::kReportStalled},
-              {supervisor::kReportGenerationKey, 0},
-              {supervisor::kReportExitKey, 143},
-              {supervisor::kReportStepKey, step},
-              {supervisor::kReportLastProgressKey,
-               cache::FormatRfc3339(std::chrono::system_clock::now() - idle)},
-              {supervisor::kReportIdleSecondsKey, idle.count()},
-              {supervisor::kReportPhaseKey, supervisor::kPhaseRunning}}
-      .dump();
-}
-
 // A stall that ended at or before status.progress.stallsActedUntil (whole seconds) was acted on.
 // A new stall comes at least startupSeconds (>= 1 s) after the pods the last one recreated, so
 // on a cluster it always ends later; a test that plays the supervisor awaits the next second.
@@ -239,7 +226,7 @@ TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
   const std::string uid1 = PodUid(n, "rc-worker-1");
 
   ASSERT_EQ(TerminatePod(n, "rc-worker-1", supervisor::kStalledExitCode, "Error",
-                         StalledReport(10, seconds(90)))
+                         StalledReport(0, 10, seconds(90)).dump())
                 .exit_code,
             0);
   ASSERT_TRUE(JobFieldBecomes(n, "rc", "{.status.stalls}", "1", seconds(30))) << op.Log();
@@ -257,7 +244,7 @@ TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
   // Stalled again at the same step: the second in a row of maxStalls 2.
   ASSERT_TRUE(PastTheLastStall(n, "rc"));
   ASSERT_EQ(TerminatePod(n, "rc-worker-0", supervisor::kStalledExitCode, "Error",
-                         StalledReport(10, seconds(90)))
+                         StalledReport(0, 10, seconds(90)).dump())
                 .exit_code,
             0);
   ASSERT_TRUE(JobFieldBecomes(n, "rc", "{.status.phase}", "Failed", seconds(30))) << op.Log();
@@ -288,7 +275,7 @@ TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
     for (int i = 0; i < 3; ++i) {
       const std::string pod = "su-worker-" + std::to_string(i);
       ASSERT_EQ(TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
-                             StalledReport(pod == behind ? 19 : 20, seconds(90)))
+                             StalledReport(0, pod == behind ? 19 : 20, seconds(90)).dump())
                     .exit_code,
                 0);
     }

@@ -23,6 +23,24 @@
 
 namespace tpujob::e2e {
 
+// A stalled report, as tpujob-supervise writes it (supervisor/protocol.h): the program of
+// `generation` made no progress for `idle` after `step` (none: before its first step).
+inline nlohmann::json StalledReport(int generation, std::optional<int64_t> step,
+                                    std::chrono::seconds idle) {
+  nlohmann::json report = {
+      {supervisor::kReportStateKey, supervisor::kReportStalled},
+      {supervisor::kReportGenerationKey, generation},
+      {supervisor::kReportExitKey, 143},
+      {supervisor::kReportIdleSecondsKey, idle.count()},
+      {supervisor::kReportPhaseKey, step ? supervisor::kPhaseRunning : supervisor::kPhaseStartup}};
+  if (step) {
+    report[supervisor::kReportStepKey] = *step;
+    report[supervisor::kReportLastProgressKey] =
+        cache::FormatRfc3339(std::chrono::system_clock::now() - idle);
+  }
+  return report;
+}
+
 // The kubelet and the supervisors of one job's pods, by pod uid.
 class SupervisorSim {
   using json = nlohmann::json;
@@ -54,48 +72,19 @@ class SupervisorSim {
   // The program of `pod` exits with `code`: its supervisor exits too and the kubelet restarts
   // the container, whose supervisor waits at the barrier.
   bool ProgramExits(const std::string& pod, int code) {
-    for (const json& p : Pods()) {
-      const Seen seen = Read(p);
-      if (seen.name != pod) continue;
-      State& state = states_[seen.uid];
-      const int running = seen.barrier > state.last ? seen.barrier : 0;
-      if (running == 0) return false;
-      Restart(seen.name, state, code,
-              json{{supervisor::kReportStateKey, supervisor::kReportExited},
-                   {supervisor::kReportGenerationKey, running},
-                   {supervisor::kReportExitKey, code}});
-      state.last = running;
-      return true;
-    }
-    return false;
+    return EndProgram(pod, code, [code](int running) {
+      return json{{supervisor::kReportStateKey, supervisor::kReportExited},
+                  {supervisor::kReportGenerationKey, running},
+                  {supervisor::kReportExitKey, code}};
+    });
   }
 
   // The supervisor of `pod` finds its program stalled (stall detection): it stops the program and
   // exits with the stall code, reporting the last step (none: before the first) and when it came.
   bool ProgramStalls(const std::string& pod, std::optional<int64_t> step,
                      std::chrono::seconds idle) {
-    for (const json& p : Pods()) {
-      const Seen seen = Read(p);
-      if (seen.name != pod) continue;
-      State& state = states_[seen.uid];
-      const int running = seen.barrier > state.last ? seen.barrier : 0;
-      if (running == 0) return false;
-      json report = {{supervisor::kReportStateKey, supervisor::kReportStalled},
-                     {supervisor::kReportGenerationKey, running},
-                     {supervisor::kReportExitKey, 143},
-                     {supervisor::kReportIdleSecondsKey, idle.count()},
-                     {supervisor::kReportPhaseKey,
-                      step ? supervisor::kPhaseRunning : supervisor::kPhaseStartup}};
-      if (step) {
-        report[supervisor::kReportStepKey] = *step;
-        report[supervisor::kReportLastProgressKey] =
-            cache::FormatRfc3339(std::chrono::system_clock::now() - idle);
-      }
-      Restart(seen.name, state, supervisor::kStalledExitCode, report);
-      state.last = running;
-      return true;
-    }
-    return false;
+    return EndProgram(pod, supervisor::kStalledExitCode,
+                      [&](int running) { return StalledReport(running, step, idle); });
   }
 
   // The generation each pod's program runs (0: it waits at the barrier), by pod name.
@@ -143,6 +132,23 @@ class SupervisorSim {
     };
     return {meta.value("name", ""), meta.value("uid", ""), number(cache::kGenerationAnnotation),
             number(cache::kBarrierAnnotation)};
+  }
+
+  // The program `pod` runs ends: the container restarts with `code` and report(generation).
+  // False when no program runs there.
+  template <typename Report>
+  bool EndProgram(const std::string& pod, int code, const Report& report) {
+    for (const json& p : Pods()) {
+      const Seen seen = Read(p);
+      if (seen.name != pod) continue;
+      State& state = states_[seen.uid];
+      const int running = seen.barrier > state.last ? seen.barrier : 0;
+      if (running == 0) return false;
+      Restart(seen.name, state, code, report(running));
+      state.last = running;
+      return true;
+    }
+    return false;
   }
 
   void Restart(const std::string& pod, State& state, int code, const json& report) {
