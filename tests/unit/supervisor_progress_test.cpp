@@ -505,13 +505,12 @@ TEST_F(ProgressProcessTest, SilenceAfterTheLastStepIsAStallThatStopsTheProgram) 
       "echo 'saved checkpoint at step 2' >&2; echo 'completed step: 2'; "
       "while true; do sleep 0.05; done");
   EXPECT_EQ(WaitExit(), kStalledExitCode) << Err();
-  EXPECT_GE(exited_ - started_, seconds(1));
-  EXPECT_LT(exited_ - started_, seconds(10));
+  EXPECT_GE(exited_ - started_, seconds(1));  // never before the stall seconds
   EXPECT_EQ(ReadFile(dir_ / "term"), "term\n") << "the program did not get SIGTERM";
   EXPECT_TRUE(std::regex_match(
       Message(), std::regex(R"(\{"state":"stalled","generation":0,"exit":0,"step":3,)"
                             R"("lastProgress":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",)"
-                            R"("idleSeconds":[12],"checkpoint":2,"phase":"running"\})")))
+                            R"("idleSeconds":[1-9]\d*,"checkpoint":2,"phase":"running"\})")))
       << Message();
   EXPECT_NE(Err().find("stalled: no progress for "), std::string::npos) << Err();
   EXPECT_NE(Err().find("s after step 3"), std::string::npos) << Err();
@@ -530,7 +529,6 @@ TEST_F(ProgressProcessTest, AStalledProgramIgnoringSigtermIsKilledAfterTheGrace)
   const auto up = Clock::now();
   EXPECT_EQ(WaitExit(), kStalledExitCode) << Err();
   EXPECT_GE(exited_ - up, milliseconds(1900));  // the stall, then the grace period
-  EXPECT_LT(exited_ - up, seconds(10));
   EXPECT_EQ(Message().rfind(R"({"state":"stalled","generation":0,"exit":137,"step":7,)", 0), 0u)
       << Message();
   EXPECT_NE(Err().find("SIGKILL"), std::string::npos) << Err();
@@ -543,10 +541,9 @@ TEST_F(ProgressProcessTest, NoStepAtAllStallsAfterTheStartupSeconds) {
   Start("echo 'loading the model'; while true; do sleep 0.05; done");
   EXPECT_EQ(WaitExit(), kStalledExitCode) << Err();
   EXPECT_GE(exited_ - started_, seconds(2));  // the startup seconds, not the stall seconds
-  EXPECT_LT(exited_ - started_, seconds(10));
   EXPECT_TRUE(
       std::regex_match(Message(), std::regex(R"(\{"state":"stalled","generation":0,"exit":143,)"
-                                             R"("idleSeconds":[23],"phase":"startup"\})")))
+                                             R"("idleSeconds":([2-9]|\d\d+),"phase":"startup"\})")))
       << Message();
   EXPECT_NE(Err().find("(startup)"), std::string::npos) << Err();
 }
@@ -568,7 +565,8 @@ TEST_F(ProgressProcessTest, AHeartbeatFileWithAStep) {
   // A heartbeat file left from before the program starts is not progress.
   WriteFile(dir_ / "heartbeat", "5\n");
   env_[kProgressHeartbeatFileEnv] = (dir_ / "heartbeat").string();
-  env_[kProgressStallSecondsEnv] = "1";
+  // 3 s: a loaded machine may hold the program between its two writes for a second or more.
+  env_[kProgressStallSecondsEnv] = "3";
   Start(
       "sleep 0.2; echo 41 > \"$DIR/heartbeat.new\"; mv \"$DIR/heartbeat.new\" \"$DIR/heartbeat\"; "
       "sleep 0.2; echo ' 42 ' > \"$DIR/heartbeat\"; while true; do sleep 0.05; done");
@@ -576,24 +574,26 @@ TEST_F(ProgressProcessTest, AHeartbeatFileWithAStep) {
   EXPECT_TRUE(std::regex_match(
       Message(),
       std::regex(R"(\{"state":"stalled","generation":0,"exit":143,"step":42,)"
-                 R"("lastProgress":"[-0-9T:]+Z","idleSeconds":[12],"phase":"running"\})")))
+                 R"("lastProgress":"[-0-9T:]+Z","idleSeconds":[3-9]\d*,"phase":"running"\})")))
       << Message();
 }
 
 TEST_F(ProgressProcessTest, AHeartbeatFileWithoutAStepCountsItsChanges) {
   env_[kProgressHeartbeatFileEnv] = (dir_ / "heartbeat").string();
-  env_[kProgressStallSecondsEnv] = "1";
-  env_[kProgressStartupSecondsEnv] = "30";
+  // 3 s: a loaded machine may hold the program between its writes for a second or more.
+  env_[kProgressStallSecondsEnv] = "3";
+  env_[kProgressStartupSecondsEnv] = "60";
   Start(
       "for i in 1 2 3; do echo alive > \"$DIR/hb.new\"; mv \"$DIR/hb.new\" \"$DIR/heartbeat\"; "
       "sleep 0.3; done; "
       "while true; do sleep 0.05; done");
-  EXPECT_EQ(WaitExit(), kStalledExitCode) << Err();
-  EXPECT_LT(exited_ - started_, seconds(10));  // not the startup seconds: there was progress
+  EXPECT_EQ(WaitExit(seconds(60)), kStalledExitCode) << Err();
+  // Phase "running", not "startup": the changes were progress. Changes between two looks at
+  // the file count once, so a slow machine may see fewer than three.
   EXPECT_TRUE(std::regex_match(
       Message(),
-      std::regex(R"(\{"state":"stalled","generation":0,"exit":143,"step":3,)"
-                 R"("lastProgress":"[-0-9T:]+Z","idleSeconds":[12],"phase":"running"\})")))
+      std::regex(R"(\{"state":"stalled","generation":0,"exit":143,"step":[123],)"
+                 R"("lastProgress":"[-0-9T:]+Z","idleSeconds":[3-9]\d*,"phase":"running"\})")))
       << Message();
 }
 
@@ -693,10 +693,9 @@ TEST_F(ProgressProcessTest, SigtermToTheSupervisorReportsTheStep) {
 
 TEST_F(ProgressProcessTest, AGrandchildHoldingThePipesDoesNotDelayTheReport) {
   env_[kProgressLogPatternEnv] = R"(completed step: (\d+))";
-  // The background sleep keeps the pipes open long after the program exited.
-  Start("sleep 5 & echo $! > \"$DIR/background\"; echo 'completed step: 1'; exit 4");
-  EXPECT_EQ(WaitExit(), 4) << Err();
-  EXPECT_LT(exited_ - started_, seconds(5));
+  // The background sleep keeps the pipes open for 120 s, twice as long as the wait below.
+  Start("sleep 120 & echo $! > \"$DIR/background\"; echo 'completed step: 1'; exit 4");
+  EXPECT_EQ(WaitExit(seconds(60)), 4) << Err();
   EXPECT_EQ(Message().rfind(R"({"state":"exited","generation":0,"exit":4,"step":1,)", 0), 0u)
       << Message();
   const pid_t background = std::atoi(ReadFile(dir_ / "background").c_str());

@@ -306,8 +306,7 @@ TEST_F(SupervisorProcessTest, AProgramIgnoringSigtermIsKilledAfterTheGracePeriod
   SetAnnotations({{kBarrierAnnotation, "1"}, {kGenerationAnnotation, "2"}});
   EXPECT_EQ(WaitExit(), kStoppedExitCode) << Log();
   const auto elapsed = Clock::now() - ordered;
-  EXPECT_GE(elapsed, seconds(1));
-  EXPECT_LT(elapsed, seconds(5));
+  EXPECT_GE(elapsed, seconds(1));  // the grace period; exit 137 below shows the SIGKILL
   EXPECT_EQ(ReadFile(message()), R"({"state":"stopped","generation":1,"exit":137,"next":2})");
   EXPECT_NE(Log().find("SIGKILL"), std::string::npos) << Log();
 }
