@@ -597,7 +597,8 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"watch", "pods", "*"},
         {"create", "pods", o},
         {"delete", "pods", o},
-        {"patch", "pods", o},  // in-place restart: the generation and barrier annotations
+        {"patch", "pods", o},       // in-place restart: the generation and barrier annotations
+        {"get", "pods", o, "log"},  // status.progress from worker 0's log tail
         {"create", "services", o},
         {"create", "events", o},
         {"patch", "events", o},
@@ -634,7 +635,6 @@ TEST_F(ChartE2E, ServiceAccountHasExactlyTheOperatorsPermissions) {
         {"get", "pods", o},  // reads come from the watch caches
         {"update", "pods", o},
         {"create", "pods", o, "exec"},
-        {"get", "pods", o, "log"},
         {"create", "pods", o, "eviction"},
         {"patch", "pods", o, "status"},
         {"delete", "services", o},

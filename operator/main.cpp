@@ -23,6 +23,7 @@
 #include "controller/metrics.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "kube/stream.h"
 #include "kubectl_plugin.h"
 #include "metrics/auth.h"
 #include "metrics/tls.h"
@@ -48,6 +49,7 @@ struct RunFlags {
   int health_max_reconcile_seconds = 300;
   int health_max_watch_silence_seconds = 660;
   int watch_idle_timeout_seconds = 50;
+  int progress_refresh_seconds = 60;
   int crash_after_writes = 0;         // tests only: SIGKILL itself right after its Nth write
   bool debug_cache_endpoint = false;  // debugging: /debug/cache on the health address
   std::string log_level = "info";
@@ -241,6 +243,18 @@ int Run(const RunFlags& flags) {
   options.preemption = flags.enable_preemption;
   options.nodes.auto_uncordon_after = std::chrono::seconds(flags.auto_uncordon_after_seconds);
   options.nodes.node_health = options.reconciler.node_health;
+  options.reconciler.progress_refresh = std::chrono::seconds(flags.progress_refresh_seconds);
+  // A log tail of 200 lines, at most 256 KiB, with the kubelet's timestamps: what
+  // policy::ProgressFromLog needs to find the last step and when it came.
+  options.reconciler.read_log = [config = *config](const std::string& ns, const std::string& pod,
+                                                   const std::string& container) {
+    return tpujob::kube::GetText(config, tpujob::kube::Resource::Pods(), ns, pod, "log",
+                                 {{"container", container},
+                                  {"timestamps", "true"},
+                                  {"tailLines", "200"},
+                                  {"limitBytes", std::to_string(256 << 10)}},
+                                 std::chrono::seconds(10));
+  };
   // Leader election gets a client of its own, with its own rate limiter (as controller-runtime
   // does): a burst of pod creations never delays a renewal past the renew deadline.
   std::unique_ptr<tpujob::kube::Client> lease_client;
@@ -422,6 +436,14 @@ int main(int argc, char** argv) {
             });
         return valid ? std::string() : "not a valid ConfigMap name: " + name;
       })
+      ->capture_default_str();
+  run->add_option("--progress-refresh-seconds", flags.progress_refresh_seconds,
+                  "For jobs with spec.faultTolerance.progress.logPattern: how often the operator "
+                  "reads a running job's worker 0 log tail (pods/log) to keep status.progress "
+                  "and the STEP column current; it writes the status only when the step moved, "
+                  "so at most once per job per interval. 0 = never: status.progress then "
+                  "changes only when a supervisor reports a stall or an exit.")
+      ->check(CLI::Range(0, 24 * 3600))
       ->capture_default_str();
   run->add_option("--auto-uncordon-after", flags.auto_uncordon_after_seconds,
                   "Seconds a node the operator cordoned must stay healthy (Ready, no hardware "

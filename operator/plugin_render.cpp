@@ -1,7 +1,6 @@
 #include "plugin_render.h"
 
 #include <fmt/format.h>
-#include <re2/re2.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -200,40 +199,6 @@ std::string DescribeTpu(const json& job) {
 }
 
 }  // namespace
-
-LogProgress ProgressFromLog(std::string_view log, std::string_view pattern) {
-  LogProgress out;
-  RE2::Options options;
-  options.set_log_errors(false);
-  const RE2 re(re2::StringPiece(pattern.data(), pattern.size()), options);
-  if (!re.ok() || re.NumberOfCapturingGroups() != 1) {
-    out.error = "the step pattern does not compile";
-    return out;
-  }
-  std::optional<std::pair<WallTime, int64_t>> first, last;
-  while (!log.empty()) {
-    const size_t end = log.find('\n');
-    std::string_view line = log.substr(0, end);
-    log = end == std::string_view::npos ? std::string_view() : log.substr(end + 1);
-    const size_t space = line.find(' ');
-    if (space == std::string_view::npos) continue;
-    const std::optional<WallTime> at = cache::ParseRfc3339(line.substr(0, space));
-    if (!at) continue;
-    line.remove_prefix(space + 1);
-    int64_t step = 0;
-    if (!RE2::PartialMatch(re2::StringPiece(line.data(), line.size()), re, &step)) continue;
-    if (!first) first = {*at, step};
-    last = {*at, step};
-  }
-  if (!last) return out;
-  out.step = last->second;
-  out.at = last->first;
-  const double seconds = std::chrono::duration<double>(last->first - first->first).count();
-  if (seconds > 0 && last->second >= first->second) {
-    out.steps_per_second = static_cast<double>(last->second - first->second) / seconds;
-  }
-  return out;
-}
 
 namespace {
 

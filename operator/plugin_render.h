@@ -24,26 +24,17 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "policy/progress_log.h"
 
 namespace tpujob::plugin {
 
 // The table of `list`: waiting jobs first in queue order, then the others by namespace and name.
 std::string RenderList(const std::vector<nlohmann::json>& jobs, WallTime now, bool all_namespaces);
 
-// What a worker's log tail says of its program's progress, read on demand by `describe` for a job
-// with spec.faultTolerance.progress.logPattern: no API write, nothing kept.
-struct LogProgress {
-  std::string source;  // "pod NAME, its last N lines"
-  std::optional<int64_t> step;
-  std::optional<WallTime> at;              // the kubelet's timestamp of that step's line
-  std::optional<double> steps_per_second;  // over the matched lines of the tail
-  std::string error;                       // why it could not be read
-};
-
-// Parses a log read with timestamps=true (each line "RFC3339Nano TEXT") against the job's step
-// pattern (RE2, one capture group): the last step, when it came, and the rate from the first to
-// the last matched line of the tail.
-LogProgress ProgressFromLog(std::string_view log, std::string_view pattern);
+// What a worker's log tail says of its program's progress (src/policy/progress_log.h), read on
+// demand by `describe` for a job with spec.faultTolerance.progress.logPattern.
+using policy::LogProgress;
+using policy::ProgressFromLog;
 
 // The text of `describe` for one job and its pods; `progress`, when read, adds the program's
 // current step and rate to the Progress section.

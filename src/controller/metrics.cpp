@@ -44,6 +44,13 @@ OperatorMetrics* Declare() {
           "stallSeconds (startupSeconds before its first step) and was stopped, by the job's "
           "namespace.",
           {"job_namespace"}),
+      .progress_refreshes = r.AddCounter(
+          "tpujob_progress_refreshes_total",
+          "Reads of a running job's worker 0 log tail that keep status.progress current (at most "
+          "one per job per --progress-refresh-seconds), by result: written (the step moved, one "
+          "status write), unchanged (no write), unreadable (the log could not be read or "
+          "matched).",
+          {"result"}),
       .node_cordons = r.AddCounter("tpujob_node_cordons_total",
                                    "Nodes the operator cordoned, by reason.", {"reason"}),
       .cordons_refused = r.AddCounter(

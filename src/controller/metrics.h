@@ -23,6 +23,7 @@ struct OperatorMetrics {
   metrics::CounterFamily& job_failures;                // {reason}
   metrics::CounterFamily& job_preemptions;             // {job_namespace}
   metrics::CounterFamily& job_stalls;                  // {job_namespace}
+  metrics::CounterFamily& progress_refreshes;          // {result}
   metrics::CounterFamily& node_cordons;                // {reason}
   metrics::CounterFamily& cordons_refused;             // {reason}: cap | rate | breaker
   metrics::GaugeFamily& cordoned_nodes;                // -

@@ -8,6 +8,7 @@
 
 #include "base/logging.h"
 #include "controller/metrics.h"
+#include "policy/progress_log.h"
 #include "policy/queue.h"
 #include "preflight/report.h"
 
@@ -184,6 +185,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     expectations_.erase(key);
     preflight_counted_.erase(key);
     cordons_sent_.erase(key);
+    progress_due_.erase(key);
     log::Debug("TPUJob gone", {{"tpujob", key}});
     return ReconcileResult{};
   }
@@ -373,6 +375,14 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
     }
   }
 
+  std::optional<Duration> requeue = plan.requeue_after;
+  if (result && spec && expect.job_resource_version.empty()) {
+    // Nothing else changed the status this round: the program's step may.
+    if (auto next = RefreshProgress(*job, *spec, input, expect)) {
+      requeue = requeue ? std::min(*requeue, *next) : *next;
+    }
+  }
+
   if (!expect.job_resource_version.empty() || !expect.created.empty() || !expect.deleted.empty() ||
       !expect.patched.empty()) {
     expect.deadline = clock_.Now() + options_.expectation_timeout;
@@ -381,7 +391,70 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
   if (!result) return std::unexpected(result.error());
   if (!kueue_write) return std::unexpected(kueue_write.error());
-  return ReconcileResult{plan.requeue_after};
+  return ReconcileResult{requeue};
+}
+
+std::optional<Duration> TPUJobReconciler::RefreshProgress(const cache::TPUJobInfo& job,
+                                                          const policy::JobSpec& spec,
+                                                          const policy::LifecycleInput& input,
+                                                          Expectations& expect) {
+  const std::string key = job.Key();
+  const auto& progress = spec.fault_tolerance.progress;
+  const policy::JobStatus current = policy::JobStatus::FromJson(job.status);
+  if (!progress || progress->log_pattern.empty() || options_.progress_refresh <= Duration::zero() ||
+      !options_.read_log || current.phase != policy::Phase::kRunning) {
+    std::lock_guard<std::mutex> guard(mu_);
+    progress_due_.erase(key);
+    return std::nullopt;
+  }
+  const TimePoint now = clock_.Now();
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto [due, added] = progress_due_.try_emplace(key, now);
+    if (now < due->second) return due->second - now;
+    due->second = now + options_.progress_refresh;
+  }
+  // Worker 0 of the current attempt: every worker runs the same steps, and it is the one
+  // `kubectl tpujob describe` reads too.
+  const cache::PodInfo* worker0 = nullptr;
+  for (const auto& observed : input.pods) {
+    if (observed.type == policy::ReplicaType::kWorker && observed.index == 0 &&
+        observed.attempt == current.attempt && !observed.pod->node_name.empty() &&
+        !observed.pod->containers.empty()) {
+      worker0 = observed.pod;
+    }
+  }
+  if (worker0 == nullptr) return options_.progress_refresh;
+  const std::string pod(worker0->name);
+  auto text = options_.read_log(std::string(job.ns.view()), pod,
+                                std::string(worker0->containers.front().name.view()));
+  if (!text) {
+    Metrics().progress_refreshes.With({"unreadable"}).Inc();
+    log::Debug("cannot read the log tail for status.progress",
+               {{"tpujob", key}, {"pod", pod}, {"error", text.error().ToString()}});
+    return options_.progress_refresh;
+  }
+  const policy::LogProgress read =
+      policy::ProgressFromLog(*text, progress->log_pattern, progress->checkpoint_pattern);
+  const auto refreshed = policy::RefreshProgress(current.progress, read);
+  if (!refreshed) {
+    Metrics().progress_refreshes.With({read.error.empty() ? "unchanged" : "unreadable"}).Inc();
+    return options_.progress_refresh;
+  }
+  policy::JobStatus desired = current;
+  desired.progress = *refreshed;
+  auto answer = PatchJobStatus(job, desired);
+  if (!answer) {
+    // A conflict or an outage: the next reconcile decides again, the next refresh reads again.
+    log::Debug("cannot write status.progress",
+               {{"tpujob", key}, {"error", answer.error().ToString()}});
+    return options_.progress_refresh;
+  }
+  Metrics().progress_refreshes.With({"written"}).Inc();
+  expect.job_resource_version = (*answer)["metadata"].value("resourceVersion", "");
+  log::Debug("status.progress refreshed from the log tail",
+             {{"tpujob", key}, {"pod", pod}, {"step", *read.step}});
+  return options_.progress_refresh;
 }
 
 kube::Result<ReconcileResult> TPUJobReconciler::DeleteFinishedJob(const cache::TPUJobInfo& job) {

@@ -68,6 +68,16 @@ struct TPUJobReconcilerOptions {
   // nullptr: the operator does not talk to Kueue, and `admission` admits every job.
   KueueAdapter* kueue = nullptr;
   policy::NodeHealthConfig node_health;
+  // Stall detection with a logPattern: how often a running job's worker 0 log tail is read to
+  // keep status.progress (and the STEP column) current; a status write follows only when the
+  // step moved (policy::RefreshProgress). Zero: never (status.progress then changes only when a
+  // supervisor reports).
+  Duration progress_refresh = std::chrono::seconds(60);
+  // Reads the tail of a pod container's log with the kubelet's timestamps (the pods/log
+  // subresource: timestamps=true, a bounded tail). Empty: no refresh.
+  std::function<kube::Result<std::string>(const std::string& ns, const std::string& pod,
+                                          const std::string& container)>
+      read_log;
 };
 
 class TPUJobReconciler {
@@ -122,6 +132,11 @@ class TPUJobReconciler {
                              const std::vector<cache::Store<cache::PodInfo>::Ptr>& pods);
   kube::Status CreatePods(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
                           const policy::Plan& plan, Expectations& expect);
+  // A running job with a logPattern whose refresh is due: reads worker 0's log tail and writes
+  // status.progress when the step moved. Returns when the next refresh is due (nullopt: none).
+  std::optional<Duration> RefreshProgress(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                                          const policy::LifecycleInput& input,
+                                          Expectations& expect);
 
   kube::Client& client_;
   const cache::Store<cache::TPUJobInfo>& jobs_;
@@ -137,6 +152,8 @@ class TPUJobReconciler {
   std::map<std::string, std::set<std::string>> preflight_counted_;
   // Cordon findings (node and evidence) handed to the Cordoner, by job key; guarded by mu_.
   std::map<std::string, std::set<std::string>> cordons_sent_;
+  // When each job's next progress refresh is due, by job key; guarded by mu_.
+  std::map<std::string, TimePoint> progress_due_;
 };
 
 // A JSON merge patch (RFC 7386) turning `from` into `to`: changed members, and null for

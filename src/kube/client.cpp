@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "kube/http_stream.h"
@@ -564,6 +565,49 @@ Result<std::unique_ptr<ByteStream>> StreamGet(const Config& config, const Resour
   // The stream holds its own http_client; the CppRestClient only builds the request.
   CppRestClient client(config, {});
   return client.Stream(r, ns, name, subresource, query);
+}
+
+Result<std::string> GetText(const Config& config, const Resource& r, const std::string& ns,
+                            const std::string& name, const std::string& subresource,
+                            const QueryParams& query, Duration timeout) {
+  auto stream = StreamGet(config, r, ns, name, subresource, query);
+  if (!stream) return std::unexpected(stream.error());
+  // A watchdog ends a body that does not: Cancel() unblocks the Read below.
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  bool expired = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!done_cv.wait_for(lock, timeout, [&] { return done; })) {
+      expired = true;
+      (*stream)->Cancel();
+    }
+  });
+  std::string text;
+  std::optional<Error> error;
+  while (true) {
+    auto chunk = (*stream)->Read();
+    if (!chunk) {
+      error = chunk.error();
+      break;
+    }
+    if (!*chunk) break;
+    text += **chunk;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  done_cv.notify_one();
+  watchdog.join();
+  if (expired) {
+    return std::unexpected(Error::Transport(
+        "no end of " + subresource + " of " + name + " after " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) + " s"));
+  }
+  if (error) return std::unexpected(*error);
+  return text;
 }
 
 Result<ListAllResult> ListAll(Client& client, const Resource& r, const std::string& ns,

@@ -1,6 +1,7 @@
 // A GET whose answer is bytes as the server writes them rather than one JSON document: a
-// followed container log (pods/log with follow=true). Apart from Client because only the
-// kubectl plugin reads such answers, and the controller's fakes need not know about them.
+// followed container log (pods/log with follow=true), or a log tail. Apart from Client because
+// only the kubectl plugin and the operator's progress refresh read such answers, and the
+// controller's fakes need not know about them.
 //
 // Thread-safety: one thread reads a stream; Cancel() may come from any thread.
 #pragma once
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "kube/config.h"
 #include "kube/error.h"
 #include "kube/resource.h"
@@ -39,5 +41,11 @@ Result<std::unique_ptr<ByteStream>> StreamGet(const Config& config, const Resour
                                               const std::string& ns, const std::string& name,
                                               const std::string& subresource,
                                               const QueryParams& query);
+
+// The whole body of a bounded answer (a log tail: tailLines, limitBytes) as StreamGet reads it,
+// given up (a transport error) when it has not ended `timeout` after the headers came.
+Result<std::string> GetText(const Config& config, const Resource& r, const std::string& ns,
+                            const std::string& name, const std::string& subresource,
+                            const QueryParams& query, Duration timeout);
 
 }  // namespace tpujob::kube

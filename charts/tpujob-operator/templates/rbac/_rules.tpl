@@ -9,6 +9,9 @@ The operator's permissions, derived from the requests it makes (src/controller):
     with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin
     allows only to those who may update tpujobs/finalizers (a permission check only: a
     CustomResource has no finalizers subresource to call);
+  - for jobs with spec.faultTolerance.progress.logPattern, the reconciler gets worker 0's log
+    tail (pods/log) at most once per job per --progress-refresh-seconds to keep
+    status.progress current;
   - the event recorder creates Events and patches them to count repeats;
   - the cordoner and the node reconciler patch Nodes (cordon, taint, annotate, uncordon);
   - the job queue gets PriorityClasses named by spec.priorityClassName;
@@ -29,6 +32,9 @@ No get on Pods, Nodes or TPUJobs (the caches serve reads), no Secrets, no wildca
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["create"]
