@@ -154,7 +154,7 @@ class CppRestClient final : public Client {
   Result<std::unique_ptr<ByteStream>> Stream(const Resource& r, const std::string& ns,
                                              const std::string& name,
                                              const std::string& subresource,
-                                             const QueryParams& query);
+                                             const QueryParams& query, Duration read_timeout);
 
   Result<Json> Create(const Resource& r, const std::string& ns, const Json& object,
                       const WriteOptions& options) override {
@@ -526,14 +526,16 @@ class CppRestByteStream final : public ByteStream {
 Result<std::unique_ptr<ByteStream>> CppRestClient::Stream(const Resource& r, const std::string& ns,
                                                           const std::string& name,
                                                           const std::string& subresource,
-                                                          const QueryParams& query) {
+                                                          const QueryParams& query,
+                                                          Duration read_timeout) {
   QueryBuilder q;
   for (const auto& [key, value] : query) q.Add(key, value);
   Request request{http::methods::GET, "GET", &r, r.ObjectPath(ns, name, subresource) + q.str(), {}};
   request.accept = "*/*";  // logs are text/plain
-  // A client of its own per stream: its timeout bounds each read of the body, and a followed log
-  // may be quiet for a long time.
-  HttpClientPtr client = MakeClient(std::chrono::hours(24));
+  // A client of its own per stream: its timeout bounds the wait for the headers and each read of
+  // the body (a followed log may be quiet for a long time).
+  HttpClientPtr client = MakeClient(
+      std::max(std::chrono::ceil<std::chrono::seconds>(read_timeout), std::chrono::seconds(1)));
   if (client == nullptr) return std::unexpected(Error::Config("invalid server " + config_.server));
   auto req = BuildRequest(request);
   if (!req) return std::unexpected(req.error());
@@ -561,18 +563,18 @@ Result<std::unique_ptr<ByteStream>> CppRestClient::Stream(const Resource& r, con
 Result<std::unique_ptr<ByteStream>> StreamGet(const Config& config, const Resource& r,
                                               const std::string& ns, const std::string& name,
                                               const std::string& subresource,
-                                              const QueryParams& query) {
+                                              const QueryParams& query, Duration read_timeout) {
   // The stream holds its own http_client; the CppRestClient only builds the request.
   CppRestClient client(config, {});
-  return client.Stream(r, ns, name, subresource, query);
+  return client.Stream(r, ns, name, subresource, query, read_timeout);
 }
 
 Result<std::string> GetText(const Config& config, const Resource& r, const std::string& ns,
                             const std::string& name, const std::string& subresource,
                             const QueryParams& query, Duration timeout) {
-  auto stream = StreamGet(config, r, ns, name, subresource, query);
+  auto stream = StreamGet(config, r, ns, name, subresource, query, timeout);
   if (!stream) return std::unexpected(stream.error());
-  // A watchdog ends a body that does not: Cancel() unblocks the Read below.
+  // A watchdog ends a body that keeps trickling: Cancel() unblocks the Read below.
   std::mutex mu;
   std::condition_variable done_cv;
   bool done = false;

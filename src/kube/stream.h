@@ -36,14 +36,17 @@ using QueryParams = std::vector<std::pair<std::string, std::string>>;
 // GET <object path>/<subresource>?<query> on its own connection. Waits for the response headers:
 // a non-2xx answer is returned as its Error (400 for a container not started yet, 404 for a pod
 // gone). Never retried (the caller decides, knowing what it already read). The body has no read
-// timeout worth the name (24 h), since a followed log may stay quiet for a long time.
+// timeout worth the name (24 h by default), since a followed log may stay quiet for a long time;
+// `read_timeout` bounds the wait for the headers and for each piece of the body.
 Result<std::unique_ptr<ByteStream>> StreamGet(const Config& config, const Resource& r,
                                               const std::string& ns, const std::string& name,
                                               const std::string& subresource,
-                                              const QueryParams& query);
+                                              const QueryParams& query,
+                                              Duration read_timeout = std::chrono::hours(24));
 
 // The whole body of a bounded answer (a log tail: tailLines, limitBytes) as StreamGet reads it,
-// given up (a transport error) when it has not ended `timeout` after the headers came.
+// given up (a transport error) when the headers or the end of the body take longer than
+// `timeout`.
 Result<std::string> GetText(const Config& config, const Resource& r, const std::string& ns,
                             const std::string& name, const std::string& subresource,
                             const QueryParams& query, Duration timeout);

@@ -62,7 +62,8 @@ class StreamServer {
     if (head.find("chunked") != std::string::npos) Send("0\r\n\r\n");
   }
   void Send(const std::string& data) {
-    if (::write(conn_, data.data(), data.size()) < 0) return;
+    // MSG_NOSIGNAL: a client that gave up must not end the test with SIGPIPE.
+    if (::send(conn_, data.data(), data.size(), MSG_NOSIGNAL) < 0) return;
   }
 
   int listener_ = -1;
@@ -116,6 +117,29 @@ TEST(KubeStreamTest, ARefusalIsTheServersError) {
   ASSERT_FALSE(stream.has_value());
   EXPECT_EQ(stream.error().http_status, 400);
   EXPECT_THAT(stream.error().message, HasSubstr("is waiting to start"));
+}
+
+TEST(KubeStreamTest, GetTextReadsABoundedAnswerWhole) {
+  StreamServer server(kChunkedHead, {"2026-01-01T00:00:00Z completed step: 1\n",
+                                     "2026-01-01T00:00:01Z completed step: 2\n"});
+  auto text = GetText(server.ClientConfig(), Resource::Pods(), "ml", "p", "log",
+                      {{"container", "trainer"}, {"timestamps", "true"}, {"tailLines", "200"}},
+                      std::chrono::seconds(30));
+  ASSERT_TRUE(text.has_value()) << text.error().ToString();
+  EXPECT_EQ(*text,
+            "2026-01-01T00:00:00Z completed step: 1\n2026-01-01T00:00:01Z completed step: 2\n");
+  EXPECT_THAT(server.request(), HasSubstr("/log?container=trainer&timestamps=true&tailLines=200"));
+}
+
+// A body that keeps trickling (50 ms a piece, 3 s in all) is given up at the timeout, not read to
+// its end: a kubelet that streams forever cannot hold the reader.
+TEST(KubeStreamTest, GetTextGivesUpABodyThatDoesNotEnd) {
+  StreamServer server(kChunkedHead, std::vector<std::string>(60, "x\n"));
+  auto text = GetText(server.ClientConfig(), Resource::Pods(), "ml", "p", "log", {},
+                      std::chrono::milliseconds(300));
+  // Read to its end, it would have been a text.
+  ASSERT_FALSE(text.has_value());
+  EXPECT_THAT(text.error().ToString(), HasSubstr("no end of log of p"));
 }
 
 }  // namespace
