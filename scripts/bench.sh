@@ -47,7 +47,8 @@
 #     (SCALE_OPERATOR_ARGS: more flags for that operator; SCALE_BASELINE_OPERATOR: another
 #     operator binary, with SCALE_BASELINE_ARGS, whose bursts join the rotation);
 #   - the idle cost: API requests and CPU seconds of the operator over 60 s with IDLE_JOBS (1,000)
-#     1-worker TPUJobs Running and nothing happening, everything above still cached; and the
+#     1-worker TPUJobs Running and nothing happening (each with a progress logPattern, so the
+#     status.progress refresh's log tail reads are counted too), everything above still cached; and the
 #     node status updates the operator received meanwhile (KWOK's heartbeats: BENCH_NODE_STATUS),
 #     beside the CPU seconds of the client-go informer peer caching the same nodes and pods over
 #     the same minute: the ratio is the operator's cost per event against client-go's.
@@ -629,10 +630,11 @@ kind: TPUJob
 metadata: {name: idle-$i, namespace: idle}
 spec:
   tpu: {accelerator: tpu-idle, topology: 2x2, chipsPerWorker: 4}
+  faultTolerance: {progress: {logPattern: 'completed step: (\\d+)'}}
   replicaSpecs:
     Worker:
       replicas: 1
-      template: {spec: {containers: [{name: trainer, image: trainer:latest}]}}
+      template: {spec: {containers: [{name: trainer, image: trainer:latest, command: [python3, train.py]}]}}
 EOJ
 done | kubectl create -f - >/dev/null
 running=0
@@ -657,6 +659,11 @@ node_status_writes() {  # node status writes the API server has served (KWOK's h
     /subresource="status"/ && (/verb="PATCH"/ || /verb="PUT"/ || /verb="APPLY"/) { n += $NF }
     END { printf "%d", n }'
 }
+refreshes() {  # status.progress refreshes so far: "written unchanged unreadable"
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" | awk '/^tpujob_progress_refreshes_total\{/ {
+    if (/result="written"/) w += $NF; else if (/result="unchanged"/) u += $NF; else x += $NF }
+    END { printf "%d %d %d", w, u, x }'
+}
 node_events() {  # node events the operator applied: "decoded undecoded" (tpujob_watch_events_total)
   curl -sf "http://127.0.0.1:$metrics_port/metrics" | awk '/^tpujob_watch_events_total\{/ &&
     /resource="nodes"/ { if (/decoded="false"/) u += $NF; else d += $NF }
@@ -665,10 +672,10 @@ node_events() {  # node events the operator applied: "decoded undecoded" (tpujob
 # The client-go informer peer receives the same node and pod events over the same minute.
 start_peer "$dir/peer-idle.log"
 before=$(requests) cpu_before=$(cpu_seconds "$op_pid") status_before=$(node_status_writes)
-peer_before=$(cpu_seconds "$peer_pid") events_before=$(node_events)
+peer_before=$(cpu_seconds "$peer_pid") events_before=$(node_events) refresh_before=$(refreshes)
 sleep 60
 after=$(requests) cpu_after=$(cpu_seconds "$op_pid") status_after=$(node_status_writes)
-peer_after=$(cpu_seconds "$peer_pid") events_after=$(node_events)
+peer_after=$(cpu_seconds "$peer_pid") events_after=$(node_events) refresh_after=$(refreshes)
 rss_idle=$(rss_kib "$op_pid")
 stop_peer
 stop_operator
@@ -678,6 +685,13 @@ awk -v a="$cpu_after" -v b="$cpu_before" 'BEGIN { printf "CPU: %.2f s in 60 s (%
 echo "RSS with $idle_jobs jobs and the objects above cached: $rss_idle KiB"
 status_writes=$((status_after - status_before))
 echo "node status writes in those 60 s (each one a node update the operator received): $status_writes (BENCH_NODE_STATUS=$node_status)"
+read -r written_before unchanged_before unreadable_before <<<"$refresh_before"
+read -r written_after unchanged_after unreadable_after <<<"$refresh_after"
+refresh_reads=$(((written_after + unchanged_after + unreadable_after) - (written_before + unchanged_before + unreadable_before)))
+# Every idle job has a logPattern: its worker 0 log tail is read once per --progress-refresh-seconds
+# (60). KWOK's pods have no kubelet to serve logs, so here each read is refused at once
+# (unreadable) and none writes; with a real kubelet a read writes only when the step moved.
+echo "status.progress refresh in those 60 s: $refresh_reads log tail reads for $idle_jobs jobs ($(awk -v r="$refresh_reads" -v j="$idle_jobs" 'BEGIN { printf "%.2f", j ? r / j : 0 }') per job per minute; goal <= 1): $((written_after - written_before)) written (status writes), $((unchanged_after - unchanged_before)) unchanged, $((unreadable_after - unreadable_before)) unreadable"
 read -r decoded_before undecoded_before <<<"$events_before"
 read -r decoded_after undecoded_after <<<"$events_after"
 echo "node events the operator applied in those 60 s: $((decoded_after - decoded_before)) decoded, $((undecoded_after - undecoded_before)) without decoding (only heartbeat times changed)"
