@@ -260,27 +260,14 @@ std::optional<LogProgress> ReadLogProgress(const Cluster& cluster, const json& j
   }
   const std::string name = TextAt(*worker0, "/metadata/name");
   const std::string container = TextAt(*worker0, "/spec/containers/0/name");
-  auto stream = kube::StreamGet(cluster.config, kube::Resource::Pods(), cluster.ns, name, "log",
-                                {{"container", container},
-                                 {"timestamps", "true"},
-                                 {"tailLines", std::to_string(kTailLines)},
-                                 {"limitBytes", std::to_string(4 << 20)}});
-  std::string text;
-  std::string error;
-  if (!stream) {
-    error = stream.error().ToString();
-  } else {
-    while (true) {
-      auto chunk = (*stream)->Read();
-      if (!chunk) {
-        error = chunk.error().ToString();
-        break;
-      }
-      if (!*chunk) break;
-      text += **chunk;
-    }
-  }
-  LogProgress progress = error.empty() ? ProgressFromLog(text, pattern) : none;
+  auto text = kube::GetText(cluster.config, kube::Resource::Pods(), cluster.ns, name, "log",
+                            {{"container", container},
+                             {"timestamps", "true"},
+                             {"tailLines", std::to_string(kTailLines)},
+                             {"limitBytes", std::to_string(4 << 20)}},
+                            std::chrono::seconds(30));
+  const std::string error = text ? "" : text.error().ToString();
+  LogProgress progress = text ? ProgressFromLog(*text, pattern) : none;
   progress.source = "pod " + name + ", its last " + std::to_string(kTailLines) + " log lines";
   if (!error.empty()) progress.error = "cannot read its log: " + error;
   return progress;
