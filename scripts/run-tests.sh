@@ -118,7 +118,12 @@ ccache --dir "$ccache_dir" --show-stats >"$log/ccache" 2>/dev/null || true
 printf 'total\t%d\t\n' $((SECONDS - start)) >>"$phases"
 verdicts=()
 if ((sanitizers)); then
-  verdicts=(--sanitizers "$([[ $san_rc == 0 ]] && echo clean || echo FAILED)"
+  san_verdict=clean
+  if [[ $san_rc != 0 ]]; then
+    san_verdict="FAILED$(cat build-asan/sanitize-failure.txt build-tsan/sanitize-failure.txt 2>/dev/null |
+      sed 's/^/ -- /' | tr -d '\n')"
+  fi
+  verdicts=(--sanitizers "$san_verdict"
     --fuzz "$([[ $fuzz_rc == 0 ]] && echo 'no findings' || echo FAILED)")
 fi
 python3 scripts/test-report.py --phases "$phases" --unit "$log/unit" --e2e "$log/e2e" \

@@ -32,10 +32,14 @@ if [[ ! -f $build/build.ninja ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DTPUJOB_SANITIZE="$sanitize" -DCMAKE_BUILD_TYPE=None \
     -DCMAKE_CXX_FLAGS="-O1 -g1" >/dev/null
 fi
+# One line saying what failed, for the summary at the end of `make test` (scripts/run-tests.sh).
+failure=$build/sanitize-failure.txt
+rm -f "$failure"
 say "building $target in $build"
 cmake --build "$build" -j "$jobs" --target "$target" >"$build/sanitize-build.log" 2>&1 || {
   tail -n 60 "$build/sanitize-build.log" >&2
   say "build failed (log: $build/sanitize-build.log)"
+  echo "$mode: the build failed ($build/sanitize-build.log)" >"$failure"
   exit 1
 }
 say "built"
@@ -55,5 +59,11 @@ if "$build/$target" --gtest_brief=1 >"$log" 2>&1; then
 else
   tail -n 80 "$log" >&2
   say "FAILED (log: $log)"
+  # The failed tests by name (a sanitizer's abort ends the run inside its test, which --gtest_brief
+  # leaves unnamed: its report's SUMMARY line then says where).
+  failed=$(sed -nE 's/^\[  FAILED  \] ([A-Za-z0-9_]+\.[A-Za-z0-9_/]+).*/\1/p' "$log" | sort -u | head -n 5 |
+    paste -sd, -)
+  summary=$(grep -m1 '^SUMMARY: ' "$log" || true)
+  echo "$mode: ${failed:-no test finished failing}${summary:+; $summary} ($log)" >"$failure"
   exit 1
 fi
