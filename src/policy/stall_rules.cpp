@@ -203,7 +203,11 @@ bool Decider::ApplyStallVerdict(const StallVerdict& v, const std::vector<const O
                          " (stalls " + std::to_string(s.stalls - 1) + " and " +
                          std::to_string(s.stalls) + ")",
               .item = "",
-              .evidence = "stall " + HardwareCheckToken(s.attempt, s.stalls)});
+              // The job's uid first, as for every other cordon: "stall 1/2" alone is the
+              // evidence of every job's second stall, and a node a person uncordoned after one
+              // job's stalls would be refused to all others as "uncordoned after the same
+              // evidence".
+              .evidence = job_.uid + "/stall " + HardwareCheckToken(s.attempt, s.stalls)});
       s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_,
                      spec_generation_);
       Reissue(*suspect.pod, suspect.termination, why, FaultKind::kStalled, "", {suspect.pod});
