@@ -466,8 +466,6 @@ constexpr const char* kTpuUnhealthy = "{.status.conditions[?(@.type==\"TPUUnheal
 // hardware reason, the job re-issued. The node is the cluster's only TPU node, so the re-issued
 // job waits for capacity with first priority; once the chip is healthy again and a person
 // uncordons the node, it runs there again.
-// About 60 s: JAX's start (about 10 s), the stall (6 s), the node agent's round, and the start
-// again after the chip is healed (the kubelet's next node status shows the chip).
 TEST_F(RealStallE2E, AHangOnANodeWhoseChipTurnsUnhealthyIsTheHardwareCase) {
   TestNamespace ns("real-stall-hw");
   const std::string n = ns.name(), name = "hw";
