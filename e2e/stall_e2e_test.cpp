@@ -263,7 +263,8 @@ TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
 }
 
 // Drives job `name` (3 workers over 2x6, already Running) through two stalls in a row with the
-// same sole suspect: every worker stalls, the one on the suspect node one step behind. Returns
+// same sole suspect: every worker stalls, the one on the suspect node one step behind (the job's
+// faultAttributionSeconds must leave time for all three reports). Returns
 // the suspect node once the second stall re-issued the job ("" on failure).
 std::string SameSuspectTwice(const std::string& n, const std::string& name,
                              const OperatorProcess& op) {
@@ -349,7 +350,7 @@ void SuspectCordonsWithinLimits(StallE2E& test, const std::vector<std::string>& 
   for (const std::string name : {"la", "lb"}) {
     SCOPED_TRACE(name);
     ASSERT_EQ(ApplyYaml(n, test.JobOf(name, 3, "2x6",
-                                      "maxJobRetries: 1, faultAttributionSeconds: 0, progress: "
+                                      "maxJobRetries: 1, faultAttributionSeconds: 3, progress: "
                                       "{logPattern: 'step (\\d+)'}"))
                   .exit_code,
               0);
