@@ -266,9 +266,14 @@ TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
 // same sole suspect: every worker stalls, the one on the suspect node one step behind (the job's
 // faultAttributionSeconds must leave time for all three reports). Returns
 // the suspect node once the second stall re-issued the job ("" on failure).
+// `on_node`: the worker on that node is the one behind (default: worker 1's node).
 std::string SameSuspectTwice(const std::string& n, const std::string& name,
-                             const OperatorProcess& op) {
-  const std::string first_behind = name + "-worker-1";
+                             const OperatorProcess& op, const std::string& on_node = "") {
+  std::string first_behind = name + "-worker-1";
+  for (int i = 0; i < 3 && !on_node.empty(); ++i) {
+    const std::string pod = name + "-worker-" + std::to_string(i);
+    if (NodeOf(n, pod) == on_node) first_behind = pod;
+  }
   const std::string suspect = NodeOf(n, first_behind);
   const auto stall = [&](const std::string& behind) {
     bool ok = true;
@@ -333,6 +338,51 @@ TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
   EXPECT_FALSE(
       EventsWith(events, "Reissued", "was the sole suspect of the previous stall too").empty())
       << DescribeEvents(events);
+}
+
+// A person uncordons a node the operator cordoned for one job's stalls: another job's stalls
+// with the same suspect there are new evidence, and cordon it again (each job's evidence names
+// the job; when it did not, every job's second stall was "stall 1/2", and the cordon was refused
+// as "uncordoned by hand after the same evidence").
+TEST_F(StallE2E, ANodeUncordonedAfterOneJobsStallsIsCordonedForAnothersStalls) {
+  CreatePools(2, 3, "2x6");
+  TestNamespace ns("stall-again");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  const std::string ft =
+      "maxJobRetries: 1, faultAttributionSeconds: 3, progress: {logPattern: 'step (\\d+)'}";
+  ASSERT_EQ(ApplyYaml(n, Job("ua", 3, "2x6", ft)).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ua", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  const std::string node = SameSuspectTwice(n, "ua", op);
+  ASSERT_FALSE(node.empty());
+  ASSERT_TRUE(
+      Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; }, seconds(20)))
+      << op.Log();
+  // The re-issued job runs on the other pool; a person takes the node back (the operator's
+  // annotations stay).
+  ASSERT_TRUE(JobFieldBecomes(n, "ua", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  ASSERT_EQ(Kubectl("uncordon " + node).exit_code, 0);
+  ASSERT_EQ(Kubectl("taint node " + node + " tpujob.dev/faulty-").exit_code, 0);
+  ASSERT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "Stalled");
+
+  // Another job, on the node's pool, behind there twice.
+  ASSERT_EQ(ApplyYaml(n, Job("ub", 3, "2x6", ft)).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ub", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  ASSERT_EQ(SameSuspectTwice(n, "ub", op, node), node);
+  std::vector<EventRecord> events;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        events = JobEvents(n, "ub");
+        return !EventsWith(events, "NodeCordoned", node).empty();
+      },
+      seconds(20)))
+      << DescribeEvents(events) << op.Log();
+  EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "true");
+  EXPECT_NE(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-job}"), "");
+  EXPECT_NE(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-message}")
+                .find("TPUJob " + n + "/ub (stalls 1 and 2)"),
+            std::string::npos)
+      << NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-message}");
 }
 
 // A suspect's cordon goes through the Cordoner's limits like any other. Two jobs, each with the
