@@ -562,6 +562,8 @@ TEST_F(RealStallE2E, AHangAtTheSameStepThreeTimesInARowFailsTheJobWithReasonStal
       JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].message}");
   EXPECT_NE(message.find("made no progress for"), std::string::npos) << message;
   EXPECT_NE(message.find("after step 4 (stallSeconds 6)"), std::string::npos) << message;
+  // The restarted runs saved no checkpoint before they hung: the first run's is named.
+  EXPECT_NE(message.find("last checkpoint at step 3"), std::string::npos) << message;
   EXPECT_NE(message.find("3 stalls in a row with no progress in between (maxStalls 3)"),
             std::string::npos)
       << message;

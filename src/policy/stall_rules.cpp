@@ -87,7 +87,11 @@ StallVerdict CheckStalls(const StallSnapshot& s) {
     what += " after step " + std::to_string(*r.step) + " (stallSeconds " +
             std::to_string(s.progress->stall_seconds) + ")";
   }
-  if (v.checkpoint) what += "; last checkpoint at step " + std::to_string(*v.checkpoint);
+  // A program restarted from its checkpoint saves none before it hangs again: the last one is
+  // then the one status.progress recorded from an earlier report.
+  std::optional<int64_t> checkpoint = v.checkpoint;
+  if (!checkpoint && s.status != nullptr) checkpoint = s.status->checkpoint_step;
+  if (checkpoint) what += "; last checkpoint at step " + std::to_string(*checkpoint);
   if (v.suspect != nullptr) {
     what += "; suspect: " + DescribeReplica(*v.suspect->pod, s.spec) + " on node " +
             std::string(v.suspect->pod->pod->node_name.view()) +
