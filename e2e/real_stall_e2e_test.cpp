@@ -6,8 +6,11 @@
 // pattern matching on a program's real output, its stall timer, its stop of a process that is
 // blocked in a collective, its report through the kubelet's termination message, the container
 // restart (InPlace) or the new pods (Recreate), and the Orbax checkpoint the restarted processes
-// resume from. And that the supervisor's pass-through leaves what the node's container runtime logs
-// byte for byte as it is without it.
+// resume from. Then the rule's acceptance cases on the real program: a hang on a node whose chip
+// turns unhealthy (the hardware case, through the node agent's round on the real device plugin),
+// a hang at the same step after every restart (maxStalls), and the same sole suspect twice (its
+// node cordoned, or the cordon refused at the cap). And that the supervisor's pass-through leaves
+// what the node's container runtime logs byte for byte as it is without it.
 //
 // The node is one host, so a two-process job is a Master (process 0, the coordinator) and one
 // Worker, each given its JAX_* variables; their checkpoint directory is one hostPath directory.
