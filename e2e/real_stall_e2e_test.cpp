@@ -1,13 +1,16 @@
-// Stall detection (spec.faultTolerance.progress) on the real node of the local cluster (`e2e/cluster
-// up --real-node`), with a real program: the jax-worker image (e2e/tools/jax-worker/train.py), two
-// JAX processes joined by jax.distributed over gloo, one of which stops inside a step so that the
-// other blocks in the collective, as a hung host blocks a slice. What is real here that
-// stall_e2e_test.cpp plays on KWOK: the supervisor's pipes and pattern matching on a program's
-// real output, its stall timer, its stop of a process that is blocked in a collective, its report
-// through the kubelet's termination message, the container restart (InPlace) or the new pods
-// (Recreate), and the Orbax checkpoint the restarted processes resume from. And that the
-// supervisor's pass-through leaves what the node's container runtime logs byte for byte as it is
-// without it.
+// Stall detection (spec.faultTolerance.progress) on the real node of the local cluster
+// (`e2e/cluster up --real-node`), with a real program: the jax-worker image
+// (e2e/tools/jax-worker/train.py), two JAX processes joined by jax.distributed over gloo, one of
+// which stops inside a step so that the other blocks in the collective, as a hung host blocks a
+// slice. What is real here that stall_e2e_test.cpp plays on KWOK: the supervisor's pipes and
+// pattern matching on a program's real output, its stall timer, its stop of a process that is
+// blocked in a collective, its report through the kubelet's termination message, the container
+// restart (InPlace) or the new pods (Recreate), and the Orbax checkpoint the restarted processes
+// resume from. Then the rule's acceptance cases on the real program: a hang on a node whose chip
+// turns unhealthy (the hardware case, through the node agent's round on the real device plugin),
+// a hang at the same step after every restart (maxStalls), and the same sole suspect twice (its
+// node cordoned, or the cordon refused at the cap). And that the supervisor's pass-through leaves
+// what the node's container runtime logs byte for byte as it is without it.
 //
 // The node is one host, so a two-process job is a Master (process 0, the coordinator) and one
 // Worker, each given its JAX_* variables; their checkpoint directory is one hostPath directory.
@@ -201,8 +204,9 @@ class RealStallE2E : public ::testing::Test {
                        "          tolerations: [{key: google.com/tpu, operator: Exists}]\n"
                        "          containers:\n          - name: trainer\n"
                        "            image: \"" +
-                       jax_image_ + "\"\n            imagePullPolicy: Never\n            command: " +
-                       command + "\n            env:\n";
+                       jax_image_ +
+                       "\"\n            imagePullPolicy: Never\n            command: " + command +
+                       "\n            env:\n";
     for (const auto& [key, value] : env) {
       yaml += "            - {name: " + key + ", value: '" + value + "'}\n";
     }
@@ -236,6 +240,7 @@ class RealStallE2E : public ::testing::Test {
   }
 
   void RunHang(const std::string& mode);
+  void RunSuspectTwice(bool cap_full);
 
   static std::unique_ptr<TestNamespace> ops_;
   static std::unique_ptr<TestNamespace> agents_;
@@ -278,122 +283,121 @@ constexpr int kLastCheckpoint = (kHangStep - 1) / kCheckpointEvery * kCheckpoint
 // About 40 s per mode on the 2-core machine: JAX's start (imports, jax.distributed, the first
 // jit) takes about 10 s per generation, the stall kStallSeconds, the attribution window 3 s.
 void RealStallE2E::RunHang(const std::string& mode) {
-    const std::string name = mode == "InPlace" ? "hang-inplace" : "hang-recreate";
-    TestNamespace ns("real-" + name);
-    const std::string n = ns.name();
-    const std::string dir = MakeCheckpointDir(name);
-    const std::vector<std::pair<std::string, std::string>> train = {
-        {"TRAIN_STEPS", "40"},
-        {"TRAIN_STEP_SECONDS", "0.2"},
-        {"TRAIN_CHECKPOINT_EVERY", std::to_string(kCheckpointEvery)},
-        {"TRAIN_HANG_AT_STEP", std::to_string(kHangStep)},
-        {"TRAIN_HANG_PROCESS", "1"},
-        {"TRAIN_HANG_ONCE", "1"},
-        {"JAX_COORDINATOR_ADDRESS", name + "-master-0." + name},
-        {"JAX_NUM_PROCESSES", "2"},
-    };
-    auto with_id = [&](const std::string& id) {
-      auto env = train;
-      env.emplace_back("JAX_PROCESS_ID", id);
-      return env;
-    };
-    const std::string command = "[python3, /app/train.py]";
-    const std::string yaml =
-        Header(name, "{restart: " + mode +
-                         ", maxJobRetries: 0, faultAttributionSeconds: 3, "
-                         "maintenanceGracePeriodSeconds: 2, preflight: {enabled: false}, "
-                         "progress: {logPattern: 'completed step: (\\d+)', checkpointPattern: "
-                         "'saved checkpoint at step (\\d+)', stallSeconds: " +
-                         std::to_string(kStallSeconds) + "}}") +
-        Replica("Master", command, with_id("0"), dir) +
-        Replica("Worker", command, with_id("1"), dir);
-    TerminationWatch watch(n);
-    const std::string selector = "tpujob.dev/job-name=" + name;
-    ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
-    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
-        << DescribePods(n, selector) << OperatorLogs();
-    const std::string master = name + "-master-0", worker = name + "-worker-0";
-    std::map<std::string, std::string> uids;
-    for (const std::string& pod : {master, worker}) {
-      uids[pod] = Get(n, "pod " + pod, "{.metadata.uid}");
-      // The supervisor runs the program.
-      EXPECT_NE(Get(n, "pod " + pod, "{.spec.containers[0].command[0]}").find("tpujob-supervise"),
-                std::string::npos)
-          << pod;
-    }
+  const std::string name = mode == "InPlace" ? "hang-inplace" : "hang-recreate";
+  TestNamespace ns("real-" + name);
+  const std::string n = ns.name();
+  const std::string dir = MakeCheckpointDir(name);
+  const std::vector<std::pair<std::string, std::string>> train = {
+      {"TRAIN_STEPS", "40"},
+      {"TRAIN_STEP_SECONDS", "0.2"},
+      {"TRAIN_CHECKPOINT_EVERY", std::to_string(kCheckpointEvery)},
+      {"TRAIN_HANG_AT_STEP", std::to_string(kHangStep)},
+      {"TRAIN_HANG_PROCESS", "1"},
+      {"TRAIN_HANG_ONCE", "1"},
+      {"JAX_COORDINATOR_ADDRESS", name + "-master-0." + name},
+      {"JAX_NUM_PROCESSES", "2"},
+  };
+  auto with_id = [&](const std::string& id) {
+    auto env = train;
+    env.emplace_back("JAX_PROCESS_ID", id);
+    return env;
+  };
+  const std::string command = "[python3, /app/train.py]";
+  const std::string yaml =
+      Header(name, "{restart: " + mode +
+                       ", maxJobRetries: 0, faultAttributionSeconds: 3, "
+                       "maintenanceGracePeriodSeconds: 2, preflight: {enabled: false}, "
+                       "progress: {logPattern: 'completed step: (\\d+)', checkpointPattern: "
+                       "'saved checkpoint at step (\\d+)', stallSeconds: " +
+                       std::to_string(kStallSeconds) + "}}") +
+      Replica("Master", command, with_id("0"), dir) + Replica("Worker", command, with_id("1"), dir);
+  TerminationWatch watch(n);
+  const std::string selector = "tpujob.dev/job-name=" + name;
+  ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+      << DescribePods(n, selector) << OperatorLogs();
+  const std::string master = name + "-master-0", worker = name + "-worker-0";
+  std::map<std::string, std::string> uids;
+  for (const std::string& pod : {master, worker}) {
+    uids[pod] = Get(n, "pod " + pod, "{.metadata.uid}");
+    // The supervisor runs the program.
+    EXPECT_NE(Get(n, "pod " + pod, "{.spec.containers[0].command[0]}").find("tpujob-supervise"),
+              std::string::npos)
+        << pod;
+  }
 
-    // Both containers end with the supervisor's stall code and its final stalled report.
-    std::map<std::string, Termination> stalled;
-    const bool both = Eventually(
-        [&] {
-          for (const Termination& t : watch.All()) {
-            const Json report = Json::parse(t.message, nullptr, false);
-            if (report.is_object() && report.value("state", "") == "stalled" &&
-                report.contains("exit")) {
-              stalled[t.pod] = t;
-            }
+  // Both containers end with the supervisor's stall code and its final stalled report.
+  std::map<std::string, Termination> stalled;
+  const bool both = Eventually(
+      [&] {
+        for (const Termination& t : watch.All()) {
+          const Json report = Json::parse(t.message, nullptr, false);
+          if (report.is_object() && report.value("state", "") == "stalled" &&
+              report.contains("exit")) {
+            stalled[t.pod] = t;
           }
-          return stalled.size() == 2;
+        }
+        return stalled.size() == 2;
+      },
+      seconds(150), std::chrono::milliseconds(250));
+  ASSERT_TRUE(both) << watch.Raw() << DescribePods(n, selector) << OperatorLogs();
+  for (const auto& [pod, t] : stalled) {
+    SCOPED_TRACE(pod);
+    const Json report = Json::parse(t.message);
+    std::cout << "== " << pod << ": exit " << t.exit_code << " at " << t.finished_at << ", report "
+              << t.message << "\n";
+    EXPECT_EQ(t.exit_code, 124) << t.message;
+    EXPECT_EQ(report.value("phase", ""), "running") << t.message;
+    // Both completed the step before the hang and none after it.
+    EXPECT_EQ(report.value("step", -1), kHangStep - 1) << t.message;
+    // Stopped within stallSeconds + 5 s of the last progress (lastProgress and finishedAt are
+    // whole seconds: the stall cannot be found before stallSeconds - 1 s by these clocks).
+    const int64_t last = Rfc3339Seconds(report.value("lastProgress", ""));
+    const int64_t finished = Rfc3339Seconds(t.finished_at);
+    ASSERT_GT(last, 0) << t.message;
+    ASSERT_GT(finished, 0) << t.finished_at;
+    EXPECT_GE(finished - last, kStallSeconds - 1) << t.message << " finished " << t.finished_at;
+    EXPECT_LE(finished - last, kStallSeconds + 5) << t.message << " finished " << t.finished_at;
+    EXPECT_GE(report.value("idleSeconds", 0), kStallSeconds) << t.message;
+  }
+  // Process 0 saves the checkpoints and says so: its supervisor saw the last one.
+  EXPECT_EQ(Json::parse(stalled[master].message, nullptr, false).value("checkpoint", -1),
+            kLastCheckpoint)
+      << stalled[master].message;
+
+  // Counted as one stall, restarted after the attribution window (the node is healthy).
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.stalls}", "1", seconds(60)))
+      << JobJson(n, name).dump(2) << OperatorLogs();
+  const Json fault = FaultOf(n, name, "Stalled");
+  EXPECT_EQ(fault.value("action", ""), mode == "InPlace" ? "RestartInPlace" : "RestartAllWorkers")
+      << fault.dump();
+
+  // The restarted pair resumes from the checkpoint: every process says so in its log.
+  for (const std::string& pod : {master, worker}) {
+    SCOPED_TRACE(pod);
+    std::string log;
+    const std::string line = "restored checkpoint at step " + std::to_string(kLastCheckpoint);
+    EXPECT_TRUE(Eventually(
+        [&] {
+          log = Kubectl("logs -n " + n + " " + pod + " -c trainer", false).output;
+          return log.find(line) != std::string::npos;
         },
-        seconds(150), std::chrono::milliseconds(250));
-    ASSERT_TRUE(both) << watch.Raw() << DescribePods(n, selector) << OperatorLogs();
-    for (const auto& [pod, t] : stalled) {
-      SCOPED_TRACE(pod);
-      const Json report = Json::parse(t.message);
-      std::cout << "== " << pod << ": exit " << t.exit_code << " at " << t.finished_at
-                << ", report " << t.message << "\n";
-      EXPECT_EQ(t.exit_code, 124) << t.message;
-      EXPECT_EQ(report.value("phase", ""), "running") << t.message;
-      // Both completed the step before the hang and none after it.
-      EXPECT_EQ(report.value("step", -1), kHangStep - 1) << t.message;
-      // Stopped within stallSeconds + 5 s of the last progress (lastProgress and finishedAt are
-      // whole seconds: the stall cannot be found before stallSeconds - 1 s by these clocks).
-      const int64_t last = Rfc3339Seconds(report.value("lastProgress", ""));
-      const int64_t finished = Rfc3339Seconds(t.finished_at);
-      ASSERT_GT(last, 0) << t.message;
-      ASSERT_GT(finished, 0) << t.finished_at;
-      EXPECT_GE(finished - last, kStallSeconds - 1) << t.message << " finished " << t.finished_at;
-      EXPECT_LE(finished - last, kStallSeconds + 5) << t.message << " finished " << t.finished_at;
-      EXPECT_GE(report.value("idleSeconds", 0), kStallSeconds) << t.message;
+        seconds(120), std::chrono::milliseconds(300)))
+        << log << DescribePods(n, selector) << OperatorLogs();
+    if (mode == "InPlace") {
+      EXPECT_EQ(Get(n, "pod " + pod, "{.metadata.uid}"), uids[pod]);
+      EXPECT_EQ(Get(n, "pod " + pod, "{.status.containerStatuses[0].restartCount}"), "1");
+      // The restarted container still begins where the checkpoint left off: no step before it.
+      EXPECT_EQ(log.find("completed step: " + std::to_string(kLastCheckpoint) + ","),
+                std::string::npos)
+          << log;
+    } else {
+      EXPECT_NE(Get(n, "pod " + pod, "{.metadata.uid}"), uids[pod]);
     }
-    // Process 0 saves the checkpoints and says so: its supervisor saw the last one.
-    EXPECT_EQ(Json::parse(stalled[master].message, nullptr, false).value("checkpoint", -1),
-              kLastCheckpoint)
-        << stalled[master].message;
-
-    // Counted as one stall, restarted after the attribution window (the node is healthy).
-    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.stalls}", "1", seconds(60)))
-        << JobJson(n, name).dump(2) << OperatorLogs();
-    const Json fault = FaultOf(n, name, "Stalled");
-    EXPECT_EQ(fault.value("action", ""), mode == "InPlace" ? "RestartInPlace" : "RestartAllWorkers")
-        << fault.dump();
-
-    // The restarted pair resumes from the checkpoint: every process says so in its log.
-    for (const std::string& pod : {master, worker}) {
-      SCOPED_TRACE(pod);
-      std::string log;
-      const std::string line = "restored checkpoint at step " + std::to_string(kLastCheckpoint);
-      EXPECT_TRUE(Eventually(
-          [&] {
-            log = Kubectl("logs -n " + n + " " + pod + " -c trainer", false).output;
-            return log.find(line) != std::string::npos;
-          },
-          seconds(120), std::chrono::milliseconds(300)))
-          << log << DescribePods(n, selector) << OperatorLogs();
-      if (mode == "InPlace") {
-        EXPECT_EQ(Get(n, "pod " + pod, "{.metadata.uid}"), uids[pod]);
-        EXPECT_EQ(Get(n, "pod " + pod, "{.status.containerStatuses[0].restartCount}"), "1");
-        // The restarted container still begins where the checkpoint left off: no step before it.
-        EXPECT_EQ(log.find("completed step: " + std::to_string(kLastCheckpoint) + ","),
-                  std::string::npos)
-            << log;
-      } else {
-        EXPECT_NE(Get(n, "pod " + pod, "{.metadata.uid}"), uids[pod]);
-      }
-    }
-    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Succeeded", seconds(120)))
-        << DescribePods(n, selector) << OperatorLogs();
-    EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "1");
+  }
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Succeeded", seconds(120)))
+      << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "1");
 }
 
 TEST_F(RealStallE2E, InPlaceAJaxProcessHungInACollectiveIsStoppedAndThePairResumesInPlace) {
@@ -404,6 +408,324 @@ TEST_F(RealStallE2E, RecreateAJaxProcessHungInACollectiveIsStoppedAndNewPodsResu
   RunHang("Recreate");
 }
 
+// --- The acceptance cases of stall handling, on the real node ---
+
+// Short settings, so that each case takes as little time as the real program allows: a step every
+// 0.2 s, a stall after 6 s without one.
+constexpr int kShortStallSeconds = 6;
+
+// The JAX program's settings: `steps` steps of 0.2 s, a checkpoint every `every` steps, then
+// `extra` (the hang, and what else a case needs).
+std::vector<std::pair<std::string, std::string>> Training(
+    int every, std::vector<std::pair<std::string, std::string>> extra) {
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"TRAIN_STEPS", "40"},
+      {"TRAIN_STEP_SECONDS", "0.2"},
+      {"TRAIN_CHECKPOINT_EVERY", std::to_string(every)},
+  };
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// spec.faultTolerance of the cases below: progress from the program's step lines, `more` added.
+std::string StallTolerance(const std::string& more) {
+  return "{" + more +
+         ", maintenanceGracePeriodSeconds: 2, preflight: {enabled: false}, progress: {logPattern: "
+         "'completed step: (\\d+)', checkpointPattern: 'saved checkpoint at step (\\d+)', "
+         "stallSeconds: " +
+         std::to_string(kShortStallSeconds) + ", maxStalls: 3}}";
+}
+
+// Puts the node back as a test found it, whatever happened: no chip unhealthy or hidden, not
+// cordoned, without the operator's taint.
+class NodeRestorer {
+ public:
+  explicit NodeRestorer(std::string node) : node_(std::move(node)) {}
+  ~NodeRestorer() {
+    SetChips("unhealthy", "");
+    SetChips("hidden", "");
+    Kubectl("uncordon " + node_, false);
+    Kubectl("taint node " + node_ + " tpujob.dev/faulty- 2>/dev/null", false);
+    // And the operator's cordon annotations, as its automatic uncordon leaves it: a node a person
+    // uncordoned keeps them, and with them the rule against cordoning it again on that evidence.
+    std::string remove;
+    for (const char* a : {"cordoned-by", "cordon-reason", "cordon-message", "cordoned-at",
+                          "cordon-job", "cordon-evidence"}) {
+      remove += std::string(" tpujob.dev/") + a + "-";
+    }
+    Kubectl("annotate node " + node_ + remove, false);
+  }
+  NodeRestorer(const NodeRestorer&) = delete;
+  NodeRestorer& operator=(const NodeRestorer&) = delete;
+
+ private:
+  std::string node_;
+};
+
+constexpr const char* kTpuUnhealthy = "{.status.conditions[?(@.type==\"TPUUnhealthy\")].status}";
+
+// A hang on a node whose chip the device plugin marks unhealthy at the same moment is the
+// hardware's fault, not a stall: not counted in status.stalls, the node cordoned with the
+// hardware reason, the job re-issued. The node is the cluster's only TPU node, so the re-issued
+// job waits for capacity with first priority; once the chip is healthy again and a person
+// uncordons the node, it runs there again.
+TEST_F(RealStallE2E, AHangOnANodeWhoseChipTurnsUnhealthyIsTheHardwareCase) {
+  TestNamespace ns("real-stall-hw");
+  const std::string n = ns.name(), name = "hw";
+  NodeRestorer restore(node_);
+  const std::string dir = MakeCheckpointDir(name);
+  // One process (one Worker): it hangs in step 5 of its first run.
+  const std::string yaml = Header(name, StallTolerance("restart: InPlace, maxJobRetries: 1, "
+                                                       "faultAttributionSeconds: 30")) +
+                           Replica("Worker", "[python3, /app/train.py]",
+                                   Training(3, {{"TRAIN_HANG_AT_STEP", "5"},
+                                                {"TRAIN_HANG_PROCESS", "0"},
+                                                {"TRAIN_HANG_ONCE", "1"}}),
+                                   dir);
+  const std::string selector = "tpujob.dev/job-name=" + name;
+  ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+      << DescribePods(n, selector) << OperatorLogs();
+  // The supervisor reports the hang; the operator asks every node of the job for a hardware
+  // round and waits faultAttributionSeconds (30 s) for a verdict.
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.conditions[?(@.type==\"Stalled\")].status}",
+                              "True", seconds(90)))
+      << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(
+      Get(n, "pod " + name + "-worker-0", "{.metadata.annotations.tpujob\\.dev/hardware-check}"),
+      "1/1");
+  // Meanwhile the device plugin marks chip 0 unhealthy: the node agent finds it.
+  SetChips("unhealthy", "0");
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.attempt}", "2", seconds(60)))
+      << JobJson(n, name).dump(2) << OperatorLogs();
+  EXPECT_EQ(NodeField(node_, kTpuUnhealthy), "True");
+  // The hardware case: cordoned with the hardware reason, re-issued, no stall counted.
+  EXPECT_TRUE(Eventually([&] { return NodeField(node_, "{.spec.unschedulable}") == "true"; },
+                         seconds(30), std::chrono::milliseconds(250)))
+      << OperatorLogs();
+  EXPECT_EQ(NodeField(node_, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"),
+            "NodeUnhealthy");
+  EXPECT_EQ(NodeField(node_, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].value}"),
+            "NodeUnhealthy");
+  const Json fault = FaultOf(n, name, "NodeUnhealthy");
+  EXPECT_EQ(fault.value("node", ""), node_) << JobJson(n, name).dump(2);
+  EXPECT_TRUE(FaultOf(n, name, "Stalled").empty()) << JobJson(n, name).dump(2);
+  EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "");
+  EXPECT_EQ(JobField(n, name, "{.status.jobRetries}"), "1");
+  // What a user sees: the re-issued attempt waits for capacity with first priority.
+  EXPECT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Queued", seconds(30)))
+      << JobJson(n, name).dump(2);
+  // Admitted=False: Reissued at once, then the queue's reason (WaitingForCapacity).
+  EXPECT_EQ(JobField(n, name, "{.status.conditions[?(@.type==\"Admitted\")].status}"), "False");
+  std::cout << "== while the node is cordoned: Admitted "
+            << JobField(n, name,
+                        "{.status.conditions[?(@.type==\"Admitted\")].reason}: "
+                        "{.status.conditions[?(@.type==\"Admitted\")].message}")
+            << "\n";
+  const auto events = JobEvents(n, name);
+  EXPECT_FALSE(EventsWith(events, "NodeCordoned").empty()) << DescribeEvents(events);
+  EXPECT_FALSE(EventsWith(events, "Queued", "attempt 2 queued with first priority").empty())
+      << DescribeEvents(events);
+  EXPECT_TRUE(EventsWith(events, "StallRestart").empty()) << DescribeEvents(events);
+
+  // The chip is healthy again and a person uncordons the node: attempt 2 runs there.
+  SetChips("unhealthy", "");
+  ASSERT_TRUE(Eventually([&] { return NodeField(node_, kTpuUnhealthy) == "False"; }, seconds(60),
+                         std::chrono::milliseconds(250)))
+      << NodeField(node_, kTpuUnhealthy);
+  ASSERT_EQ(Kubectl("uncordon " + node_).exit_code, 0);
+  ASSERT_EQ(Kubectl("taint node " + node_ + " tpujob.dev/faulty-").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.attempt}"), "2");
+}
+
+// A program that hangs at the same step after every restart from its checkpoint makes no
+// progress between its stalls: the third stall in a row (maxStalls 3) fails the job with reason
+// Stalled. One process, so that no worker is behind another (no suspect).
+// About 60-75 s: three runs of the program, each JAX's start (about 10 s), the steps to the hang,
+// the stall (6 s) and the attribution window (2 s).
+TEST_F(RealStallE2E, AHangAtTheSameStepThreeTimesInARowFailsTheJobWithReasonStalled) {
+  TestNamespace ns("real-stall-max");
+  const std::string n = ns.name(), name = "max";
+  const std::string dir = MakeCheckpointDir(name);
+  // Hangs in step 5 of every run; the checkpoint at step 3 is where each restart begins.
+  const std::string yaml =
+      Header(name, StallTolerance("restart: InPlace, maxJobRetries: 0, "
+                                  "faultAttributionSeconds: 2")) +
+      Replica("Worker", "[python3, /app/train.py]",
+              Training(3, {{"TRAIN_HANG_AT_STEP", "5"}, {"TRAIN_HANG_PROCESS", "0"}}), dir);
+  const std::string selector = "tpujob.dev/job-name=" + name;
+  ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Failed", seconds(240)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "3");
+  EXPECT_EQ(JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].reason}"), "Stalled");
+  const std::string message =
+      JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].message}");
+  EXPECT_NE(message.find("made no progress for"), std::string::npos) << message;
+  EXPECT_NE(message.find("after step 4 (stallSeconds 6)"), std::string::npos) << message;
+  // The restarted runs saved no checkpoint before they hung: the first run's is named.
+  EXPECT_NE(message.find("last checkpoint at step 3"), std::string::npos) << message;
+  EXPECT_NE(message.find("3 stalls in a row with no progress in between (maxStalls 3)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(JobField(n, name, "{.status.progress.step}"), "4");
+  EXPECT_EQ(JobField(n, name, "{.status.progress.checkpointStep}"), "3");
+  // Every restart resumed from the checkpoint and hung again: restarted twice, in place.
+  EXPECT_EQ(JobField(n, name, "{.status.faults[*].action}"),
+            "RestartInPlace RestartInPlace FailJob")
+      << JobJson(n, name).dump(2);
+  const auto events = JobEvents(n, name);
+  EXPECT_EQ(
+      EventsWith(events, "StallRestart", "(stall 1 in a row of at most 3 (maxStalls))").size(), 1u)
+      << DescribeEvents(events);
+  EXPECT_EQ(
+      EventsWith(events, "StallRestart", "(stall 2 in a row of at most 3 (maxStalls))").size(), 1u)
+      << DescribeEvents(events);
+  EXPECT_EQ(EventsWith(events, "Failed", "3 stalls in a row").size(), 1u) << DescribeEvents(events);
+  EXPECT_FALSE(EventsWith(events, "Stalled", "run a hardware check").empty())
+      << DescribeEvents(events);
+  EXPECT_EQ(NodeField(node_, "{.spec.unschedulable}"), "");
+}
+
+// The Worker (process 1) stops printing steps two steps before it hangs in step 8, where the
+// Master (process 0) blocks in the collective: the Worker reports step 5, the Master step 7, so
+// the Worker is alone behind, the sole suspect, in both stalls (each run resumes from the
+// checkpoint at step 4 and behaves the same). Its node is cordoned with reason Stalled, naming
+// both stalls, when the cap allows it; the job is re-issued either way (maxJobRetries 1).
+// `cap_full`: a second node the operator holds cordoned fills the default cap (one node of two),
+// so the cordon is refused (CapReached), the re-issued job runs on the same node again, hangs
+// again and fails after its third stall in a row. (On this one-node cluster the default cap
+// alone never refuses: one node is always allowed, CordonLimit.)
+// About 70 s (cap_full: about 100 s, a third run): two runs of the pair (JAX's start about 10 s
+// each, the stall 6 s, the attribution window 8 s, long enough for the Master's report, which comes
+// a grace period after the Worker's), then the re-issue.
+void RealStallE2E::RunSuspectTwice(bool cap_full) {
+  const std::string name = cap_full ? "sus-cap" : "sus";
+  TestNamespace ns("real-stall-" + name);
+  const std::string n = ns.name();
+  NodeRestorer restore(node_);
+  const std::string other = "tpujob-e2e-held-" + std::to_string(::getpid());
+  if (cap_full) {
+    // A node the operator cordoned before (unschedulable, under its annotation): the default cap
+    // (--max-cordoned-nodes 10, --max-cordoned-fraction 0.1) allows max(1, 0.1 x 2) = 1 node.
+    const std::string node_yaml =
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: " + other +
+        "\n  annotations: {tpujob.dev/cordoned-by: tpujob-operator, tpujob.dev/cordon-reason: "
+        "NodeLost}\nspec:\n  unschedulable: true\n  taints: [{key: tpujob.dev/faulty, value: "
+        "NodeLost, effect: NoSchedule}]\n";
+    ASSERT_EQ(ApplyYaml("default", node_yaml).exit_code, 0) << node_yaml;
+  }
+  struct NodeDeleter {
+    std::string node;
+    bool created;
+    ~NodeDeleter() {
+      if (created) Kubectl("delete node " + node + " --wait=false", false);
+    }
+  } deleter{other, cap_full};
+
+  const std::string dir = MakeCheckpointDir(name);
+  const auto pair = [&](const std::string& id) {
+    return Training(4, {{"TRAIN_HANG_AT_STEP", "8"},
+                        {"TRAIN_HANG_PROCESS", "1"},
+                        {"TRAIN_HANG_QUIET_STEPS", "2"},
+                        {"JAX_COORDINATOR_ADDRESS", name + "-master-0." + name},
+                        {"JAX_NUM_PROCESSES", "2"},
+                        {"JAX_PROCESS_ID", id}});
+  };
+  const std::string command = "[python3, /app/train.py]";
+  const std::string yaml = Header(name, StallTolerance("restart: InPlace, maxJobRetries: 1, "
+                                                       "faultAttributionSeconds: 8")) +
+                           Replica("Master", command, pair("0"), dir) +
+                           Replica("Worker", command, pair("1"), dir);
+  const std::string selector = "tpujob.dev/job-name=" + name;
+  ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+      << DescribePods(n, selector) << OperatorLogs();
+  const std::string worker = name + "-worker-0";
+
+  // The first stall names the Worker as behind: restarted in place, its node the suspect.
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.stalls}", "1", seconds(120)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.progress.suspectNode}"), node_) << JobJson(n, name).dump(2);
+  const std::string behind =
+      "suspect: worker-0 (pod " + worker + ") on node " + node_ + ", at step 5, behind the others";
+  auto events = JobEvents(n, name);
+  EXPECT_EQ(EventsWith(events, "StallRestart", behind).size(), 1u) << DescribeEvents(events);
+  EXPECT_EQ(JobField(n, name, "{.status.attempt}"), "1");
+
+  // The second: the same sole suspect, so its node is to be cordoned and the job re-issued.
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.attempt}", "2", seconds(120)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "2");
+  const Json status = JobJson(n, name).value("status", Json::object());
+  const Json last = status.value("faults", Json::array()).back();
+  EXPECT_EQ(last.value("kind", ""), "Stalled") << last.dump();
+  EXPECT_EQ(last.value("node", ""), node_) << last.dump();
+  EXPECT_EQ(last.value("pod", ""), worker) << last.dump();
+  events = JobEvents(n, name);
+  EXPECT_FALSE(EventsWith(events, "Reissued", behind).empty()) << DescribeEvents(events);
+  EXPECT_FALSE(
+      EventsWith(events, "Reissued", "was the sole suspect of the previous stall too").empty())
+      << DescribeEvents(events);
+  if (!cap_full) {
+    ASSERT_TRUE(Eventually([&] { return NodeField(node_, "{.spec.unschedulable}") == "true"; },
+                           seconds(30), std::chrono::milliseconds(250)))
+        << OperatorLogs();
+    EXPECT_EQ(NodeField(node_, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "Stalled");
+    EXPECT_EQ(NodeField(node_, "{.spec.taints[?(@.key==\"tpujob.dev/faulty\")].value}"), "Stalled");
+    const std::string why = NodeField(node_, "{.metadata.annotations.tpujob\\.dev/cordon-message}");
+    EXPECT_NE(why.find("the sole suspect of two stalls in a row of TPUJob " + n + "/" + name +
+                       " (stalls 1 and 2)"),
+              std::string::npos)
+        << why;
+    EXPECT_TRUE(Eventually(
+        [&] {
+          events = JobEvents(n, name);
+          return !EventsWith(events, "NodeCordoned", node_).empty();
+        },
+        seconds(30)))
+        << DescribeEvents(events);
+    // Off the only TPU node: the re-issued attempt waits for capacity.
+    EXPECT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Queued", seconds(30)))
+        << JobJson(n, name).dump(2);
+    return;
+  }
+  // The cap holds: the cordon is refused and said so; the node stays schedulable, and the
+  // re-issued job runs on it again. The program hangs there as before, past no step of the
+  // previous stall: the stalls in a row go on across the re-issue, and the third (maxStalls 3)
+  // fails the job.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        events = JobEvents(n, name);
+        return !EventsWith(events, "NodeNotCordoned",
+                           "node " + node_ + " not cordoned: 1 nodes already cordoned (cap 1 of 2")
+                    .empty();
+      },
+      seconds(30)))
+      << DescribeEvents(events) << OperatorLogs();
+  EXPECT_EQ(NodeField(node_, "{.spec.unschedulable}"), "");
+  EXPECT_EQ(NodeField(node_, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "");
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(NodeOf(n, worker), node_);
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Failed", seconds(120)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.stalls}"), "3");
+  EXPECT_EQ(JobField(n, name, "{.status.attempt}"), "2");
+  EXPECT_EQ(JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].reason}"), "Stalled");
+  EXPECT_NE(JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].message}")
+                .find("3 stalls in a row with no progress in between (maxStalls 3)"),
+            std::string::npos);
+  EXPECT_EQ(NodeField(node_, "{.spec.unschedulable}"), "");
+}
+
+TEST_F(RealStallE2E, TheSameSoleSuspectTwiceIsCordonedWithReasonStalledNamingBothStalls) {
+  RunSuspectTwice(false);
+}
+
+TEST_F(RealStallE2E, TheSameSoleSuspectTwiceIsNotCordonedPastTheCap) { RunSuspectTwice(true); }
 
 // A program whose output is hard to pass on: ~50 MB in all, stdout and stderr written in turns,
 // lines split over several writes while the other stream writes (partial lines), 1 MB lines,
@@ -588,8 +910,8 @@ TEST_F(RealStallE2E, TheSupervisorPassesStdoutAndStderrOnByteForByte) {
       ++differ;
     }
     EXPECT_TRUE(plain == supervised)
-        << stream << ": " << plain.size() << " bytes without the supervisor, "
-        << supervised.size() << " with it; the first difference at byte " << differ;
+        << stream << ": " << plain.size() << " bytes without the supervisor, " << supervised.size()
+        << " with it; the first difference at byte " << differ;
   }
 }
 

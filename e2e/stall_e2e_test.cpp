@@ -91,6 +91,12 @@ class StallE2E : public ::testing::Test {
   std::string prefix_;
   std::string accelerator_;
   std::vector<std::string> node_sets_;
+
+ public:
+  std::string JobOf(const std::string& name, int hosts, const std::string& topology,
+                    const std::string& fault_tolerance) const {
+    return Job(name, hosts, topology, fault_tolerance);
+  }
 };
 
 // A stall checks every node of the job, then restarts the gang in place: counted as a stall,
@@ -256,6 +262,58 @@ TEST_F(StallE2E, RecreateRestartsEveryPodThenFailsAfterMaxStallsInARow) {
   EXPECT_TRUE(MetricShows(op, "tpujob_job_failures_total{reason=\"Stalled\"} 1"));
 }
 
+// Drives job `name` (3 workers over 2x6, already Running) through two stalls in a row with the
+// same sole suspect: every worker stalls, the one on the suspect node one step behind (the job's
+// faultAttributionSeconds must leave time for all three reports). Returns
+// the suspect node once the second stall re-issued the job ("" on failure).
+// `on_node`: the worker on that node is the one behind (default: worker 1's node).
+std::string SameSuspectTwice(const std::string& n, const std::string& name,
+                             const OperatorProcess& op, const std::string& on_node = "") {
+  std::string first_behind = name + "-worker-1";
+  for (int i = 0; i < 3 && !on_node.empty(); ++i) {
+    const std::string pod = name + "-worker-" + std::to_string(i);
+    if (NodeOf(n, pod) == on_node) first_behind = pod;
+  }
+  const std::string suspect = NodeOf(n, first_behind);
+  const auto stall = [&](const std::string& behind) {
+    bool ok = true;
+    for (int i = 0; i < 3; ++i) {
+      const std::string pod = name + "-worker-" + std::to_string(i);
+      ok = ok && TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
+                              StalledReport(0, pod == behind ? 19 : 20, seconds(90)).dump())
+                         .exit_code == 0;
+    }
+    return ok;
+  };
+  EXPECT_TRUE(stall(first_behind));
+  if (!JobFieldBecomes(n, name, "{.status.progress.suspectNode}", suspect, seconds(30))) {
+    ADD_FAILURE() << op.Log();
+    return "";
+  }
+  if (!JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(60))) {
+    ADD_FAILURE() << op.Log();
+    return "";
+  }
+  // The pod now on the suspect node falls behind again.
+  std::string behind;
+  for (int i = 0; i < 3; ++i) {
+    const std::string pod = name + "-worker-" + std::to_string(i);
+    if (NodeOf(n, pod) == suspect) behind = pod;
+  }
+  // Three workers in the job's pool of three nodes: one is back on the suspect node.
+  if (behind.empty()) {
+    ADD_FAILURE() << "no worker on " << suspect;
+    return "";
+  }
+  EXPECT_TRUE(PastTheLastStall(n, name));
+  EXPECT_TRUE(stall(behind));
+  if (!JobFieldBecomes(n, name, "{.status.attempt}", "2", seconds(30))) {
+    ADD_FAILURE() << op.Log();
+    return "";
+  }
+  return suspect;
+}
+
 // The same node alone behind the others in two stalls in a row is cordoned, naming both, and
 // the job re-issued off it.
 TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
@@ -269,32 +327,8 @@ TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
             0);
   OperatorProcess op({"--namespace", n});
   ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.phase}", "Running", seconds(60))) << op.Log();
-  const std::string suspect = NodeOf(n, "su-worker-1");
-  // Every worker stalls; worker 1 is one step behind the others.
-  const auto stall = [&](const std::string& behind) {
-    for (int i = 0; i < 3; ++i) {
-      const std::string pod = "su-worker-" + std::to_string(i);
-      ASSERT_EQ(TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
-                             StalledReport(0, pod == behind ? 19 : 20, seconds(90)).dump())
-                    .exit_code,
-                0);
-    }
-  };
-  stall("su-worker-1");
-  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.progress.suspectNode}", suspect, seconds(30)))
-      << op.Log();
-  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.phase}", "Running", seconds(60))) << op.Log();
-  // The pod now on the suspect node falls behind again.
-  std::string behind;
-  for (int i = 0; i < 3; ++i) {
-    const std::string pod = "su-worker-" + std::to_string(i);
-    if (NodeOf(n, pod) == suspect) behind = pod;
-  }
-  // Three workers in the job's pool of three nodes: one is back on the suspect node.
-  ASSERT_FALSE(behind.empty()) << "no worker on " << suspect;
-  ASSERT_TRUE(PastTheLastStall(n, "su"));
-  stall(behind);
-  ASSERT_TRUE(JobFieldBecomes(n, "su", "{.status.attempt}", "2", seconds(30))) << op.Log();
+  const std::string suspect = SameSuspectTwice(n, "su", op);
+  ASSERT_FALSE(suspect.empty());
   EXPECT_TRUE(Eventually([&] { return NodeField(suspect, "{.spec.unschedulable}") == "true"; },
                          seconds(20)))
       << op.Log();
@@ -304,6 +338,118 @@ TEST_F(StallE2E, TheSameSoleSuspectNodeTwiceIsCordoned) {
   EXPECT_FALSE(
       EventsWith(events, "Reissued", "was the sole suspect of the previous stall too").empty())
       << DescribeEvents(events);
+}
+
+// A person uncordons a node the operator cordoned for one job's stalls: another job's stalls
+// with the same suspect there are new evidence, and cordon it again (each job's evidence names
+// the job; when it did not, every job's second stall was "stall 1/2", and the cordon was refused
+// as "uncordoned by hand after the same evidence").
+TEST_F(StallE2E, ANodeUncordonedAfterOneJobsStallsIsCordonedForAnothersStalls) {
+  CreatePools(2, 3, "2x6");
+  TestNamespace ns("stall-again");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  const std::string ft =
+      "maxJobRetries: 1, faultAttributionSeconds: 3, progress: {logPattern: 'step (\\d+)'}";
+  ASSERT_EQ(ApplyYaml(n, Job("ua", 3, "2x6", ft)).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ua", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  const std::string node = SameSuspectTwice(n, "ua", op);
+  ASSERT_FALSE(node.empty());
+  ASSERT_TRUE(
+      Eventually([&] { return NodeField(node, "{.spec.unschedulable}") == "true"; }, seconds(20)))
+      << op.Log();
+  // The re-issued job runs on the other pool; a person takes the node back (the operator's
+  // annotations stay).
+  ASSERT_TRUE(JobFieldBecomes(n, "ua", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  ASSERT_EQ(Kubectl("uncordon " + node).exit_code, 0);
+  ASSERT_EQ(Kubectl("taint node " + node + " tpujob.dev/faulty-").exit_code, 0);
+  ASSERT_EQ(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "Stalled");
+
+  // Another job, on the node's pool, behind there twice.
+  ASSERT_EQ(ApplyYaml(n, Job("ub", 3, "2x6", ft)).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "ub", "{.status.phase}", "Running", seconds(60))) << op.Log();
+  ASSERT_EQ(SameSuspectTwice(n, "ub", op, node), node);
+  std::vector<EventRecord> events;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        events = JobEvents(n, "ub");
+        return !EventsWith(events, "NodeCordoned", node).empty();
+      },
+      seconds(20)))
+      << DescribeEvents(events) << op.Log();
+  EXPECT_EQ(NodeField(node, "{.spec.unschedulable}"), "true");
+  EXPECT_NE(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-job}"), "");
+  EXPECT_NE(NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-message}")
+                .find("TPUJob " + n + "/ub (stalls 1 and 2)"),
+            std::string::npos)
+      << NodeField(node, "{.metadata.annotations.tpujob\\.dev/cordon-message}");
+}
+
+// A suspect's cordon goes through the Cordoner's limits like any other. Two jobs, each with the
+// same sole suspect twice: the first one's node is cordoned, the second one's is refused by the
+// limit `operator_args` set (the Event NodeNotCordoned says which, `refusal`), and that job is
+// re-issued all the same. A stall cordon that bypassed the limits would cordon both nodes.
+void SuspectCordonsWithinLimits(StallE2E& test, const std::vector<std::string>& operator_args,
+                                const std::string& refusal) {
+  TestNamespace ns("stall-lim");
+  const std::string n = ns.name();
+  std::vector<std::string> args = {"--namespace", n};
+  args.insert(args.end(), operator_args.begin(), operator_args.end());
+  OperatorProcess op(args);
+  std::vector<std::string> suspects;
+  for (const std::string name : {"la", "lb"}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(ApplyYaml(n, test.JobOf(name, 3, "2x6",
+                                      "maxJobRetries: 1, faultAttributionSeconds: 3, progress: "
+                                      "{logPattern: 'step (\\d+)'}"))
+                  .exit_code,
+              0);
+    ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(60))) << op.Log();
+    suspects.push_back(SameSuspectTwice(n, name, op));
+    ASSERT_FALSE(suspects.back().empty());
+  }
+  // The first: cordoned with reason Stalled.
+  EXPECT_TRUE(Eventually([&] { return NodeField(suspects[0], "{.spec.unschedulable}") == "true"; },
+                         seconds(20)))
+      << op.Log();
+  EXPECT_EQ(NodeField(suspects[0], "{.metadata.annotations.tpujob\\.dev/cordon-reason}"),
+            "Stalled");
+  // The second: held back by the limit, said so on the job; the node stays schedulable.
+  std::vector<EventRecord> events;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        events = JobEvents(n, "lb");
+        return !EventsWith(events, "NodeNotCordoned",
+                           "node " + suspects[1] + " not cordoned: " + refusal)
+                    .empty();
+      },
+      seconds(20)))
+      << DescribeEvents(events) << op.Log();
+  EXPECT_EQ(NodeField(suspects[1], "{.spec.unschedulable}"), "");
+  EXPECT_EQ(NodeField(suspects[1], "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "");
+  EXPECT_EQ(JobField(n, "lb", "{.status.faults[-1:].kind} {.status.faults[-1:].node}"),
+            "Stalled " + suspects[1]);
+  EXPECT_NE(op.Log().find("verdict=" + std::string(refusal.find("cap") != std::string::npos
+                                                       ? "CapReached"
+                                                       : "RateLimited")),
+            std::string::npos)
+      << op.Log();
+}
+
+// The cap: one node held cordoned at most (--max-cordoned-nodes 1).
+TEST_F(StallE2E, ASuspectCordonIsRefusedAtTheCordonCap) {
+  CreatePools(3, 3, "2x6");
+  SuspectCordonsWithinLimits(*this, {"--max-cordoned-nodes", "1", "--cordon-rate", "0"},
+                             "1 nodes already cordoned (cap 1 of");
+}
+
+// The rate: one new cordon, then none for minutes (--cordon-rate 0.1: a burst of 1, a token
+// every 10 minutes).
+TEST_F(StallE2E, ASuspectCordonIsRefusedByTheCordonRateLimit) {
+  CreatePools(3, 3, "2x6");
+  SuspectCordonsWithinLimits(
+      *this, {"--max-cordoned-nodes", "10", "--max-cordoned-fraction", "1", "--cordon-rate", "0.1"},
+      "more than 0.1 new cordons per minute");
 }
 
 }  // namespace

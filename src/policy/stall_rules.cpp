@@ -87,7 +87,11 @@ StallVerdict CheckStalls(const StallSnapshot& s) {
     what += " after step " + std::to_string(*r.step) + " (stallSeconds " +
             std::to_string(s.progress->stall_seconds) + ")";
   }
-  if (v.checkpoint) what += "; last checkpoint at step " + std::to_string(*v.checkpoint);
+  // A program restarted from its checkpoint saves none before it hangs again: the last one is
+  // then the one status.progress recorded from an earlier report.
+  std::optional<int64_t> checkpoint = v.checkpoint;
+  if (!checkpoint && s.status != nullptr) checkpoint = s.status->checkpoint_step;
+  if (checkpoint) what += "; last checkpoint at step " + std::to_string(*checkpoint);
   if (v.suspect != nullptr) {
     what += "; suspect: " + DescribeReplica(*v.suspect->pod, s.spec) + " on node " +
             std::string(v.suspect->pod->pod->node_name.view()) +
@@ -203,7 +207,11 @@ bool Decider::ApplyStallVerdict(const StallVerdict& v, const std::vector<const O
                          " (stalls " + std::to_string(s.stalls - 1) + " and " +
                          std::to_string(s.stalls) + ")",
               .item = "",
-              .evidence = "stall " + HardwareCheckToken(s.attempt, s.stalls)});
+              // The job's uid first, as for every other cordon: "stall 1/2" alone is the
+              // evidence of every job's second stall, and a node a person uncordoned after one
+              // job's stalls would be refused to all others as "uncordoned after the same
+              // evidence".
+              .evidence = job_.uid + "/stall " + HardwareCheckToken(s.attempt, s.stalls)});
       s.SetCondition(condition::kStalled, true, "Stalled", BoundedMessage(why), now_,
                      spec_generation_);
       Reissue(*suspect.pod, suspect.termination, why, FaultKind::kStalled, "", {suspect.pod});

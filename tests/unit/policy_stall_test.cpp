@@ -32,12 +32,13 @@ Json ProgressSpecJson(int workers, std::string_view restart, Json progress = Jso
 }
 
 std::string StalledReport(int32_t generation, std::optional<int64_t> step, WallTime last,
-                          int64_t idle = 60) {
+                          int64_t idle = 60, std::optional<int64_t> checkpoint = std::nullopt) {
   Json j = {{"state", supervisor::kReportStalled},
             {"generation", generation},
             {"exit", 143},
             {"idleSeconds", idle},
             {"phase", step ? supervisor::kPhaseRunning : supervisor::kPhaseStartup}};
+  if (checkpoint) j["checkpoint"] = *checkpoint;
   if (step) {
     j["step"] = *step;
     j["lastProgress"] = cache::FormatRfc3339(last);
@@ -324,6 +325,37 @@ TEST(PolicyStallTest, MaxStallsInARowFailTheJobButProgressInBetweenStartsAgain) 
   EXPECT_EQ(failed.status.faults.back().action, "FailJob");
 }
 
+// A program restarted from its checkpoint hangs again before it saves another: the stall's
+// message still names the last checkpoint, the one an earlier report gave.
+TEST(PolicyStallTest, TheLastCheckpointIsNamedWhenTheRestartedProgramSavedNone) {
+  Json progress = {{"logPattern", "step (\\d+)"}, {"maxStalls", 2}};
+  PodSim sim(ProgressSpecJson(1, "InPlace", progress, /*attribution=*/0));
+  RunJob(sim);
+  const auto stall = [&](std::optional<int64_t> checkpoint) {
+    const int32_t g = sim.Status().in_place->generation;
+    cache::PodInfo& pod = sim.Worker(0);
+    StallInPlace(pod, 4, sim.now() - std::chrono::seconds(30), sim.now());
+    pod.containers.front().last_message = cache::InternedString::Intern(
+        StalledReport(g, 4, sim.now() - std::chrono::seconds(30), 60, checkpoint));
+    pod.ordered_generation = g;
+    pod.barrier_generation = g;
+    return sim.Step();
+  };
+  const Plan first = stall(3);
+  EXPECT_EQ(first.status.progress->checkpoint_step, 3);
+  for (auto& p : sim.pods()) {
+    p.pod.ordered_generation = sim.Status().in_place->generation;
+    p.pod.barrier_generation = sim.Status().in_place->generation;
+  }
+  const Plan failed = stall(std::nullopt);
+  ASSERT_EQ(failed.status.phase, Phase::kFailed);
+  const Condition* c = failed.status.FindCondition(condition::kFailed);
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c->message.find("after step 4 (stallSeconds 600); last checkpoint at step 3"),
+            std::string::npos)
+      << c->message;
+}
+
 TEST(PolicyStallTest, NeverAStepFailsOverStartupLikeAnyOtherStall) {
   Json progress = {{"logPattern", "step (\\d+)"}, {"maxStalls", 1}, {"startupSeconds", 5}};
   PodSim sim(ProgressSpecJson(2, "Recreate", progress, 0));
@@ -391,6 +423,8 @@ TEST(PolicyStallTest, TheSameSoleSuspectTwiceIsCordonedAndTheJobMovesOffIt) {
   ASSERT_EQ(second.cordon.size(), 1u);
   EXPECT_EQ(second.cordon.front().node, "node-1");
   EXPECT_EQ(second.cordon.front().reason, "Stalled");
+  // This job's evidence: a person's uncordon after another job's second stall does not refuse it.
+  EXPECT_EQ(second.cordon.front().evidence, std::string(kJobUid) + "/stall 1/2");
   EXPECT_NE(second.cordon.front().message.find("the sole suspect of two stalls in a row"),
             std::string::npos)
       << second.cordon.front().message;

@@ -36,6 +36,11 @@ Knobs:
   TRAIN_HANG_ONCE=1       hang only once: the hanging process first leaves the marker
                           <checkpoint path>/train-hung-at-step-<k>, and a later run that finds it
                           runs past step k.
+  TRAIN_HANG_QUIET_STEPS=n
+                          the hanging process prints no progress line for the n steps before
+                          its hang (it still runs them): its last reported step is n below the
+                          others', and its progress stops first, which makes it the one a stall
+                          names as behind (the others' last step is k-1).
   TRAIN_SILENT=1          print none of the lines below (what is said on stderr stays, and so
                           does gloo's own "[Gloo] Rank R is connected to ..." line on stdout at
                           the first collective of a multi-process run).
@@ -117,6 +122,7 @@ def main():
     hang_step = env_int("TRAIN_HANG_AT_STEP", 0)
     hang_process = env_int("TRAIN_HANG_PROCESS", 0)
     hang_once = os.environ.get("TRAIN_HANG_ONCE", "") == "1"
+    hang_quiet = env_int("TRAIN_HANG_QUIET_STEPS", 0)
     ckpt_path = os.environ.get("TPUJOB_CHECKPOINT_PATH", "")
 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -231,7 +237,11 @@ def main():
             params, global_array(sharded, x), global_array(sharded, y),
             global_array(sharded, np.array([1 if stop_requested else 0], np.int32)))
         loss = float(local_value(loss))
-        say(f"completed step: {step}, seconds: {time.monotonic() - began:.3f}, loss: {loss:.5f}")
+        quiet = (hang_step > 0 and process_id == hang_process and hang_step - hang_quiet <= step
+                 and not (hang_once and os.path.exists(marker)))
+        if not quiet:
+            say(f"completed step: {step}, seconds: {time.monotonic() - began:.3f}, "
+                f"loss: {loss:.5f}")
         if every > 0 and step % every == 0:
             save(step)
         if int(local_value(stop)):
