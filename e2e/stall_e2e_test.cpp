@@ -393,7 +393,9 @@ void SuspectCordonsWithinLimits(StallE2E& test, const std::vector<std::string>& 
                                 const std::string& refusal) {
   TestNamespace ns("stall-lim");
   const std::string n = ns.name();
-  std::vector<std::string> args = {"--namespace", n};
+  // A cordon state of its own: the rate bucket and the breaker's memory of another test's
+  // operator (the same test process) must not count here.
+  std::vector<std::string> args = {"--namespace", n, "--cordon-state-configmap=cordon-state-" + n};
   args.insert(args.end(), operator_args.begin(), operator_args.end());
   OperatorProcess op(args);
   std::vector<std::string> suspects;
@@ -429,11 +431,10 @@ void SuspectCordonsWithinLimits(StallE2E& test, const std::vector<std::string>& 
   EXPECT_EQ(NodeField(suspects[1], "{.metadata.annotations.tpujob\\.dev/cordon-reason}"), "");
   EXPECT_EQ(JobField(n, "lb", "{.status.faults[-1:].kind} {.status.faults[-1:].node}"),
             "Stalled " + suspects[1]);
-  EXPECT_NE(op.Log().find("verdict=" + std::string(refusal.find("cap") != std::string::npos
-                                                       ? "CapReached"
-                                                       : "RateLimited")),
-            std::string::npos)
-      << op.Log();
+  const std::string verdict = refusal.find("cap") != std::string::npos       ? "CapReached"
+                              : refusal.find("breaker") != std::string::npos ? "Systemic"
+                                                                             : "RateLimited";
+  EXPECT_NE(op.Log().find("verdict=" + verdict), std::string::npos) << op.Log();
 }
 
 // The cap: one node held cordoned at most (--max-cordoned-nodes 1).
@@ -450,6 +451,18 @@ TEST_F(StallE2E, ASuspectCordonIsRefusedByTheCordonRateLimit) {
   SuspectCordonsWithinLimits(
       *this, {"--max-cordoned-nodes", "10", "--max-cordoned-fraction", "1", "--cordon-rate", "0.1"},
       "more than 0.1 new cordons per minute");
+}
+
+// The breaker: sole suspects of stalls on two distinct nodes within its window (--cordon-breaker-
+// nodes 2) point at the programs, not at each node: the second is not cordoned.
+TEST_F(StallE2E, ASuspectCordonIsRefusedByTheCircuitBreaker) {
+  CreatePools(3, 3, "2x6");
+  SuspectCordonsWithinLimits(*this,
+                             {"--max-cordoned-nodes", "10", "--max-cordoned-fraction", "1",
+                              "--cordon-rate", "0", "--cordon-breaker-nodes", "2"},
+                             "2 nodes were the sole suspect of a job's stalls within 10m, more "
+                             "likely the programs or something the nodes share than each node's "
+                             "hardware (circuit breaker)");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "base/logging.h"
 #include "cache/intern.h"
 #include "controller/metrics.h"
+#include "policy/stall_rules.h"
 
 namespace tpujob::controller {
 namespace {
@@ -462,6 +463,13 @@ std::string Cordoner::Describe(CordonVerdict verdict, const policy::CordonReques
       return fmt::format("node {} not cordoned: more than {} new cordons per minute (rate limit)",
                          node, policy.rate_per_minute);
     case CordonVerdict::kSystemic:
+      if (request.item == policy::kStallCordonItem) {
+        return fmt::format(
+            "node {} not cordoned: {} nodes were the sole suspect of a job's stalls within {}, "
+            "more likely the programs or something the nodes share than each node's hardware "
+            "(circuit breaker)",
+            node, safety_.FailingNodes(request.item, now), DurationText(policy.breaker_window));
+      }
       return fmt::format(
           "node {} not cordoned: pre-flight item {} failed on {} nodes within {}, a "
           "configuration problem rather than faulty hardware (circuit breaker)",

@@ -206,7 +206,7 @@ bool Decider::ApplyStallVerdict(const StallVerdict& v, const std::vector<const O
               .message = "the sole suspect of two stalls in a row of TPUJob " + job_.Key() +
                          " (stalls " + std::to_string(s.stalls - 1) + " and " +
                          std::to_string(s.stalls) + ")",
-              .item = "",
+              .item = std::string(kStallCordonItem),
               // The job's uid first, as for every other cordon: "stall 1/2" alone is the
               // evidence of every job's second stall, and a node a person uncordoned after one
               // job's stalls would be refused to all others as "uncordoned after the same

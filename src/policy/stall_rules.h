@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/clock.h"
@@ -30,6 +31,12 @@
 #include "policy/pod_observation.h"
 
 namespace tpujob::policy {
+
+// The circuit breaker's item of a suspect's cordon (NodeToCordon::item): the sole suspects of
+// stalls on --cordon-breaker-nodes distinct nodes within its window point at the program, or at
+// something all those nodes share, more than at each node's hardware: no further node is cordoned
+// for a stall until the window has passed.
+inline constexpr std::string_view kStallCordonItem = "stall";
 
 // What one replica's supervisor last reported.
 struct WorkerProgress {

@@ -423,6 +423,8 @@ TEST(PolicyStallTest, TheSameSoleSuspectTwiceIsCordonedAndTheJobMovesOffIt) {
   ASSERT_EQ(second.cordon.size(), 1u);
   EXPECT_EQ(second.cordon.front().node, "node-1");
   EXPECT_EQ(second.cordon.front().reason, "Stalled");
+  // Counted by the circuit breaker: suspects on many nodes at once are not each node's fault.
+  EXPECT_EQ(second.cordon.front().item, kStallCordonItem);
   // This job's evidence: a person's uncordon after another job's second stall does not refuse it.
   EXPECT_EQ(second.cordon.front().evidence, std::string(kJobUid) + "/stall 1/2");
   EXPECT_NE(second.cordon.front().message.find("the sole suspect of two stalls in a row"),
