@@ -47,8 +47,8 @@ constexpr const char* kFullname = "chart-tpujob-operator";
 std::vector<std::pair<std::string, std::string>> ValueSets(const std::string& watched) {
   return {{"defaults", ""},
           {"monitoring",
-           "--set serviceMonitor.enabled=true --set prometheusRule.enabled=true "
-           "--set grafanaDashboard.enabled=true"},
+           "--set serviceMonitor.enabled=true --set podMonitor.enabled=true "
+           "--set prometheusRule.enabled=true --set grafanaDashboard.enabled=true"},
           {"watchNamespace", "--set watchNamespace=" + watched}};
 }
 
@@ -500,8 +500,9 @@ TEST_F(ChartE2E, RenderedObjectsPassServerSideDryRun) {
                                       "rolebinding.rbac.authorization.k8s.io/",
                                       "poddisruptionbudget.policy/"};
     if (name == "monitoring") {
-      kinds.insert(kinds.end(), {"servicemonitor.monitoring.coreos.com/",
-                                 "prometheusrule.monitoring.coreos.com/", "configmap/"});
+      kinds.insert(kinds.end(),
+                   {"servicemonitor.monitoring.coreos.com/", "podmonitor.monitoring.coreos.com/",
+                    "prometheusrule.monitoring.coreos.com/", "configmap/"});
     }
     for (const std::string& kind : kinds) {
       EXPECT_NE(applied.output.find(kind), std::string::npos) << name << ": no " << kind;
