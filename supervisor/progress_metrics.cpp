@@ -14,13 +14,6 @@
 namespace tpujob::supervisor {
 namespace {
 
-std::string_view Trim(std::string_view text) {
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
 void AppendFamily(std::string& out, const char* name, const char* type, const char* help,
                   const std::optional<std::string>& value) {
   out += std::string("# HELP ") + name + " " + help + "\n";
@@ -75,7 +68,6 @@ std::string FormatProgressMetrics(const ProgressState& state) {
 }
 
 std::optional<int> ParseMetricsPort(std::string_view text) {
-  text = Trim(text);
   int value = 0;
   if (text.empty()) return std::nullopt;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -196,8 +188,9 @@ void ProgressMetricsEndpoint::Read() {
     const bool complete = request_.find("\r\n\r\n") != std::string::npos ||
                           request_.find("\n\n") != std::string::npos;
     if (complete || request_.size() >= kMaxRequest) {
-      const size_t end = request_.find('\n');
-      Respond(complete ? Trim(std::string_view(request_).substr(0, end)) : std::string_view());
+      std::string_view line = std::string_view(request_).substr(0, request_.find('\n'));
+      if (line.ends_with('\r')) line.remove_suffix(1);
+      Respond(complete ? line : std::string_view());
       return;
     }
   }

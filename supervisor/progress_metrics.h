@@ -39,7 +39,7 @@ inline constexpr char kWorkerCheckpointStepMetric[] = "tpujob_worker_checkpoint_
 // The exposition of `state` (text format 0.0.4).
 std::string FormatProgressMetrics(const ProgressState& state);
 
-// A port value as kProgressMetricsPortEnv takes it: 1-65535 (surrounding blanks allowed).
+// A port value as kProgressMetricsPortEnv takes it: 1-65535, decimal, the whole of `text`.
 std::optional<int> ParseMetricsPort(std::string_view text);
 
 // The first line of an HTTP request, answered: status line, headers and body.

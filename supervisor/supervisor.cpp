@@ -313,7 +313,7 @@ std::optional<Options> OptionsFromEnvironment(const std::function<const char*(co
   options.progress.stall = std::chrono::seconds(*stall);
   options.progress.startup = std::chrono::seconds(*startup);
   if (const std::string port = get(kProgressMetricsPortEnv, ""); !port.empty()) {
-    const auto value = ParseMetricsPort(port);
+    const auto value = ParseMetricsPort(Trim(port));
     if (!value) {
       *error = std::string(kProgressMetricsPortEnv) + " must be a port from 1 to 65535, not \"" +
                port + "\"";

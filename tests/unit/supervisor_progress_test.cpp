@@ -777,7 +777,8 @@ TEST(SupervisorProgressTest, AnswersOnlyGetMetrics) {
 
 TEST(SupervisorProgressTest, ParsesMetricsPorts) {
   EXPECT_EQ(ParseMetricsPort("9464"), 9464);
-  EXPECT_EQ(ParseMetricsPort(" 1 "), 1);
+  EXPECT_EQ(ParseMetricsPort("1"), 1);
+  EXPECT_EQ(ParseMetricsPort(" 1"), std::nullopt);  // the caller trims
   EXPECT_EQ(ParseMetricsPort("65535"), 65535);
   EXPECT_EQ(ParseMetricsPort("0"), std::nullopt);
   EXPECT_EQ(ParseMetricsPort("65536"), std::nullopt);
