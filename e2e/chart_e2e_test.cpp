@@ -5,7 +5,9 @@
 // The operator binary, run here with the Deployment's own arguments and that ServiceAccount's
 // token, syncs its caches and runs a job with pre-flight checks in a restricted namespace
 // without one refused request. The alert rules pass promtool (syntax and unit tests), and every
-// metric the dashboard and the alerts query is one the operator exports.
+// metric the dashboard and the alerts query is one the operator or the workers' supervisor
+// exports. A real Prometheus scrapes real supervisors as the PodMonitor labels them, and the
+// dashboard's step-rate and slowest-worker expressions answer with the slower worker.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -47,8 +49,8 @@ constexpr const char* kFullname = "chart-tpujob-operator";
 std::vector<std::pair<std::string, std::string>> ValueSets(const std::string& watched) {
   return {{"defaults", ""},
           {"monitoring",
-           "--set serviceMonitor.enabled=true --set prometheusRule.enabled=true "
-           "--set grafanaDashboard.enabled=true"},
+           "--set serviceMonitor.enabled=true --set podMonitor.enabled=true "
+           "--set prometheusRule.enabled=true --set grafanaDashboard.enabled=true"},
           {"watchNamespace", "--set watchNamespace=" + watched}};
 }
 
@@ -369,6 +371,59 @@ std::string Join(const std::set<std::string>& names) {
   return out;
 }
 
+// A worker's supervisor as a pod of a job with spec.faultTolerance.progress runs it: the real
+// tpujob-supervise (mode once) with the progress variables the operator sets and its metrics
+// endpoint on a free port, running a program that prints "completed step: N" every
+// `step_seconds` (and a checkpoint line every 5 steps). Stopped (SIGTERM, forwarded to the
+// program) on destruction.
+class WorkerSupervisor {
+ public:
+  WorkerSupervisor(const std::string& name, const std::string& step_seconds)
+      : port_(FreePort()), dir_(ClusterDir() + "/" + name) {
+    RunCommand("rm -rf " + dir_ + " && mkdir -p " + dir_);
+    const std::string program =
+        "i=0; while true; do i=$((i+1)); echo \"completed step: $i\"; "
+        "if [ $((i % 5)) -eq 0 ]; then echo \"saved checkpoint $i\"; fi; sleep " +
+        step_seconds + "; done";
+    process_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{TPUJOB_SUPERVISE_BINARY, "--", "/bin/sh", "-c", program},
+        dir_ + "/log",
+        std::vector<std::pair<std::string, std::string>>{
+            {"TPUJOB_SUPERVISOR_MODE", "once"},
+            {"TPUJOB_SUPERVISOR_MESSAGE", dir_ + "/message"},
+            {"TPUJOB_PROGRESS_LOG_PATTERN", R"(completed step: (\d+))"},
+            {"TPUJOB_PROGRESS_CHECKPOINT_PATTERN", R"(saved checkpoint (\d+))"},
+            {"TPUJOB_PROGRESS_METRICS_PORT", std::to_string(port_)}});
+  }
+  ~WorkerSupervisor() { process_->StopWith(SIGTERM); }
+  int port() const { return port_; }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  // GET /metrics: the body, "" until it answers.
+  std::string Metrics() const {
+    return RunCommand("curl -sf -m 5 http://" + target() + "/metrics", false).output;
+  }
+  std::string Log() const { return process_->Log(); }
+
+ private:
+  int port_;
+  std::string dir_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// A dashboard expression as Grafana sends it: every job namespace, a rate window that holds
+// several of the test's 1 s scrapes.
+std::string AsGrafanaSends(std::string expr) {
+  for (const auto& [variable, value] :
+       {std::pair<std::string, std::string>{"$__rate_interval", "30s"},
+        {"$job_namespace", ".*"},
+        {"$namespace", ".*"}}) {
+    for (size_t at; (at = expr.find(variable)) != std::string::npos;) {
+      expr.replace(at, variable.size(), value);
+    }
+  }
+  return expr;
+}
+
 class ChartE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -378,7 +433,8 @@ class ChartE2E : public ::testing::Test {
     ASSERT_EQ(applied.exit_code, 0) << applied.output;
     const auto established = Kubectl(
         "wait --for=condition=Established crd/servicemonitors.monitoring.coreos.com "
-        "crd/prometheusrules.monitoring.coreos.com --timeout=30s");
+        "crd/podmonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com "
+        "--timeout=30s");
     ASSERT_EQ(established.exit_code, 0) << established.output;
   }
 };
@@ -500,8 +556,9 @@ TEST_F(ChartE2E, RenderedObjectsPassServerSideDryRun) {
                                       "rolebinding.rbac.authorization.k8s.io/",
                                       "poddisruptionbudget.policy/"};
     if (name == "monitoring") {
-      kinds.insert(kinds.end(), {"servicemonitor.monitoring.coreos.com/",
-                                 "prometheusrule.monitoring.coreos.com/", "configmap/"});
+      kinds.insert(kinds.end(),
+                   {"servicemonitor.monitoring.coreos.com/", "podmonitor.monitoring.coreos.com/",
+                    "prometheusrule.monitoring.coreos.com/", "configmap/"});
     }
     for (const std::string& kind : kinds) {
       EXPECT_NE(applied.output.find(kind), std::string::npos) << name << ": no " << kind;
@@ -1041,8 +1098,9 @@ TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
   std::cout << "== " << expressions << " dashboard expressions read: " << Join(dashboard_names)
             << "\n== alert rules read: " << Join(rule_names) << "\n";
   // The extraction itself: a sample of what must be there, and nothing that is not a metric.
-  for (const char* name : {"tpujob_jobs", "tpujob_queue_wait_seconds_bucket",
-                           "tpujob_api_requests_total", "process_resident_memory_bytes"}) {
+  for (const char* name :
+       {"tpujob_jobs", "tpujob_queue_wait_seconds_bucket", "tpujob_api_requests_total",
+        "process_resident_memory_bytes", "tpujob_worker_step", "tpujob_worker_steps_total"}) {
     EXPECT_TRUE(dashboard_names.contains(name)) << name;
   }
   for (const char* name : {"up", "tpujob_queue_oldest_wait_seconds", "tpujob_job_reissues_total",
@@ -1086,7 +1144,21 @@ TEST_F(ChartE2E, EveryMetricTheDashboardAndAlertsQueryIsExported) {
       std::chrono::seconds(30), std::chrono::milliseconds(200)))
       << "/metrics answered " << scraped.status << ": " << scraped.body.substr(0, 2000) << "\n"
       << op.Log();
-  const auto families = MetricFamilies(scraped.body);
+  auto families = MetricFamilies(scraped.body);
+  // The workers' families come from tpujob-supervise's own endpoint, after a step and a
+  // checkpoint (the chart's PodMonitor scrapes it).
+  WorkerSupervisor worker("chart-metrics-worker", "0.2");
+  std::string worker_metrics;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        worker_metrics = worker.Metrics();
+        return worker_metrics.find("\ntpujob_worker_checkpoint_step ") != std::string::npos;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(200)))
+      << worker_metrics << worker.Log();
+  const auto worker_families = MetricFamilies(worker_metrics);
+  EXPECT_FALSE(worker_families.empty()) << worker_metrics;
+  families.insert(worker_families.begin(), worker_families.end());
   std::set<std::string> missing;
   for (const std::string& name : wanted) {
     if (!Exported(families, name)) missing.insert(name);
@@ -1180,6 +1252,83 @@ TEST_F(ChartE2E, SecureMetricsAnswer401403And200AndPrometheusScrapesThem) {
   std::cout << "== Prometheus scraping with the ServiceMonitor's settings: up="
             << prometheus.Query("up{job=\"tpujob-operator\"}")
             << " tpujob_leader=" << prometheus.Query("tpujob_leader") << "\n";
+}
+
+// The workers' progress as the chart's PodMonitor and dashboard see it: two real supervisors
+// stand for two workers of one job, one slower; a real Prometheus scrapes their endpoints with
+// the labels the PodMonitor's relabelling gives (namespace, tpujob, worker), and the dashboard's
+// own "Step rate" and "Slowest worker" expressions, read from the rendered chart, return data,
+// the latter naming the slower worker.
+TEST_F(ChartE2E, PrometheusScrapesTheWorkersAndTheDashboardNamesTheSlowestWorker) {
+  const auto docs = DocumentsByKind(RenderToFile(
+      "monitoring", "--set podMonitor.enabled=true --set grafanaDashboard.enabled=true",
+      "chart-podmonitor.yaml"));
+  ASSERT_TRUE(docs.contains("PodMonitor"));
+  ASSERT_TRUE(docs.contains("ConfigMap"));
+  const YAML::Node endpoint = docs.at("PodMonitor")["spec"]["podMetricsEndpoints"][0];
+  EXPECT_EQ(endpoint["port"].as<std::string>(""), "tpujob-progress");
+  // The relabelling: which pod label becomes which series label.
+  std::map<std::string, std::string> relabelled;
+  for (const YAML::Node& rule : endpoint["relabelings"]) {
+    relabelled[rule["targetLabel"].as<std::string>("")] =
+        rule["sourceLabels"][0].as<std::string>("");
+  }
+  EXPECT_EQ(relabelled["namespace"], "__meta_kubernetes_namespace");
+  EXPECT_EQ(relabelled["tpujob"], "__meta_kubernetes_pod_label_tpujob_dev_job_name");
+  EXPECT_EQ(relabelled["worker"], "__meta_kubernetes_pod_label_tpujob_dev_replica_index");
+
+  const nlohmann::json dashboard = nlohmann::json::parse(
+      docs.at("ConfigMap")["data"]["tpujob-operator.json"].as<std::string>(), nullptr, false);
+  ASSERT_TRUE(dashboard.is_object());
+  std::map<std::string, std::string> panel_expr;
+  for (const auto& panel : dashboard.at("panels")) {
+    for (const auto& target : panel.value("targets", nlohmann::json::array())) {
+      panel_expr[panel.value("title", "")] = target.value("expr", "");
+    }
+  }
+  ASSERT_TRUE(panel_expr.contains("Step rate"));
+  ASSERT_TRUE(panel_expr.contains("Slowest worker"));
+
+  WorkerSupervisor fast("chart-worker-0", "0.1");
+  WorkerSupervisor slow("chart-worker-1", "0.5");
+  // The pods' labels after the PodMonitor's relabelling, as static labels.
+  const auto scrape = [](const std::string& name, const WorkerSupervisor& worker,
+                         const std::string& index) {
+    return "- job_name: " + name + "\n  static_configs: [{targets: ['" + worker.target() +
+           "'], labels: {namespace: team-a, tpujob: llm, worker: '" + index + "'}}]\n";
+  };
+  PrometheusProcess prometheus(PrometheusProcess::ScrapeConfigs{scrape("worker-0", fast, "0") +
+                                                                scrape("worker-1", slow, "1")});
+  ASSERT_TRUE(prometheus.WaitReady()) << prometheus.Log();
+  EXPECT_TRUE(Eventually(
+      [&] { return prometheus.QueryResult("tpujob_worker_step{tpujob=\"llm\"}").size() == 2; },
+      std::chrono::seconds(60), std::chrono::milliseconds(500)))
+      << prometheus.LastScrapeError() << prometheus.Log() << fast.Log() << slow.Log();
+
+  const std::string step_rate = AsGrafanaSends(panel_expr.at("Step rate"));
+  nlohmann::json rate;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        rate = prometheus.QueryResult(step_rate);
+        return rate.size() == 1 && rate[0]["metric"].value("tpujob", "") == "llm" &&
+               rate[0]["metric"].value("namespace", "") == "team-a" &&
+               std::stod(rate[0]["value"][1].get<std::string>()) > 0;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500)))
+      << step_rate << " -> " << rate.dump();
+
+  const std::string slowest = AsGrafanaSends(panel_expr.at("Slowest worker"));
+  nlohmann::json behind;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        behind = prometheus.QueryResult(slowest);
+        return behind.size() == 1 && behind[0]["metric"].value("worker", "") == "1" &&
+               std::stod(behind[0]["value"][1].get<std::string>()) > 0;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500)))
+      << slowest << " -> " << behind.dump();
+  std::cout << "== Step rate: " << step_rate << "\n   -> " << rate.dump()
+            << "\n== Slowest worker: " << slowest << "\n   -> " << behind.dump() << "\n";
 }
 
 // The chart's aggregated ClusterRoles extend the built-in roles: a namespace user bound to

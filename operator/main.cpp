@@ -55,6 +55,7 @@ struct RunFlags {
   std::string log_level = "info";
   std::string log_format = "logfmt";
   std::string preflight_image = "tpujob-operator:latest";
+  int progress_metrics_port = tpujob::controller::kDefaultProgressMetricsPort;
   std::vector<std::string> hardware_conditions = {"TPUUnhealthy"};
   std::vector<std::string> maintenance_conditions;
   int maintenance_move_window_seconds = 900;
@@ -228,6 +229,7 @@ int Run(const RunFlags& flags) {
   options.health.max_watch_silence = std::chrono::seconds(flags.health_max_watch_silence_seconds);
   options.watch_idle_timeout = std::chrono::seconds(flags.watch_idle_timeout_seconds);
   options.reconciler.pod_options.preflight_image = flags.preflight_image;
+  options.reconciler.pod_options.progress_metrics_port = flags.progress_metrics_port;
   options.reconciler.node_health.hardware_conditions = flags.hardware_conditions;
   options.reconciler.node_health.maintenance_conditions = flags.maintenance_conditions;
   options.reconciler.node_health.maintenance_move_window =
@@ -394,6 +396,12 @@ int main(int argc, char** argv) {
   run->add_option("--preflight-image", flags.preflight_image,
                   "Image of the pre-flight init container (the operator's own image), for jobs "
                   "that enable pre-flight checks without naming an image.")
+      ->capture_default_str();
+  run->add_option("--progress-metrics-port", flags.progress_metrics_port,
+                  "Port on which the supervisor of a job with spec.faultTolerance.progress serves "
+                  "its worker's progress as Prometheus metrics (GET /metrics; container port "
+                  "tpujob-progress, for the chart's PodMonitor). 0 turns it off.")
+      ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   run->add_option("--hardware-condition", flags.hardware_conditions,
                   "A node condition that means broken hardware when True (repeatable; e.g. "

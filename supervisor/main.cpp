@@ -127,6 +127,12 @@ Environment:
       << R"(
       seconds from the start without any progress that make a stall (default )"
       << kDefaultStartupSeconds << R"()
+  )" << kProgressMetricsPortEnv
+      << R"(
+      a TCP port (1-65535): while PROGRAM runs, GET /metrics on 0.0.0.0:PORT answers the
+      progress in the Prometheus text format (tpujob_worker_step, tpujob_worker_steps_total,
+      tpujob_worker_last_progress_timestamp_seconds, tpujob_worker_checkpoint_step); a port that
+      cannot be bound is logged and the program runs without it (default: no endpoint)
 
 Exit codes: the program's code; 143 after a stop order or SIGTERM at the barrier; )"
       << kStalledExitCode << R"( after a

@@ -253,12 +253,17 @@ void ProgressTracker::Progress(SteadyClock::time_point now) {
   last_progress_wall_ = WallClock::now();
 }
 
+void ProgressTracker::SetStep(int64_t step) {
+  if (!first_step_) first_step_ = step;
+  step_ = step;
+}
+
 void ProgressTracker::OnLine(std::string_view line, SteadyClock::time_point now) {
   if (log_re_ != nullptr) {
     if (const auto group = MatchGroup(*log_re_, log_literal_, line)) {
       const auto step = ParseStep(*group);
       if (step && (!step_ || *step > *step_)) {
-        step_ = step;
+        SetStep(*step);
         Progress(now);
       }
     }
@@ -301,7 +306,7 @@ void ProgressTracker::CheckHeartbeat(SteadyClock::time_point now) {
     }
   }
   const int64_t seen = step.value_or(heartbeats_);
-  if (!step_ || seen > *step_) step_ = seen;
+  if (!step_ || seen > *step_) SetStep(seen);
   Progress(now);
 }
 
@@ -323,9 +328,13 @@ SteadyClock::time_point ProgressTracker::Deadline() const {
 ProgressState ProgressTracker::State(SteadyClock::time_point now) const {
   ProgressState state;
   state.step = step_;
+  state.first_step = first_step_;
   state.checkpoint = checkpoint_;
   state.started = last_progress_.has_value();
-  if (last_progress_) state.last_progress = FormatRfc3339(last_progress_wall_);
+  if (last_progress_) {
+    state.last_progress = FormatRfc3339(last_progress_wall_);
+    state.last_progress_time = last_progress_wall_;
+  }
   const auto since = last_progress_.value_or(start_);
   state.idle_seconds =
       std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(now - since).count());

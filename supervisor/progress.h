@@ -32,6 +32,8 @@ struct ProgressOptions {
   std::string heartbeat_file;
   std::chrono::seconds stall{600};
   std::chrono::seconds startup{1800};
+  // kProgressMetricsPortEnv: the port of the metrics endpoint (progress_metrics.h); 0: none.
+  int metrics_port = 0;
   // Progress tracking is on with a log pattern or a heartbeat file.
   bool Enabled() const { return !log_pattern.empty() || !heartbeat_file.empty(); }
 };
@@ -82,7 +84,10 @@ std::string FormatRfc3339(WallClock::time_point time);
 // What the report says about progress.
 struct ProgressState {
   std::optional<int64_t> step;
+  // The first step seen in this run: step - first_step is how far the program advanced.
+  std::optional<int64_t> first_step;
   std::optional<std::string> last_progress;  // FormatRfc3339
+  std::optional<WallClock::time_point> last_progress_time;
   std::optional<int64_t> checkpoint;
   int64_t idle_seconds = 0;
   bool started = false;  // progress came: phase running (else startup)
@@ -124,6 +129,7 @@ class ProgressTracker {
   };
   FileVersion StatHeartbeat() const;
   void Progress(SteadyClock::time_point now);
+  void SetStep(int64_t step);
 
   ProgressOptions options_;
   std::unique_ptr<re2::RE2> log_re_;
@@ -134,6 +140,7 @@ class ProgressTracker {
   std::optional<SteadyClock::time_point> last_progress_;
   WallClock::time_point last_progress_wall_{};
   std::optional<int64_t> step_;
+  std::optional<int64_t> first_step_;
   std::optional<int64_t> checkpoint_;
   FileVersion heartbeat_;
   int64_t heartbeats_ = 0;

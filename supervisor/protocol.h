@@ -63,6 +63,10 @@ inline constexpr int kDefaultStallSeconds = 600;
 // "startup").
 inline constexpr char kProgressStartupSecondsEnv[] = "TPUJOB_PROGRESS_STARTUP_SECONDS";
 inline constexpr int kDefaultStartupSeconds = 1800;
+// A TCP port (1-65535): with progress tracking on, the supervisor answers GET /metrics on
+// 0.0.0.0:<port> in the Prometheus text format (supervisor/progress_metrics.h has the families)
+// while the program runs. Unset: no endpoint. A port that cannot be bound is logged, not fatal.
+inline constexpr char kProgressMetricsPortEnv[] = "TPUJOB_PROGRESS_METRICS_PORT";
 
 // The report: the termination message, a JSON object rewritten at every state change,
 //   {"state":S,"generation":N[,"exit":C][,"next":G][,"step":T][,"lastProgress":"..."]

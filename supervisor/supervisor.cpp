@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "supervisor/progress_metrics.h"
 #include "supervisor/protocol.h"
 
 extern char** environ;
@@ -123,14 +124,32 @@ bool InstallSignalHandlers(std::string* error) {
   return true;
 }
 
-// Waits for a signal, output of the program (copied by `pump`, if any) or `timeout`, then drains
-// the self-pipe.
-void WaitForEvent(std::chrono::milliseconds timeout, OutputPump* pump = nullptr) {
-  pollfd fds[3] = {{.fd = g_pipe[0], .events = POLLIN, .revents = 0}};
+// What the program's run has to service besides signals: its output and the metrics endpoint.
+struct RunServices {
+  OutputPump* pump = nullptr;
+  ProgressMetricsEndpoint* metrics = nullptr;
+};
+
+// Waits for a signal, output of the program (copied by the pump, if any), a metrics request or
+// `timeout`, then drains the self-pipe. A metrics connection is given up at its deadline.
+void WaitForEvent(std::chrono::milliseconds timeout, RunServices services = {}) {
+  OutputPump* const pump = services.pump;
+  ProgressMetricsEndpoint* const metrics = services.metrics;
+  pollfd fds[4] = {{.fd = g_pipe[0], .events = POLLIN, .revents = 0}};
   const int streams = pump != nullptr ? pump->PollFds(fds + 1) : 0;
+  const int endpoints = metrics != nullptr ? metrics->PollFds(fds + 1 + streams) : 0;
+  if (metrics != nullptr) {
+    if (const auto deadline = metrics->Deadline()) {
+      timeout =
+          std::min(timeout, std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()));
+    }
+  }
   const int ms = static_cast<int>(std::clamp<int64_t>(timeout.count(), 0, 1 << 30));
-  const int ready = ::poll(fds, static_cast<nfds_t>(1 + streams), ms);
+  const int ready = ::poll(fds, static_cast<nfds_t>(1 + streams + endpoints), ms);
   if (ready > 0 && pump != nullptr) pump->Service(fds + 1, streams);
+  if (metrics != nullptr) {
+    metrics->Service(fds + 1 + streams, ready > 0 ? endpoints : 0, Clock::now());
+  }
   if (fds[0].revents != 0) {
     char buffer[64];
     while (::read(g_pipe[0], buffer, sizeof(buffer)) > 0) {
@@ -293,6 +312,15 @@ std::optional<Options> OptionsFromEnvironment(const std::function<const char*(co
   if (!startup) return std::nullopt;
   options.progress.stall = std::chrono::seconds(*stall);
   options.progress.startup = std::chrono::seconds(*startup);
+  if (const std::string port = get(kProgressMetricsPortEnv, ""); !port.empty()) {
+    const auto value = ParseMetricsPort(Trim(port));
+    if (!value) {
+      *error = std::string(kProgressMetricsPortEnv) + " must be a port from 1 to 65535, not \"" +
+               port + "\"";
+      return std::nullopt;
+    }
+    options.progress.metrics_port = *value;
+  }
   return options;
 }
 
@@ -548,14 +576,14 @@ namespace {
 
 // Stops the program: SIGTERM to its group, SIGKILL after the grace period, then whatever is left
 // in its group. Returns its exit code. The pump keeps copying its output meanwhile.
-int StopProgram(const Options& options, pid_t program, int64_t generation, OutputPump* pump) {
+int StopProgram(const Options& options, pid_t program, int64_t generation, RunServices services) {
   SignalProgram(program, SIGTERM);
   const auto deadline = Clock::now() + options.grace;
   std::optional<int> code;
   while (!(code = ReapChildren(program))) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
-    WaitForEvent(std::min(left, options.poll), pump);
+    WaitForEvent(std::min(left, options.poll), services);
   }
   if (!code) {
     Log("generation " + std::to_string(generation) + " still running after the grace " +
@@ -566,7 +594,7 @@ int StopProgram(const Options& options, pid_t program, int64_t generation, Outpu
   ::kill(-program, SIGKILL);
   while (!code) {
     code = ReapChildren(program);
-    if (!code) WaitForEvent(options.poll, pump);
+    if (!code) WaitForEvent(options.poll, services);
   }
   return *code;
 }
@@ -607,6 +635,19 @@ int RunProgram(const Options& options, const std::vector<std::string>& argv, int
   const auto started = Clock::now();
   if (pump) pump->CloseChildEnds();
   if (tracker) tracker->Start(started);
+  // After the fork: the program does not inherit the socket (it is close-on-exec as well).
+  std::unique_ptr<ProgressMetricsEndpoint> metrics;
+  if (tracker && options.progress.metrics_port > 0) {
+    metrics = std::make_unique<ProgressMetricsEndpoint>(tracker.get());
+    if (metrics->Listen(options.progress.metrics_port, &error)) {
+      Log("serving the progress metrics on 0.0.0.0:" +
+          std::to_string(options.progress.metrics_port) + "/metrics");
+    } else {
+      Log(error + "; the program runs without them");
+      metrics.reset();
+    }
+  }
+  const RunServices services{.pump = pump.get(), .metrics = metrics.get()};
   if (stop_orders) {
     Log("barrier " + std::to_string(generation) + " open: started generation " +
         std::to_string(generation) + " (pid " + std::to_string(program) + ")");
@@ -655,7 +696,7 @@ int RunProgram(const Options& options, const std::vector<std::string>& argv, int
           std::to_string(program) + ") and waiting for it");
       SignalProgram(program, SIGTERM);
       std::optional<int> code;
-      while (!(code = ReapChildren(program))) WaitForEvent(options.poll, pump.get());
+      while (!(code = ReapChildren(program))) WaitForEvent(options.poll, services);
       drain();
       Log("generation " + std::to_string(generation) + " exited with code " + Describe(*code) +
           " after SIGTERM");
@@ -677,7 +718,7 @@ int RunProgram(const Options& options, const std::vector<std::string>& argv, int
               std::to_string(ordered) + " > " + std::to_string(generation) +
               "; sending SIGTERM to generation " + std::to_string(generation) + " (pid " +
               std::to_string(program) + "), SIGKILL in " + Seconds(options.grace));
-          const int code = StopProgram(options, program, generation, pump.get());
+          const int code = StopProgram(options, program, generation, services);
           drain();
           Log("generation " + std::to_string(generation) + " stopped with code " + Describe(code) +
               "; exiting " + std::to_string(kStoppedExitCode) + " to restart for generation " +
@@ -713,7 +754,7 @@ int RunProgram(const Options& options, const std::vector<std::string>& argv, int
           std::to_string(kStalledExitCode));
       // Reported before the stop too, in case the supervisor does not outlive the grace period.
       Report(options, stalled(std::nullopt));
-      const int code = StopProgram(options, program, generation, pump.get());
+      const int code = StopProgram(options, program, generation, services);
       drain();
       Log("generation " + std::to_string(generation) + " stopped with code " + Describe(code) +
           " after the stall");
@@ -725,7 +766,7 @@ int RunProgram(const Options& options, const std::vector<std::string>& argv, int
       timeout = std::min(timeout,
                          std::chrono::ceil<std::chrono::milliseconds>(tracker->Deadline() - now));
     }
-    WaitForEvent(std::max(timeout, std::chrono::milliseconds(0)), pump.get());
+    WaitForEvent(std::max(timeout, std::chrono::milliseconds(0)), services);
   }
 }
 
@@ -744,6 +785,10 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
   if (!options.progress.Enabled() && !options.progress.checkpoint_pattern.empty()) {
     Log(std::string(kProgressCheckpointPatternEnv) + " is ignored without " +
         kProgressLogPatternEnv + " or " + kProgressHeartbeatFileEnv);
+  }
+  if (!options.progress.Enabled() && options.progress.metrics_port > 0) {
+    Log(std::string(kProgressMetricsPortEnv) + " is ignored without " + kProgressLogPatternEnv +
+        " or " + kProgressHeartbeatFileEnv);
   }
   if (options.mode == Mode::kOnce) {
     return RunProgram(options, argv, options.once_generation, /*stop_orders=*/false);

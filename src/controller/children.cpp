@@ -295,6 +295,18 @@ void AddPreflight(Json& pod_spec, const policy::JobSpec& spec, ReplicaType type,
   pod_spec["initContainers"] = std::move(init);
 }
 
+// The supervisor's metrics port on the program's container, for the PodMonitor to find by name;
+// a container that declares the number already (its own exporter, say) is left as it is.
+void AddProgressMetricsPort(Json& container, int32_t port) {
+  Json& ports = ArrayField(container, "ports");
+  for (const Json& declared : ports) {
+    if (declared.is_object() && declared.value("containerPort", int64_t{0}) == port) return;
+  }
+  ports.push_back({{"name", std::string(kProgressMetricsPortName)},
+                   {"containerPort", port},
+                   {"protocol", "TCP"}});
+}
+
 // In-place restart or stall detection: the program runs under tpujob-supervise (see children.h).
 // `in_place`: in generations behind the barrier; otherwise once (TPUJOB_SUPERVISOR_MODE once).
 void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& options, bool in_place,
@@ -346,6 +358,10 @@ void AddSupervisor(Json& pod_spec, Json& metadata, const PodBuildOptions& option
       set(supervisor::kProgressHeartbeatFileEnv, progress->heartbeat_file);
       set(supervisor::kProgressStallSecondsEnv, std::to_string(progress->stall_seconds));
       set(supervisor::kProgressStartupSecondsEnv, std::to_string(progress->startup_seconds));
+      if (options.progress_metrics_port > 0) {
+        set(supervisor::kProgressMetricsPortEnv, std::to_string(options.progress_metrics_port));
+        AddProgressMetricsPort(program, options.progress_metrics_port);
+      }
     }
     env.push_back(
         {{"name", "TPUJOB_SUPERVISOR_GRACE_SECONDS"},

@@ -70,6 +70,11 @@ std::string CoordinatorAddress(std::string_view job, const policy::JobSpec& spec
 // multislice guides open.
 inline constexpr int32_t kMegascalePort = 8080;
 
+// The supervisor's progress metrics (supervisor/progress_metrics.h): the default port and the
+// name of the container port the chart's PodMonitor scrapes.
+inline constexpr int32_t kDefaultProgressMetricsPort = 9464;
+inline constexpr std::string_view kProgressMetricsPortName = "tpujob-progress";
+
 struct PodBuildOptions {
   // The image of the pre-flight init container when the job names none: the operator's own.
   std::string preflight_image = "tpujob-operator:latest";
@@ -94,6 +99,10 @@ struct PodBuildOptions {
   // waits for the pods being restarted). 0: none, when BuildPod is not making a pod to create.
   int32_t generation = 0;
   bool barrier_open = true;
+  // Progress tracking (spec.faultTolerance.progress): the port of the supervisor's metrics
+  // endpoint (supervisor::kProgressMetricsPortEnv), declared on the program's container as
+  // kProgressMetricsPortName unless the container declares that port number already. 0: none.
+  int32_t progress_metrics_port = kDefaultProgressMetricsPort;
 };
 
 // In-place restart: the supervisor, put into a shared emptyDir by an init container running the

@@ -182,6 +182,58 @@ TEST(ChildrenBuildPodTest, InPlaceRunsTheProgramUnderTheSupervisor) {
   EXPECT_FALSE(plain["metadata"]["annotations"].contains("tpujob.dev/generation"));
 }
 
+TEST(ChildrenBuildPodTest, ProgressTrackingServesMetricsOnTheProgressPort) {
+  policy::JobSpec spec = Spec();
+  policy::ProgressSpec progress;
+  progress.log_pattern = R"(step (\d+))";
+  spec.fault_tolerance.progress = progress;
+  const auto ports = [](const Json& container) {
+    std::vector<std::string> names;
+    for (const Json& port : container.value("ports", Json::array())) {
+      names.push_back(port.value("name", "") + ":" +
+                      std::to_string(port.value("containerPort", 0)));
+    }
+    return names;
+  };
+  PodBuildOptions options;
+  const Json pod = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 2, options);
+  const Json& program = pod["spec"]["containers"][0];
+  EXPECT_EQ(EnvValue(program, "TPUJOB_PROGRESS_LOG_PATTERN"), R"(step (\d+))");
+  EXPECT_EQ(EnvValue(program, "TPUJOB_PROGRESS_METRICS_PORT"), "9464");
+  EXPECT_THAT(ports(program), ElementsAre("tpujob-progress:9464"));
+  EXPECT_EQ(program["ports"][0]["protocol"], "TCP");
+  // Only the program's container gets it.
+  EXPECT_FALSE(pod["spec"]["containers"][1].contains("ports"));
+
+  // Another port, by the operator's flag.
+  options.progress_metrics_port = 19000;
+  const Json other = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 2, options);
+  EXPECT_EQ(EnvValue(other["spec"]["containers"][0], "TPUJOB_PROGRESS_METRICS_PORT"), "19000");
+  EXPECT_THAT(ports(other["spec"]["containers"][0]), ElementsAre("tpujob-progress:19000"));
+
+  // A container that declares the number already keeps its own declaration.
+  spec.worker.template_["spec"]["containers"][0]["ports"] =
+      Json::array({{{"name", "http"}, {"containerPort", 8080}},
+                   {{"name", "exporter"}, {"containerPort", 19000}}});
+  const Json declared = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 2, options);
+  EXPECT_EQ(EnvValue(declared["spec"]["containers"][0], "TPUJOB_PROGRESS_METRICS_PORT"), "19000");
+  EXPECT_THAT(ports(declared["spec"]["containers"][0]), ElementsAre("http:8080", "exporter:19000"));
+
+  // 0: no endpoint, no port.
+  options.progress_metrics_port = 0;
+  spec.worker.template_["spec"]["containers"][0].erase("ports");
+  const Json off_progress = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 2, options);
+  EXPECT_EQ(EnvValue(off_progress["spec"]["containers"][0], "TPUJOB_PROGRESS_METRICS_PORT"),
+            "<absent>");
+  EXPECT_FALSE(off_progress["spec"]["containers"][0].contains("ports"));
+  // No progress tracking: neither.
+  options.progress_metrics_port = 9464;
+  const Json untracked = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2, options);
+  EXPECT_EQ(EnvValue(untracked["spec"]["containers"][0], "TPUJOB_PROGRESS_METRICS_PORT"),
+            "<absent>");
+  EXPECT_FALSE(untracked["spec"]["containers"][0].contains("ports"));
+}
+
 TEST(ChildrenBuildPodTest, WorkerSchedulingAndTpuResources) {
   const Json spec = BuildPod(Job(), Spec(), ReplicaType::kWorker, 1, 2)["spec"];
   EXPECT_EQ(spec["restartPolicy"], "Never");

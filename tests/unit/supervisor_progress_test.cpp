@@ -1,9 +1,12 @@
 // tpujob-supervise's progress tracking: the output passthrough, the patterns, the heartbeat file,
 // stall detection, mode "once" and the reports, with the real binary running real programs.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <re2/re2.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "supervisor/progress.h"
+#include "supervisor/progress_metrics.h"
 #include "supervisor/protocol.h"
 #include "supervisor/supervisor.h"
 
@@ -624,6 +628,12 @@ TEST_F(ProgressProcessTest, InvalidSettingsExit2WithAnErrorReport) {
       {kProgressStartupSecondsEnv, "soon",
        std::string(kProgressStartupSecondsEnv) + " must be an integer >= 1, not \"soon\""},
       {kModeEnv, "twice", std::string(kModeEnv) + " must be generations or once, not \"twice\""},
+      {kProgressMetricsPortEnv, "0",
+       std::string(kProgressMetricsPortEnv) + " must be a port from 1 to 65535, not \"0\""},
+      {kProgressMetricsPortEnv, "65536",
+       std::string(kProgressMetricsPortEnv) + " must be a port from 1 to 65535, not \"65536\""},
+      {kProgressMetricsPortEnv, "http",
+       std::string(kProgressMetricsPortEnv) + " must be a port from 1 to 65535, not \"http\""},
   };
   const auto base = env_;
   for (const auto& c : cases) {
@@ -711,10 +721,218 @@ TEST_F(ProgressProcessTest, HelpDescribesProgressTracking) {
   EXPECT_EQ(::pclose(pipe), 0);
   for (const std::string& word : std::vector<std::string>{
            kProgressLogPatternEnv, kProgressCheckpointPatternEnv, kProgressHeartbeatFileEnv,
-           kProgressStallSecondsEnv, kProgressStartupSecondsEnv, kModeEnv, kModeOnce,
-           kReportStalled, std::to_string(kStalledExitCode), "lastProgress", "idleSeconds"}) {
+           kProgressStallSecondsEnv, kProgressStartupSecondsEnv, kProgressMetricsPortEnv,
+           kWorkerStepMetric, kWorkerLastProgressMetric, kModeEnv, kModeOnce, kReportStalled,
+           std::to_string(kStalledExitCode), "lastProgress", "idleSeconds"}) {
     EXPECT_NE(help.find(word), std::string::npos) << word;
   }
+}
+
+// --- The metrics endpoint ---
+
+TEST(SupervisorProgressTest, MetricsHaveHelpAndTypeAndSamplesOnlyWhenKnown) {
+  const std::string none = FormatProgressMetrics({});
+  for (const char* name : {kWorkerStepMetric, kWorkerStepsTotalMetric, kWorkerLastProgressMetric,
+                           kWorkerCheckpointStepMetric}) {
+    EXPECT_NE(none.find(std::string("# HELP ") + name + " "), std::string::npos) << name;
+    EXPECT_NE(none.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
+    EXPECT_EQ(none.find(std::string("\n") + name + " "), std::string::npos) << none;
+  }
+  ProgressState state;
+  state.step = 120;
+  state.first_step = 101;
+  state.checkpoint = 100;
+  state.last_progress_time = WallClock::time_point(milliseconds(1796000000250));
+  const std::string text = FormatProgressMetrics(state);
+  EXPECT_NE(text.find("# TYPE tpujob_worker_step gauge\ntpujob_worker_step 120\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE tpujob_worker_steps_total counter\ntpujob_worker_steps_total 19\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\ntpujob_worker_last_progress_timestamp_seconds 1796000000.250\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\ntpujob_worker_checkpoint_step 100\n"), std::string::npos) << text;
+}
+
+TEST(SupervisorProgressTest, AnswersOnlyGetMetrics) {
+  const auto status = [](std::string_view line) {
+    const std::string answer = AnswerRequest(line, {});
+    return answer.substr(0, answer.find("\r\n"));
+  };
+  EXPECT_EQ(status("GET /metrics HTTP/1.1"), "HTTP/1.1 200 OK");
+  EXPECT_EQ(status("GET /metrics?x=1 HTTP/1.0"), "HTTP/1.1 200 OK");
+  EXPECT_EQ(status("GET / HTTP/1.1"), "HTTP/1.1 404 Not Found");
+  EXPECT_EQ(status("GET /metricsx HTTP/1.1"), "HTTP/1.1 404 Not Found");
+  EXPECT_EQ(status("POST /metrics HTTP/1.1"), "HTTP/1.1 405 Method Not Allowed");
+  EXPECT_EQ(status("hello"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status(""), "HTTP/1.1 400 Bad Request");
+  const std::string ok = AnswerRequest("GET /metrics HTTP/1.1", {});
+  EXPECT_NE(ok.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("Content-Length: " + std::to_string(FormatProgressMetrics({}).size())),
+            std::string::npos)
+      << ok;
+}
+
+TEST(SupervisorProgressTest, ParsesMetricsPorts) {
+  EXPECT_EQ(ParseMetricsPort("9464"), 9464);
+  EXPECT_EQ(ParseMetricsPort("1"), 1);
+  EXPECT_EQ(ParseMetricsPort(" 1"), std::nullopt);  // the caller trims
+  EXPECT_EQ(ParseMetricsPort("65535"), 65535);
+  EXPECT_EQ(ParseMetricsPort("0"), std::nullopt);
+  EXPECT_EQ(ParseMetricsPort("65536"), std::nullopt);
+  EXPECT_EQ(ParseMetricsPort("-1"), std::nullopt);
+  EXPECT_EQ(ParseMetricsPort("94a"), std::nullopt);
+  EXPECT_EQ(ParseMetricsPort(""), std::nullopt);
+}
+
+// A TCP port free when asked (bound to 0, then released).
+int FreeTcpPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// A connection to 127.0.0.1:port whose reads give up after `timeout`; -1 if refused.
+int Connect(int port, milliseconds timeout = seconds(10)) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{.tv_sec = static_cast<time_t>(timeout.count() / 1000),
+             .tv_usec = static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The whole answer to GET `path` (until the server closes), "" if refused or timed out.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return "";
+  }
+  std::string answer;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) answer.clear();  // timed out
+    if (n <= 0) break;
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+TEST_F(ProgressProcessTest, MetricsAnswerTheStepAndNotFoundElsewhere) {
+  const int port = FreeTcpPort();
+  ASSERT_GT(port, 0);
+  env_[kProgressLogPatternEnv] = R"(completed step: (\d+))";
+  env_[kProgressMetricsPortEnv] = std::to_string(port);
+  Start(
+      "for i in 5 6 7; do echo \"completed step: $i\"; done; "
+      "while [ ! -e \"$DIR/go\" ]; do sleep 0.01; done; exit 3");
+  std::string answer;
+  ASSERT_TRUE(WaitFor([&] {
+    answer = HttpGet(port, "/metrics");
+    return answer.find("\ntpujob_worker_step 7\n") != std::string::npos;
+  })) << answer
+      << Err();
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+  EXPECT_NE(answer.find("# TYPE tpujob_worker_step gauge\n"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("\ntpujob_worker_steps_total 2\n"), std::string::npos) << answer;
+  EXPECT_TRUE(std::regex_search(
+      answer, std::regex(R"(\ntpujob_worker_last_progress_timestamp_seconds \d{10}\.\d{3}\n)")))
+      << answer;
+  // No checkpoint pattern: the family without a sample.
+  EXPECT_NE(answer.find("# TYPE tpujob_worker_checkpoint_step gauge\n"), std::string::npos);
+  EXPECT_EQ(answer.find("\ntpujob_worker_checkpoint_step "), std::string::npos) << answer;
+  EXPECT_EQ(HttpGet(port, "/").rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u);
+  EXPECT_EQ(HttpGet(port, "/healthz").rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u);
+  WriteFile(dir_ / "go", "");
+  EXPECT_EQ(WaitExit(), 3) << Err();
+  EXPECT_EQ(Out(), "completed step: 5\ncompleted step: 6\ncompleted step: 7\n");
+  EXPECT_NE(Err().find("serving the progress metrics on 0.0.0.0:" + std::to_string(port)),
+            std::string::npos)
+      << Err();
+}
+
+TEST_F(ProgressProcessTest, ASilentClientDelaysNeitherOutputNorTheStall) {
+  const int port = FreeTcpPort();
+  ASSERT_GT(port, 0);
+  env_[kProgressLogPatternEnv] = R"(completed step: (\d+))";
+  env_[kProgressMetricsPortEnv] = std::to_string(port);
+  env_[kProgressStallSecondsEnv] = "1";
+  // Steps until told to stop, then silence: a stall.
+  Start(
+      "i=0; while [ ! -e \"$DIR/stop\" ]; do i=$((i+1)); echo \"completed step: $i\"; "
+      "sleep 0.05; done; while true; do sleep 0.05; done");
+  int silent = -1;
+  ASSERT_TRUE(WaitFor([&] { return (silent = Connect(port)) >= 0; })) << Err();
+  // The output goes on while the connection says nothing.
+  ASSERT_TRUE(WaitFor([&] { return Out().find("completed step: 20\n") != std::string::npos; }))
+      << Out() << Err();
+  // The supervisor gives up on it and closes it ...
+  char byte;
+  EXPECT_EQ(::recv(silent, &byte, 1, 0), 0) << "the silent connection was not closed";
+  // ... and answers the next request.
+  std::string answer;
+  ASSERT_TRUE(WaitFor([&] {
+    answer = HttpGet(port, "/metrics");
+    return answer.find("\ntpujob_worker_step ") != std::string::npos;
+  })) << answer;
+  // A second silent client, open through the stall: the stall still stops the program.
+  const int second = Connect(port);
+  EXPECT_GE(second, 0);
+  WriteFile(dir_ / "stop", "");
+  EXPECT_EQ(WaitExit(), kStalledExitCode) << Err();
+  EXPECT_NE(Err().find("stalled: no progress for "), std::string::npos) << Err();
+  ::close(silent);
+  if (second >= 0) ::close(second);
+}
+
+TEST_F(ProgressProcessTest, APortInUseIsLoggedAndTheProgramRunsToItsExitCode) {
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+  env_[kProgressLogPatternEnv] = R"(completed step: (\d+))";
+  env_[kProgressMetricsPortEnv] = std::to_string(port);
+  Start("echo 'completed step: 1'; exit 6");
+  EXPECT_EQ(WaitExit(), 6) << Err();
+  ::close(taken);
+  EXPECT_EQ(Out(), "completed step: 1\n");
+  EXPECT_NE(Err().find("cannot serve the progress metrics on port " + std::to_string(port) +
+                       ": bind: " + std::strerror(EADDRINUSE) + " (errno " +
+                       std::to_string(EADDRINUSE) + ")"),
+            std::string::npos)
+      << Err();
+  EXPECT_EQ(Message().rfind(R"({"state":"exited","generation":0,"exit":6,"step":1,)", 0), 0u)
+      << Message();
 }
 
 }  // namespace
