@@ -9,8 +9,10 @@
 // resume from. Then the rule's acceptance cases on the real program: a hang on a node whose chip
 // turns unhealthy (the hardware case, through the node agent's round on the real device plugin),
 // a hang at the same step after every restart (maxStalls), and the same sole suspect twice (its
-// node cordoned, or the cordon refused at the cap). And that the supervisor's pass-through leaves
-// what the node's container runtime logs byte for byte as it is without it.
+// node cordoned, or the cordon refused at the cap), a program that never prints a step (stalled
+// over startupSeconds), and status.progress following a running program's step from its log
+// tail. And that the supervisor's pass-through leaves what the node's container runtime logs byte
+// for byte as it is without it.
 //
 // The node is one host, so a two-process job is a Master (process 0, the coordinator) and one
 // Worker, each given its JAX_* variables; their checkpoint directory is one hostPath directory.
@@ -152,7 +154,9 @@ class RealStallE2E : public ::testing::Test {
     release_ = std::make_unique<Release>(
         ops_->name(), "--set replicaCount=1 --set nodeAgent.namespace=" + agents_->name() +
                           " --set nodeAgent.devPath=" + TpuDir() +
-                          "/dev --set nodeAgent.intervalSeconds=2 --set nodeAgent.passAfter=1");
+                          "/dev --set nodeAgent.intervalSeconds=2 --set nodeAgent.passAfter=1"
+                          // status.progress from worker 0's log tail every 2 s, not 60.
+                          " --set operator.progressRefreshSeconds=2");
   }
   static void TearDownTestSuite() {
     release_.reset();
@@ -587,6 +591,103 @@ TEST_F(RealStallE2E, AHangAtTheSameStepThreeTimesInARowFailsTheJobWithReasonStal
   EXPECT_FALSE(EventsWith(events, "Stalled", "run a hardware check").empty())
       << DescribeEvents(events);
   EXPECT_EQ(NodeField(node_, "{.spec.unschedulable}"), "");
+}
+
+// A program that never prints a step line stalls over startupSeconds (15 s), not stallSeconds
+// (6 s): the supervisor's report says phase startup and no step, and with maxStalls 1 the job
+// fails with reason Stalled at once, its message naming startupSeconds. About 30 s: JAX's start,
+// then the 15 s.
+TEST_F(RealStallE2E, AProgramThatNeverPrintsAStepStallsOverStartupSeconds) {
+  TestNamespace ns("real-stall-startup");
+  const std::string n = ns.name(), name = "quiet";
+  const std::string dir = MakeCheckpointDir(name);
+  constexpr int kStartupSeconds = 15;
+  const std::string tolerance =
+      "{restart: InPlace, maxJobRetries: 0, faultAttributionSeconds: 2, "
+      "maintenanceGracePeriodSeconds: 2, preflight: {enabled: false}, progress: {logPattern: "
+      "'completed step: (\\d+)', stallSeconds: " +
+      std::to_string(kShortStallSeconds) + ", startupSeconds: " + std::to_string(kStartupSeconds) +
+      ", maxStalls: 1}}";
+  const std::string yaml =
+      Header(name, tolerance) +
+      Replica("Worker", "[python3, /app/train.py]",
+              {{"TRAIN_STEPS", "0"}, {"TRAIN_STEP_SECONDS", "0.2"}, {"TRAIN_SILENT", "1"}}, dir);
+  TerminationWatch watch(n);
+  const std::string selector = "tpujob.dev/job-name=" + name;
+  ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Failed", seconds(180)))
+      << JobJson(n, name).dump(2) << DescribePods(n, selector) << OperatorLogs();
+  EXPECT_EQ(JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].reason}"), "Stalled");
+  const std::string message =
+      JobField(n, name, "{.status.conditions[?(@.type==\"Failed\")].message}");
+  EXPECT_NE(message.find("no step within startupSeconds " + std::to_string(kStartupSeconds)),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(JobField(n, name, "{.status.progress.step}"), "");
+  // The supervisor's report: stalled before the first step, idle at least startupSeconds.
+  std::optional<Termination> stalled;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const Termination& t : watch.All()) {
+          const Json report = Json::parse(t.message, nullptr, false);
+          if (report.is_object() && report.value("state", "") == "stalled") stalled = t;
+        }
+        return stalled.has_value();
+      },
+      seconds(30), std::chrono::milliseconds(250)))
+      << watch.Raw();
+  const Json report = Json::parse(stalled->message);
+  EXPECT_EQ(stalled->exit_code, 124) << stalled->message;
+  EXPECT_EQ(report.value("phase", ""), "startup") << stalled->message;
+  EXPECT_FALSE(report.contains("step")) << stalled->message;
+  EXPECT_GE(report.value("idleSeconds", 0), kStartupSeconds) << stalled->message;
+}
+
+// While the program runs, status.progress (the STEP column) follows worker 0's step from its log
+// tail (the release refreshes every 2 s): a step, then a later one, each with the kubelet's time
+// of its line, and no stall. About 10 s: JAX's start, then two refreshes.
+TEST_F(RealStallE2E, TheStepInTheStatusFollowsTheRunningProgram) {
+  TestNamespace ns("real-stall-step");
+  const std::string n = ns.name(), name = "steps";
+  const std::string dir = MakeCheckpointDir(name);
+  const std::string yaml =
+      Header(name, StallTolerance("restart: InPlace, maxJobRetries: 0, "
+                                  "faultAttributionSeconds: 2")) +
+      Replica(
+          "Worker", "[python3, /app/train.py]",
+          {{"TRAIN_STEPS", "0"}, {"TRAIN_STEP_SECONDS", "0.2"}, {"TRAIN_CHECKPOINT_EVERY", "5"}},
+          dir);
+  const std::string selector = "tpujob.dev/job-name=" + name;
+  ASSERT_EQ(ApplyYaml(n, yaml).exit_code, 0) << yaml;
+  ASSERT_TRUE(JobFieldBecomes(n, name, "{.status.phase}", "Running", seconds(120)))
+      << DescribePods(n, selector) << OperatorLogs();
+  int64_t first = -1;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string step = JobField(n, name, "{.status.progress.step}");
+        if (step.empty()) return false;
+        first = std::stoll(step);
+        return first > 0;
+      },
+      seconds(90), std::chrono::milliseconds(250)))
+      << JobJson(n, name).dump(2) << OperatorLogs();
+  EXPECT_GT(Rfc3339Seconds(JobField(n, name, "{.status.progress.time}")), 0)
+      << JobJson(n, name).dump(2);
+  int64_t later = -1;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const std::string step = JobField(n, name, "{.status.progress.step}");
+        later = step.empty() ? -1 : std::stoll(step);
+        return later > first;
+      },
+      seconds(60), std::chrono::milliseconds(250)))
+      << "status.progress.step stayed at " << first << "\n"
+      << OperatorLogs();
+  // The checkpoint lines too (every 5 steps).
+  EXPECT_NE(JobField(n, name, "{.status.progress.checkpointStep}"), "") << JobJson(n, name).dump(2);
+  const std::string stalls = JobField(n, name, "{.status.stalls}");
+  EXPECT_TRUE(stalls.empty() || stalls == "0") << stalls;
+  EXPECT_EQ(JobField(n, name, "{.status.phase}"), "Running");
 }
 
 // The Worker (process 1) stops printing steps two steps before it hangs in step 8, where the
