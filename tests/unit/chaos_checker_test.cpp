@@ -532,6 +532,27 @@ TEST(ChaosSchedule, TheSameSeedGivesTheSameScheduleAndAnotherSeedAnother) {
   }
 }
 
+TEST(ChaosSchedule, HangsComeFromTheirOwnStreamAndLeaveTheOtherStepsOfASeedAlone) {
+  const auto with_hangs = MakeSchedule(42, 120);
+  std::vector<Step> without;
+  int hangs = 0;
+  for (const Step& step : with_hangs) {
+    if (step.kind == Kind::kHang) {
+      ++hangs;
+    } else {
+      without.push_back(step);
+    }
+  }
+  // Every 8 s on average: about 15 in 120 s.
+  EXPECT_GT(hangs, 5);
+  EXPECT_LT(hangs, 30);
+  EXPECT_EQ(without, MakeSchedule(42, 120, 700, 0));
+  for (const Step& step : MakeSchedule(42, 120, 700, 0)) EXPECT_NE(step.kind, Kind::kHang);
+  for (size_t i = 1; i < with_hangs.size(); ++i) {
+    EXPECT_LE(with_hangs[i - 1].at_ms, with_hangs[i].at_ms);
+  }
+}
+
 TEST(ChaosSchedule, SplitMix64MatchesItsReferenceValues) {
   // The first outputs for seed 0 (Vigna's reference implementation of splitmix64.c): the
   // schedule replays on any machine and compiler.
