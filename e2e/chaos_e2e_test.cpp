@@ -48,7 +48,9 @@
 // uncordons after 10 healthy seconds). Then every job is deleted and nothing may be left.
 // Over the whole run, the recorded watch streams of pods, nodes and TPUJobs are replayed
 // through the checker: no duplicate worker, no two attempts alive, no placement on a node
-// cordoned for a fault, jobRetries within bounds, cordon cap, rate and breaker. Both operators'
+// cordoned for a fault, jobRetries within bounds, cordon cap, rate and breaker, every stall
+// acted on in time, Failed/Stalled only after maxStalls in a row, the hardware case winning over
+// a stall. Both operators'
 // peak RSS must stay under 256 MiB. A failure names the seed, the invariant and the objects.
 
 #include <gtest/gtest.h>
