@@ -808,9 +808,13 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         }
         const bool repeat = (step.choice >> 16) % 2 == 0 && !again.empty();
         const std::string job = Pick(repeat ? again : candidates, step.choice);
+        if (job.empty()) {
+          acted = false;
+          break;
+        }
         Hang hang;
         hang.job = job;
-        hang.stall_seconds = job.empty() ? 0 : stall_seconds[job];
+        hang.stall_seconds = stall_seconds[job];
         hang.hardware = (step.choice >> 8) % 4 == 0;
         hang.choice = step.choice;
         for (const auto& pod : ListJson("pods -n " + n + " -l tpujob.dev/job-name=" + job)
@@ -822,7 +826,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           }
           hang.pods[pod["metadata"].value("name", "")] = pod["metadata"].value("uid", "");
         }
-        if (job.empty() || hang.pods.empty()) {
+        if (hang.pods.empty()) {
           acted = false;
           break;
         }
