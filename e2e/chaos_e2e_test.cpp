@@ -51,8 +51,8 @@
 // through the checker: no duplicate worker, no two attempts alive, no placement on a node
 // cordoned for a fault, jobRetries within bounds, cordon cap, rate and breaker, every stall
 // acted on in time, Failed/Stalled only after maxStalls in a row, the hardware case winning over
-// a stall. Both operators'
-// peak RSS must stay under 256 MiB. A failure names the seed, the invariant and the objects.
+// a stall. Both operators' peak RSS must stay under 256 MiB. A failure names the seed, the
+// invariant and the objects.
 
 #include <gtest/gtest.h>
 
@@ -527,8 +527,6 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         ++done["hang/programs-replaced-before-the-report"];
         continue;
       }
-      // A pod deleted since the list above (by the operator or a step) takes its report with
-      // it, as on a node.
       // Every worker stopped at the same moment, so one report for all (a report each would
       // give them lastProgress times a second apart, naming a suspect by chance). A quarter of
       // the hangs have one worker a step behind the others: the sole suspect, whose node is
@@ -538,18 +536,20 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       const std::string behind =
           (hang.choice >> 40) % 4 == 0 && nodes.size() > 1 ? nodes.begin()->first : std::string();
       const std::string behind_report = StalledReport(0, hang.step - 1, idle).dump();
+      // A pod deleted since the list above (by the operator or a step) takes its report with
+      // it, as on a node.
       int reported = 0;
       for (const auto& [pod, node] : nodes) {
         reported += TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
                                  pod == behind ? behind_report : report)
                         .exit_code == 0;
       }
-      if (!behind.empty()) ++done["hang/one-worker-behind"];
       if (reported == 0) {
         ++done["hang/programs-replaced-before-the-report"];
         continue;
       }
       ++done["hang/reported"];
+      if (!behind.empty()) ++done["hang/one-worker-behind"];
       if (hang.hardware) {
         std::vector<std::string> names;
         for (const auto& [pod, node] : nodes) names.push_back(node);
