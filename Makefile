@@ -16,7 +16,7 @@
 #   make bench-inplace  only bench's in-place restart section, on a control plane of its own
 #   make chaos   the seeded fault campaign, 10 minutes, on a control plane of its own with
 #                the real node (scripts/chaos.sh; CHAOS_SEEDS, CHAOS_SECONDS, CHAOS_REAL_NODE)
-#   make chaos-selftest  the campaign's checker must catch three deliberately broken operators
+#   make chaos-selftest  the campaign's checker must catch four deliberately broken operators
 #                (scripts/chaos-breaks.sh, patches in e2e/chaos-breaks/)
 #   make format  clang-format every C++ file
 #   make crd     regenerate crds/ from scripts/crd/ and the pinned Kubernetes OpenAPI

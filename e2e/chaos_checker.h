@@ -22,7 +22,30 @@
 //                        that exited with a permanent code (not OOMKilled) ran on a node the API
 //                        server shows faulty (a hardware condition True, Ready False or Unknown)
 //                        since before the end of that exit's fault attribution window (2 s of
-//                        slack: lastTransitionTime and finishedAt have whole seconds).
+//                        slack: lastTransitionTime and finishedAt have whole seconds);
+//   stall-answered       a job's stall (a worker's container of its current attempt ended with
+//                        the stall code, 124, and a report of state "stalled") is acted on by
+//                        the time the history shows the first report's finishedAt +
+//                        faultAttributionSeconds + kStallSlackSeconds, the job's own spec read
+//                        (the report comes stallSeconds after the last progress, so from the
+//                        hang that is stallSeconds + faultAttributionSeconds + the slack). Acted
+//                        on: status.stalls counts it, a new attempt (the hardware path: cordon,
+//                        re-issue), a new in-place generation, or the job ends (Failed, reason
+//                        Stalled or another) or is suspended. A stall whose reporting pods all
+//                        went (deleted by someone) no longer binds the operator; nor does one
+//                        that ended at or before status.progress.stallsActedUntil (acted on);
+//   stall-fail-early     no job turns Failed with reason Stalled before maxStalls stalls in a
+//                        row, counted as the operator must count them: a stall is in a row
+//                        unless its furthest step is past the previous counted stall's;
+//   stall-hardware       no stall is counted (restart or Failed/Stalled) while a node of one of
+//                        its stalled workers shows a hardware fault since 2 s before the end of
+//                        the attribution window and before the decision: the hardware case wins.
+//
+// Time: the history has no clock of its own, so the checker keeps the latest time the objects
+// carry (creation times, managedFields times, condition transition and heartbeat times,
+// container start and finish times, stallsActedUntil); every one is written at or before the
+// write that carries it, so it is a lower bound of the time at that point of the history, and a
+// deadline passed by it was passed.
 //
 // Pure: no cluster, no clock, so each invariant has a table test (tests/unit).
 #pragma once
@@ -34,9 +57,12 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "supervisor/protocol.h"
 
 namespace tpujob::e2e::chaos {
 
@@ -124,6 +150,13 @@ struct Violation {
   std::string detail;  // the objects involved, by name and uid
 };
 
+// The stall-answered bound beyond faultAttributionSeconds: the operator's reconcile after the
+// window (its requeue), on a loaded 2-core machine with the campaign's other faults in flight:
+// a leader SIGKILLed (its successor takes the Lease after 4 s, then syncs its caches), API
+// Priority and Fairness rejecting its writes for 15 s (and the workqueue's backoff after), an
+// API server or etcd restart; whole-second times on both ends.
+inline constexpr double kStallSlackSeconds = 45;
+
 struct Limits {
   int max_cordoned = 0;               // the operator's --max-cordoned-nodes (fraction 1)
   double cordon_rate_per_minute = 0;  // --cordon-rate; 0 = not checked
@@ -198,9 +231,11 @@ class Checker {
     if (event.revision < last || (event.revision == last && !event.vanished)) return;
     last = event.revision;
     ++applied_;
+    AdvanceClock(event.object);
     if (event.resource == "pods") ApplyPod(event, meta, uid);
     if (event.resource == "nodes") ApplyNode(event, meta);
     if (event.resource == "tpujobs") ApplyJob(event, meta);
+    SweepStalls();
   }
 
   const std::vector<Violation>& violations() const { return violations_; }
@@ -210,6 +245,35 @@ class Checker {
   int64_t cordons_seen() const { return static_cast<int64_t>(cordon_times_.size()); }
 
  private:
+  // A worker's stalled report, as its container's end carried it.
+  struct StallReport {
+    std::string pod;  // name
+    std::string node;
+    double finished = -1;  // finishedAt, seconds since the epoch
+    std::optional<int64_t> step;
+  };
+  // One job's stalls, as the history shows them.
+  struct StallJob {
+    std::string uid;
+    bool watched = false;  // spec.faultTolerance.progress set
+    int64_t window = 30;   // faultAttributionSeconds
+    int64_t max_stalls = 3;
+    int64_t attempt = 0, stalls = 0, generation = 0;
+    double acted_until = -1;  // status.progress.stallsActedUntil
+    bool over = false;        // Succeeded, Failed or suspended
+    bool failure_checked = false;
+    // The stall not acted on yet: its reports by pod uid (the pods that still show it), the
+    // furthest step of all of them, and the first one's end.
+    bool open = false;
+    bool late_reported = false;
+    std::map<std::string, StallReport> pending;
+    std::vector<StallReport> reports;
+    std::optional<int64_t> step;
+    double first = -1;
+    // As the operator counts them: stalls in a row, and the step the last counted one stopped at.
+    int64_t in_a_row = 0;
+    std::optional<int64_t> stalled_at_step;
+  };
   struct Pod {
     std::string name;
     std::string job;      // tpujob.dev/job-name
@@ -222,6 +286,7 @@ class Checker {
     // seconds since the epoch; finished -1 when there is none.
     int exit_code = 0;
     double exit_finished = -1;
+    double stall_finished = -1;  // the last stalled report's finishedAt
   };
   struct NodeState {
     bool fault_cordon = false;  // unschedulable and tainted tpujob.dev/faulty
@@ -249,6 +314,7 @@ class Checker {
     const nlohmann::json labels = meta.value("labels", nlohmann::json::object());
     const std::string job = labels.value("tpujob.dev/job-name", "");
     if (job.empty()) return;
+    if (event.type == "DELETED" || meta.contains("deletionTimestamp")) StallPodGone(job, uid);
     if (event.type == "DELETED") {
       pods_.erase(uid);
       return;
@@ -277,6 +343,20 @@ class Checker {
       if (code != 0 && finished >= pod.exit_finished && Text(terminated, "reason") != "OOMKilled") {
         pod.exit_code = code;
         pod.exit_finished = finished;
+      }
+      if (code == supervisor::kStalledExitCode && finished > pod.stall_finished &&
+          !meta.contains("deletionTimestamp")) {
+        const nlohmann::json report =
+            nlohmann::json::parse(Text(terminated, "message"), nullptr, false);
+        if (Text(report, supervisor::kReportStateKey) == supervisor::kReportStalled) {
+          pod.stall_finished = finished;
+          std::optional<int64_t> step;
+          if (report.contains(supervisor::kReportStepKey) &&
+              report[supervisor::kReportStepKey].is_number_integer()) {
+            step = report[supervisor::kReportStepKey].get<int64_t>();
+          }
+          StallReported(uid, pod, {pod.name, pod.node, finished, step});
+        }
       }
     }
 
@@ -436,7 +516,12 @@ class Checker {
   }
 
   void ApplyJob(const Event& event, const nlohmann::json& meta) {
-    if (event.type == "DELETED") return;
+    if (event.type == "DELETED") {
+      // Gone: its stall binds no one any more.
+      auto it = stall_jobs_.find(Text(meta, "name"));
+      if (it != stall_jobs_.end() && it->second.uid == Text(meta, "uid")) stall_jobs_.erase(it);
+      return;
+    }
     const nlohmann::json spec = event.object.value("spec", nlohmann::json::object());
     const nlohmann::json status = event.object.value("status", nlohmann::json::object());
     // maxJobRetries as the operator reads it: the spec's, else the annotation's, else 0.
@@ -452,6 +537,7 @@ class Checker {
       }
     }
     CheckAttribution(event, meta, ft, status);
+    ApplyJobStalls(meta, spec, ft, status);
     ++checks_["retries"];
     const int retries = status.value("jobRetries", 0);
     if (retries > max_retries) {
@@ -510,7 +596,190 @@ class Checker {
     }
   }
 
+  // The latest time any object of the history carried so far.
+  void AdvanceClock(const nlohmann::json& object) {
+    const auto see = [this](const std::string& text) {
+      const double at = ParseUtcSeconds(text);
+      if (at > clock_) clock_ = at;
+    };
+    const nlohmann::json meta = Member(object, "metadata");
+    see(Text(meta, "creationTimestamp"));
+    const nlohmann::json managed = meta.value("managedFields", nlohmann::json());
+    for (const auto& m : managed.is_array() ? managed : nlohmann::json::array()) {
+      see(Text(m, "time"));
+    }
+    const nlohmann::json status = Member(object, "status");
+    const nlohmann::json conditions = status.value("conditions", nlohmann::json());
+    for (const auto& c : conditions.is_array() ? conditions : nlohmann::json::array()) {
+      see(Text(c, "lastTransitionTime"));
+      see(Text(c, "lastHeartbeatTime"));
+    }
+    const nlohmann::json containers = status.value("containerStatuses", nlohmann::json());
+    for (const auto& c : containers.is_array() ? containers : nlohmann::json::array()) {
+      const nlohmann::json state = Member(c, "state");
+      see(Text(Member(state, "running"), "startedAt"));
+      see(Text(Member(state, "terminated"), "startedAt"));
+      see(Text(Member(state, "terminated"), "finishedAt"));
+    }
+    see(Text(Member(status, "progress"), "stallsActedUntil"));
+  }
+
+  static std::string DescribeStall(const std::string& name, const StallJob& job) {
+    std::string pods;
+    for (const StallReport& r : job.reports) {
+      pods += (pods.empty() ? "" : ", ") + r.pod + (r.node.empty() ? "" : " on " + r.node) +
+              " at " + FormatUtcSeconds(r.finished) +
+              (r.step ? " (step " + std::to_string(*r.step) + ")" : " (no step)");
+    }
+    return "job " + name + " (uid " + job.uid + ", attempt " + std::to_string(job.attempt) +
+           ") stalled: " + pods;
+  }
+
+  void StallReported(const std::string& uid, const Pod& pod, const StallReport& report) {
+    auto it = stall_jobs_.find(pod.job);
+    if (it == stall_jobs_.end()) return;
+    StallJob& job = it->second;
+    const int64_t attempt =
+        !pod.attempt.empty() && pod.attempt.find_first_not_of("0123456789") == std::string::npos
+            ? std::stoll(pod.attempt)
+            : 0;
+    // Not the operator's to answer: no stall detection, the job over, a pod of an attempt
+    // already left behind, or a stall the operator acted on already.
+    if (!job.watched || job.over || attempt < job.attempt ||
+        (job.acted_until >= 0 && report.finished <= job.acted_until)) {
+      return;
+    }
+    if (!job.open) {
+      job.open = true;
+      job.late_reported = false;
+      job.first = report.finished;
+      job.reports.clear();
+      job.step.reset();
+    }
+    job.first = std::min(job.first, report.finished);
+    if (report.step && (!job.step || *report.step > *job.step)) job.step = report.step;
+    job.pending[uid] = report;
+    job.reports.push_back(report);
+  }
+
+  // A pod deleted, or being deleted: its report no longer shows. When no report of the open
+  // stall shows any more and the operator counted nothing, the stall is left out.
+  void StallPodGone(const std::string& job_name, const std::string& uid) {
+    auto it = stall_jobs_.find(job_name);
+    if (it == stall_jobs_.end() || !it->second.open) return;
+    StallJob& job = it->second;
+    if (job.pending.erase(uid) > 0 && job.pending.empty()) job.open = false;
+  }
+
+  void ApplyJobStalls(const nlohmann::json& meta, const nlohmann::json& spec,
+                      const nlohmann::json& ft, const nlohmann::json& status) {
+    const std::string name = Text(meta, "name");
+    StallJob& job = stall_jobs_[name];
+    if (job.uid != Text(meta, "uid")) {
+      job = StallJob();
+      job.uid = Text(meta, "uid");
+    }
+    const nlohmann::json progress = Member(ft, "progress");
+    job.watched = !progress.empty();
+    job.window = ft.contains("faultAttributionSeconds")
+                     ? static_cast<int64_t>(Number(ft, "faultAttributionSeconds"))
+                     : 30;
+    job.max_stalls =
+        progress.contains("maxStalls") ? static_cast<int64_t>(Number(progress, "maxStalls")) : 3;
+    job.acted_until = ParseUtcSeconds(Text(Member(status, "progress"), "stallsActedUntil"));
+    const int64_t attempt = static_cast<int64_t>(Number(status, "attempt"));
+    const int64_t stalls = static_cast<int64_t>(Number(status, "stalls"));
+    const int64_t generation =
+        static_cast<int64_t>(Number(Member(status, "inPlace"), "generation"));
+    const std::string phase = Text(status, "phase");
+    bool failed_stalled = false;
+    const nlohmann::json conditions = status.value("conditions", nlohmann::json());
+    for (const auto& c : conditions.is_array() ? conditions : nlohmann::json::array()) {
+      failed_stalled =
+          failed_stalled || (Text(c, "type") == "Failed" && Text(c, "reason") == "Stalled");
+    }
+    failed_stalled = failed_stalled && phase == "Failed";
+    const bool counted = stalls > job.stalls;
+    const bool answered = counted || attempt > job.attempt || generation > job.generation ||
+                          phase == "Succeeded" || phase == "Failed" || spec.value("suspend", false);
+    if (counted) {
+      // In a row, as the operator counts: unless the furthest step got past the last stall's.
+      const bool progressed =
+          job.in_a_row == 0 ||
+          (job.step && (!job.stalled_at_step || *job.step > *job.stalled_at_step));
+      job.in_a_row = progressed ? 1 : job.in_a_row + 1;
+      job.stalled_at_step = job.step;
+      CheckStallHardware(name, job);
+    }
+    if (failed_stalled && !job.failure_checked) {
+      job.failure_checked = true;
+      ++checks_["stall-fail-early"];
+      if (job.in_a_row < job.max_stalls) {
+        Report("stall-fail-early",
+               "job " + name + " (uid " + job.uid + ") failed with reason Stalled after " +
+                   std::to_string(job.in_a_row) + " stalls in a row (status.stalls " +
+                   std::to_string(stalls) + "), maxStalls " + std::to_string(job.max_stalls));
+      }
+    }
+    if (job.open && answered) {
+      ++checks_["stall-answered"];
+      const double deadline = job.first + static_cast<double>(job.window) + kStallSlackSeconds;
+      if (clock_ > deadline && !job.late_reported) {
+        Report("stall-answered", DescribeStall(name, job) + "; acted on only at " +
+                                     FormatUtcSeconds(clock_) + ", past " +
+                                     FormatUtcSeconds(deadline) + " (faultAttributionSeconds " +
+                                     std::to_string(job.window) + " + " +
+                                     std::to_string(static_cast<int>(kStallSlackSeconds)) + " s)");
+      }
+      job.open = false;
+      job.pending.clear();
+    }
+    job.stalls = stalls;
+    job.attempt = attempt;
+    job.generation = generation;
+    job.over = phase == "Succeeded" || phase == "Failed" || spec.value("suspend", false);
+  }
+
+  // A counted stall while a node of a stalled worker shows a hardware fault the operator had to
+  // see: since 2 s before both the end of the window and this decision.
+  void CheckStallHardware(const std::string& name, const StallJob& job) {
+    if (!job.open) return;
+    ++checks_["stall-hardware"];
+    const double end = std::min(job.first + static_cast<double>(job.window), clock_);
+    for (const StallReport& r : job.reports) {
+      auto node = nodes_.find(r.node);
+      if (node == nodes_.end() || node->second.faulty_since < 0) continue;
+      if (node->second.faulty_since <= end - 2) {
+        Report("stall-hardware", DescribeStall(name, job) +
+                                     "; counted as a stall (restart or "
+                                     "Failed/Stalled) while node " +
+                                     r.node + " showed a hardware fault since " +
+                                     FormatUtcSeconds(node->second.faulty_since) + ", within the " +
+                                     std::to_string(job.window) + " s attribution window");
+        return;
+      }
+    }
+  }
+
+  // Every open stall past its deadline is reported, once.
+  void SweepStalls() {
+    for (auto& [name, job] : stall_jobs_) {
+      if (!job.open || job.late_reported || job.pending.empty()) continue;
+      const double deadline = job.first + static_cast<double>(job.window) + kStallSlackSeconds;
+      if (clock_ <= deadline) continue;
+      ++checks_["stall-answered"];
+      job.late_reported = true;
+      Report("stall-answered", DescribeStall(name, job) + "; not acted on by " +
+                                   FormatUtcSeconds(deadline) + " (faultAttributionSeconds " +
+                                   std::to_string(job.window) + " + " +
+                                   std::to_string(static_cast<int>(kStallSlackSeconds)) +
+                                   " s), the history shows " + FormatUtcSeconds(clock_));
+    }
+  }
+
   Limits limits_;
+  double clock_ = -1;                              // see AdvanceClock
+  std::map<std::string, StallJob> stall_jobs_;     // by name
   std::set<std::string> failed_jobs_;              // uids of jobs checked by CheckAttribution
   std::map<std::string, uint64_t> last_revision_;  // by uid
   std::map<std::string, Pod> pods_;                // by uid

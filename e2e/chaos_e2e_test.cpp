@@ -18,6 +18,16 @@
 // on their ServiceAccount: real 429s with Retry-After). A step comes every 0.7 s on average, so
 // faults overlap: a re-issue takes seconds.
 //
+// Hangs: a third of the KWOK jobs watch their progress (spec.faultTolerance.progress, stallSeconds
+// 5-10, maxStalls 2). About every 8 s a running one of them hangs: stallSeconds later the driver
+// plays what each worker's tpujob-supervise would do, the container ends with the stall code and
+// the stalled report (supervisor_sim.h), unless the pods were replaced meanwhile. A quarter of
+// the hangs come with a hardware fault: right after the reports, the node of one worker shows
+// TPUUnhealthy, within the job's attribution window (the hardware case must win). Half of them
+// pick a job that hung before, if one runs, and hang at the same step: no progress in between,
+// so maxStalls in a row (Failed, reason Stalled) comes up. A quarter have one worker a step
+// behind the others: the sole suspect, whose node is cordoned when it is that twice in a row.
+//
 // On a cluster with a real node (`e2e/cluster up --real-node`; `make chaos` starts one) the
 // node takes part: a fifth of the jobs run one worker of the test workload there as a real
 // process (10-30 s of steps per run, then an exit planned in the job: success, retryable or
@@ -39,8 +49,10 @@
 // uncordons after 10 healthy seconds). Then every job is deleted and nothing may be left.
 // Over the whole run, the recorded watch streams of pods, nodes and TPUJobs are replayed
 // through the checker: no duplicate worker, no two attempts alive, no placement on a node
-// cordoned for a fault, jobRetries within bounds, cordon cap, rate and breaker. Both operators'
-// peak RSS must stay under 256 MiB. A failure names the seed, the invariant and the objects.
+// cordoned for a fault, jobRetries within bounds, cordon cap, rate and breaker, every stall
+// acted on in time, Failed/Stalled only after maxStalls in a row, the hardware case winning over
+// a stall. Both operators' peak RSS must stay under 256 MiB. A failure names the seed, the
+// invariant and the objects.
 
 #include <gtest/gtest.h>
 
@@ -67,6 +79,8 @@
 #include "e2e_env.h"
 #include "operator_env.h"
 #include "real_node_env.h"
+#include "supervisor/protocol.h"
+#include "supervisor_sim.h"
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
@@ -111,6 +125,10 @@ std::string ChaosJobYaml(const std::string& name, const std::string& accelerator
   const bool deadline = (choice >> 24) % 6 == 0;
   const bool ttl = (choice >> 28) % 3 == 0;
   const bool suspended = (choice >> 32) % 10 == 0;
+  // A third of the KWOK jobs watch their progress: a hang is reported 5-10 s after it starts,
+  // and two in a row without progress fail the job.
+  const bool progress = real == nullptr && (choice >> 52) % 3 == 0;
+  const int stall_seconds = 5 + static_cast<int>((choice >> 54) % 6);
   std::ostringstream y;
   y << "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " << name
     << "\nspec:\n  priority: " << priority
@@ -125,6 +143,10 @@ std::string ChaosJobYaml(const std::string& name, const std::string& accelerator
   y << "  faultTolerance:\n    maxJobRetries: " << retries
     << "\n    faultAttributionSeconds: 3\n    maintenanceGracePeriodSeconds: 2\n";
   if (preflight) y << "    preflight: {enabled: true, checks: [accelerator]}\n";
+  if (progress) {
+    y << "    progress: {logPattern: 'step (\\d+)', stallSeconds: " << stall_seconds
+      << ", maxStalls: 2}\n";
+  }
   y << "  replicaSpecs:\n    Worker:\n      replicas: " << workers
     << "\n      template:\n        spec:\n          containers:\n";
   if (real == nullptr) {
@@ -468,6 +490,79 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     return name.starts_with(prefix + "-") || (!real_node.empty() && name == real_node);
   };
 
+  // Hangs in flight: every worker of `job` stopped making progress; at `due` (stallSeconds
+  // later) each one's supervisor reports the stall, unless the pods were replaced meanwhile (the
+  // programs started again).
+  struct Hang {
+    std::string job;
+    std::map<std::string, std::string> pods;  // name -> uid, when the job hung
+    int64_t step = 0;                         // the last step each worker made
+    int stall_seconds = 0;
+    bool hardware = false;  // one of its nodes shows a hardware fault right after the reports
+    uint64_t choice = 0;
+    Clock::time_point due;
+  };
+  std::vector<Hang> hangs;
+  std::map<std::string, int64_t> hung_at;  // job -> the step its last hang stopped at
+  const auto report_hangs = [&] {
+    for (auto it = hangs.begin(); it != hangs.end();) {
+      if (Clock::now() < it->due) {
+        ++it;
+        continue;
+      }
+      const Hang hang = *it;
+      it = hangs.erase(it);
+      std::map<std::string, std::string> nodes;  // pod -> node, of the pods still the same
+      for (const auto& pod : ListJson("pods -n " + n + " -l tpujob.dev/job-name=" + hang.job)
+                                 .value("items", json::array())) {
+        const std::string name = pod["metadata"].value("name", "");
+        auto same = hang.pods.find(name);
+        if (same != hang.pods.end() && same->second == pod["metadata"].value("uid", "") &&
+            !pod["metadata"].contains("deletionTimestamp") &&
+            pod.value("status", json::object()).value("phase", "") == "Running") {
+          nodes[name] = pod["spec"].value("nodeName", "");
+        }
+      }
+      if (nodes.size() != hang.pods.size()) {
+        ++done["hang/programs-replaced-before-the-report"];
+        continue;
+      }
+      // Every worker stopped at the same moment, so one report for all (a report each would
+      // give them lastProgress times a second apart, naming a suspect by chance). A quarter of
+      // the hangs have one worker a step behind the others: the sole suspect, whose node is
+      // cordoned should it be the suspect of the next stall in a row too.
+      const std::chrono::seconds idle(hang.stall_seconds);
+      const std::string report = StalledReport(0, hang.step, idle).dump();
+      const std::string behind =
+          (hang.choice >> 40) % 4 == 0 && nodes.size() > 1 ? nodes.begin()->first : std::string();
+      const std::string behind_report = StalledReport(0, hang.step - 1, idle).dump();
+      // A pod deleted since the list above (by the operator or a step) takes its report with
+      // it, as on a node.
+      int reported = 0;
+      for (const auto& [pod, node] : nodes) {
+        reported += TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
+                                 pod == behind ? behind_report : report)
+                        .exit_code == 0;
+      }
+      if (reported == 0) {
+        ++done["hang/programs-replaced-before-the-report"];
+        continue;
+      }
+      ++done["hang/reported"];
+      if (!behind.empty()) ++done["hang/one-worker-behind"];
+      if (hang.hardware) {
+        std::vector<std::string> names;
+        for (const auto& [pod, node] : nodes) names.push_back(node);
+        const std::string node = Pick(names, hang.choice >> 24);
+        if (!node.empty() &&
+            SetNodeCondition(node, "TPUUnhealthy", "True", "ChipHang", "chaos: a hung chip")
+                    .exit_code == 0) {
+          ++done["hang/with-a-hardware-fault"];
+        }
+      }
+    }
+  };
+
   const Clock::time_point start = Clock::now();
   double lag_ms = 0;
   for (const chaos::Step& step : schedule) {
@@ -490,6 +585,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       throttled = false;
     }
     register_again(false);
+    report_hangs();
     const std::string kind(chaos::KindName(step.kind));
     bool acted = true;
     switch (step.kind) {
@@ -707,6 +803,59 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         throttled_at = Clock::now();
         break;
       }
+      case Kind::kHang: {
+        // A running job that watches its progress and is not hung already; half of the hangs
+        // pick one that hung before, where there is one, stopped at the same step.
+        const json jobs = ListJson("tpujobs -n " + n);
+        std::vector<std::string> candidates, again;
+        std::map<std::string, int> stall_seconds;
+        for (const auto& job : jobs.value("items", json::array())) {
+          const std::string name = job["metadata"].value("name", "");
+          const json progress =
+              job["spec"].value("faultTolerance", json::object()).value("progress", json());
+          if (!progress.is_object() || job["spec"].value("suspend", false) ||
+              job.value("status", json::object()).value("phase", "") != "Running" ||
+              std::any_of(hangs.begin(), hangs.end(),
+                          [&](const Hang& h) { return h.job == name; })) {
+            continue;
+          }
+          stall_seconds[name] = progress.value("stallSeconds", 600);
+          candidates.push_back(name);
+          if (hung_at.contains(name)) again.push_back(name);
+        }
+        const bool repeat = (step.choice >> 16) % 2 == 0 && !again.empty();
+        const std::string job = Pick(repeat ? again : candidates, step.choice);
+        if (job.empty()) {
+          acted = false;
+          break;
+        }
+        Hang hang;
+        hang.job = job;
+        hang.stall_seconds = stall_seconds[job];
+        hang.hardware = (step.choice >> 8) % 4 == 0;
+        hang.choice = step.choice;
+        for (const auto& pod : ListJson("pods -n " + n + " -l tpujob.dev/job-name=" + job)
+                                   .value("items", json::array())) {
+          if (pod["metadata"].contains("deletionTimestamp") ||
+              pod.value("status", json::object()).value("phase", "") != "Running") {
+            hang.pods.clear();
+            break;
+          }
+          hang.pods[pod["metadata"].value("name", "")] = pod["metadata"].value("uid", "");
+        }
+        if (hang.pods.empty()) {
+          acted = false;
+          break;
+        }
+        // Again: stopped where it stopped before (no progress in between). Else further on.
+        hang.step = repeat ? hung_at[job] : hung_at[job] + 10 + (step.choice >> 32) % 90;
+        hung_at[job] = hang.step;
+        hang.due = Clock::now() + std::chrono::seconds(hang.stall_seconds);
+        if (repeat) ++done["hang/again-at-the-same-step"];
+        if (hang.hardware) ++done["hang/to-come-with-a-hardware-fault"];
+        hangs.push_back(std::move(hang));
+        break;
+      }
       case Kind::kCreateJob: {
         // The mix first; after it, new jobs keep coming while fewer than half of its number are
         // unfinished, so that a long run keeps something to act on to its end.
@@ -732,6 +881,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   }
   // The rest of the mix, should the schedule have drawn fewer creations.
   while (created < total_jobs) create_job(job_choices.Next());
+  // The faults stop: a hang not reported yet ends (its programs go on).
+  done["hang/over-before-its-report"] += static_cast<int>(hangs.size());
+  hangs.clear();
 
   // The faults stop: every node healed, every person's cordon lifted, every job resumed, both
   // replicas running.

@@ -7,9 +7,15 @@
 // starts) and `choice`, a number the driver maps onto what exists at that moment (the n-th
 // running job, the n-th node...). So the same seed replays the same kinds at the same times with
 // the same choices; which object a choice lands on follows from the cluster's state then.
+//
+// Hangs (kHang) come from a stream of their own (another generator, seeded from the same seed),
+// merged into the weighted draw of the other kinds: adding them left every step of the other
+// kinds of a seed where it was, at the same time with the same choice.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <string>
 #include <string_view>
@@ -41,6 +47,9 @@ enum class Kind {
   kBlackhole,            // the proxy in front of one replica silent for 10 s
   kApfThrottle,          // the replicas' ServiceAccount on a priority level that rejects (real
                          // API Priority and Fairness 429s) for 15 s
+  kHang,                 // every worker of a running job with spec.faultTolerance.progress stops
+                         // making progress; stallSeconds later each one's supervisor reports the
+                         // stall (exit 124). Drawn from its own stream (see MakeSchedule)
 };
 
 inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
@@ -64,7 +73,8 @@ inline constexpr Kind kAllKinds[] = {Kind::kHardwareFault,
                                      Kind::kRestartApiServer,
                                      Kind::kRestartEtcd,
                                      Kind::kBlackhole,
-                                     Kind::kApfThrottle};
+                                     Kind::kApfThrottle,
+                                     Kind::kHang};
 
 inline std::string_view KindName(Kind kind) {
   switch (kind) {
@@ -112,13 +122,16 @@ inline std::string_view KindName(Kind kind) {
       return "blackhole";
     case Kind::kApfThrottle:
       return "apf-throttle";
+    case Kind::kHang:
+      return "hang";
   }
   return "?";
 }
 
 // How often each kind is drawn, relative to the others. Faults that heal (conditions cleared,
 // nodes uncordoned) come about as often as the faults themselves, so the cluster neither runs
-// dry nor stays healthy; jobs finish and new ones arrive at about the same rate.
+// dry nor stays healthy; jobs finish and new ones arrive at about the same rate. kHang has none:
+// it is not drawn here but from its own stream.
 inline int Weight(Kind kind) {
   switch (kind) {
     case Kind::kHardwareFault:
@@ -162,6 +175,8 @@ inline int Weight(Kind kind) {
     case Kind::kBlackhole:
     case Kind::kApfThrottle:
       return 1;
+    case Kind::kHang:
+      return 0;
   }
   return 0;
 }
@@ -193,7 +208,11 @@ struct Step {
 
 // Steps over `seconds`, `mean_gap_ms` apart on average (gaps uniform in [0, 2 * mean]), so
 // several faults are usually in flight at once: a re-issue takes seconds, the gap less than one.
-inline std::vector<Step> MakeSchedule(uint64_t seed, int seconds, int mean_gap_ms = 700) {
+// Hangs come `mean_hang_gap_ms` apart on average (0: none), from a generator of their own, so
+// that the other kinds' steps of a seed do not depend on them; at the same time, a hang comes
+// after the other step.
+inline std::vector<Step> MakeSchedule(uint64_t seed, int seconds, int mean_gap_ms = 700,
+                                      int mean_hang_gap_ms = 8000) {
   SplitMix64 rng(seed);
   int total_weight = 0;
   for (Kind kind : kAllKinds) total_weight += Weight(kind);
@@ -213,7 +232,19 @@ inline std::vector<Step> MakeSchedule(uint64_t seed, int seconds, int mean_gap_m
     }
     steps.push_back({at, kind, rng.Next()});
   }
-  return steps;
+  if (mean_hang_gap_ms <= 0) return steps;
+  SplitMix64 hang_rng(seed ^ 0x68616e67ULL);  // "hang"
+  std::vector<Step> hangs;
+  for (int64_t at = 0;;) {
+    at += static_cast<int64_t>(hang_rng.Below(2 * static_cast<uint64_t>(mean_hang_gap_ms) + 1));
+    if (at >= end_ms) break;
+    hangs.push_back({at, Kind::kHang, hang_rng.Next()});
+  }
+  std::vector<Step> merged;
+  merged.reserve(steps.size() + hangs.size());
+  std::merge(steps.begin(), steps.end(), hangs.begin(), hangs.end(), std::back_inserter(merged),
+             [](const Step& a, const Step& b) { return a.at_ms < b.at_ms; });
+  return merged;
 }
 
 // How many steps of each kind, by name (for the report).

@@ -517,6 +517,186 @@ TEST(ChaosChecker, FinalStateStuckJobsGoodputAndFaultRecords) {
   EXPECT_EQ(FinalJobProblems({{"items", {queued}}}), "");
 }
 
+// --- Stalls (stall-answered, stall-fail-early, stall-hardware) ---
+
+constexpr char kT0[] = "2026-12-05T10:00:00Z";
+
+// "2026-12-05T10:00:00Z" + `seconds`.
+std::string At(int seconds) { return FormatUtcSeconds(ParseUtcSeconds(kT0) + seconds); }
+
+// A job that watches its progress (maxStalls 2, faultAttributionSeconds 3), as the operator
+// last wrote its status.
+json StallJob(const std::string& name, int attempt, int stalls,
+              const std::string& phase = "Running", const std::string& failed_reason = "",
+              const std::string& acted_until = "") {
+  json job = {
+      {"metadata", {{"name", name}, {"uid", "uid-" + name}}},
+      {"spec",
+       {{"faultTolerance",
+         {{"maxJobRetries", 3},
+          {"faultAttributionSeconds", 3},
+          {"progress", {{"logPattern", "step (\\d+)"}, {"stallSeconds", 5}, {"maxStalls", 2}}}}}}},
+      {"status", {{"phase", phase}, {"attempt", attempt}}}};
+  if (stalls > 0) job["status"]["stalls"] = stalls;
+  if (!acted_until.empty()) job["status"]["progress"] = {{"stallsActedUntil", acted_until}};
+  if (!failed_reason.empty()) {
+    job["status"]["conditions"] = {
+        {{"type", "Failed"}, {"status", "True"}, {"reason", failed_reason}}};
+  }
+  return job;
+}
+
+// Worker `index` of `job`: its container ended with the stall code and the supervisor's report.
+json StalledPod(const std::string& uid, const std::string& job, int index, int attempt,
+                const std::string& node, const std::string& finished, int64_t step) {
+  json pod =
+      Pod(job + "-worker-" + std::to_string(index), uid, job, index, attempt, node, "Failed");
+  const json report = {{"state", "stalled"}, {"generation", 0},    {"exit", 143},
+                       {"idleSeconds", 5},   {"phase", "running"}, {"step", step}};
+  pod["status"]["containerStatuses"] = {{{"name", "trainer"},
+                                         {"state",
+                                          {{"terminated",
+                                            {{"exitCode", 124},
+                                             {"reason", "Error"},
+                                             {"startedAt", kT0},
+                                             {"finishedAt", finished},
+                                             {"message", report.dump()}}}}}}};
+  return pod;
+}
+
+// A node's heartbeat at `time`: the history's clock moves on.
+json Heartbeat(const std::string& time, const std::string& node = "n-clock") {
+  json n = Node(node, false);
+  n["status"]["conditions"] = {{{"type", "Ready"},
+                                {"status", "True"},
+                                {"lastHeartbeatTime", time},
+                                {"lastTransitionTime", kT0}}};
+  return n;
+}
+
+TEST(ChaosChecker, AStallLeftUnansweredPastItsBoundIsReported) {
+  const auto violations =
+      Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+              {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+              {"pods", "MODIFIED", StalledPod("u1", "h", 1, 1, "n2", At(10), 40)},
+              // Within 3 + 45 s of the report: no verdict yet.
+              {"nodes", "MODIFIED", Heartbeat(At(58))},
+              {"tpujobs", "MODIFIED", StallJob("h", 1, 0)},
+              // Past it, the job still Running with nothing counted.
+              {"nodes", "MODIFIED", Heartbeat(At(59))},
+              {"nodes", "MODIFIED", Heartbeat(At(70))}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "stall-answered");
+  EXPECT_NE(violations[0].detail.find("h-worker-1 on n2"), std::string::npos)
+      << violations[0].detail;
+  EXPECT_NE(violations[0].detail.find("not acted on by " + At(58)), std::string::npos)
+      << violations[0].detail;
+}
+
+TEST(ChaosChecker, AStallAnsweredLateIsReported) {
+  const auto violations =
+      Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+              {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+              {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Restarting", "", At(60))}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "stall-answered");
+  EXPECT_NE(violations[0].detail.find("acted on only at " + At(60)), std::string::npos)
+      << violations[0].detail;
+}
+
+TEST(ChaosChecker, AStallActedOnInTimeIsLawfulWhateverTheAction) {
+  const json report = StalledPod("u0", "h", 0, 1, "n1", At(10), 40);
+  // Restarted (counted in status.stalls).
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", report},
+                      {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Restarting", "", At(14))},
+                      {"nodes", "MODIFIED", Heartbeat(At(600))}})
+                  .empty());
+  // Re-issued (the hardware path), or ended another way.
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", report},
+                      {"tpujobs", "MODIFIED", StallJob("h", 2, 0, "Queued")},
+                      {"nodes", "MODIFIED", Heartbeat(At(600))}})
+                  .empty());
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", report},
+                      {"tpujobs", "MODIFIED", StallJob("h", 1, 0, "Failed", "DeadlineExceeded")},
+                      {"nodes", "MODIFIED", Heartbeat(At(600))}})
+                  .empty());
+  // Its pods deleted by someone before a verdict: no report left to act on.
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", report},
+                      {"pods", "DELETED", report},
+                      {"nodes", "MODIFIED", Heartbeat(At(600))}})
+                  .empty());
+  // A report that ended before the last verdict (acted on already), one of an attempt left
+  // behind, and one of a job that does not watch its progress.
+  json unwatched = StallJob("u", 1, 0);
+  unwatched["spec"]["faultTolerance"].erase("progress");
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 2, 1, "Running", "", At(10))},
+                      {"pods", "MODIFIED", report},
+                      {"pods", "MODIFIED", StalledPod("u1", "h", 1, 1, "n2", At(11), 40)},
+                      {"tpujobs", "ADDED", unwatched},
+                      {"pods", "MODIFIED", StalledPod("u2", "u", 0, 1, "n3", At(10), 40)},
+                      {"nodes", "MODIFIED", Heartbeat(At(600))}})
+                  .empty());
+}
+
+TEST(ChaosChecker, FailingWithReasonStalledBeforeMaxStallsInARowIsReported) {
+  // One stall, then Failed/Stalled: maxStalls is 2.
+  const auto early =
+      Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+              {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+              {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Failed", "Stalled", At(14))}});
+  ASSERT_EQ(early.size(), 1u) << Invariants(early);
+  EXPECT_EQ(early[0].invariant, "stall-fail-early");
+  EXPECT_NE(early[0].detail.find("after 1 stalls in a row"), std::string::npos) << early[0].detail;
+  // Two stalls, but the program got further in between: not in a row.
+  const auto progressed =
+      Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+              {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+              {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Restarting", "", At(14))},
+              {"pods", "MODIFIED", StalledPod("u1", "h", 0, 1, "n1", At(30), 90)},
+              {"tpujobs", "MODIFIED", StallJob("h", 1, 2, "Failed", "Stalled", At(34))}});
+  ASSERT_EQ(progressed.size(), 1u) << Invariants(progressed);
+  EXPECT_EQ(progressed[0].invariant, "stall-fail-early");
+  // Two in a row at the same step: lawful.
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+                      {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Restarting", "", At(14))},
+                      {"pods", "MODIFIED", StalledPod("u1", "h", 0, 1, "n1", At(30), 40)},
+                      {"tpujobs", "MODIFIED", StallJob("h", 1, 2, "Failed", "Stalled", At(34))}})
+                  .empty());
+}
+
+TEST(ChaosChecker, AStallCountedWhileAStalledWorkersNodeShowedAFaultIsReported) {
+  json faulty = Node("n1", false);
+  faulty["status"]["conditions"] = {
+      {{"type", "TPUUnhealthy"}, {"status", "True"}, {"lastTransitionTime", At(11)}}};
+  const auto violations =
+      Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+              {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+              {"nodes", "MODIFIED", faulty},
+              {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Restarting", "", At(14))}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "stall-hardware");
+  EXPECT_NE(violations[0].detail.find("node n1"), std::string::npos) << violations[0].detail;
+  // The hardware case won: re-issued, nothing counted as a stall.
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+                      {"nodes", "MODIFIED", faulty},
+                      {"tpujobs", "MODIFIED", StallJob("h", 2, 0, "Queued")}})
+                  .empty());
+  // A fault shown only after the window: the stall's.
+  json late = faulty;
+  late["status"]["conditions"][0]["lastTransitionTime"] = At(20);
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", StallJob("h", 1, 0)},
+                      {"pods", "MODIFIED", StalledPod("u0", "h", 0, 1, "n1", At(10), 40)},
+                      {"nodes", "MODIFIED", late},
+                      {"tpujobs", "MODIFIED", StallJob("h", 1, 1, "Restarting", "", At(21))}})
+                  .empty());
+}
+
 TEST(ChaosSchedule, TheSameSeedGivesTheSameScheduleAndAnotherSeedAnother) {
   const auto a = MakeSchedule(42, 120);
   EXPECT_EQ(a, MakeSchedule(42, 120));
@@ -529,6 +709,27 @@ TEST(ChaosSchedule, TheSameSeedGivesTheSameScheduleAndAnotherSeedAnother) {
   const auto counts = CountByKind(MakeSchedule(42, 600));
   for (Kind kind : kAllKinds) {
     EXPECT_GT(counts.count(std::string(KindName(kind))), 0u) << KindName(kind);
+  }
+}
+
+TEST(ChaosSchedule, HangsComeFromTheirOwnStreamAndLeaveTheOtherStepsOfASeedAlone) {
+  const auto with_hangs = MakeSchedule(42, 120);
+  std::vector<Step> without;
+  int hangs = 0;
+  for (const Step& step : with_hangs) {
+    if (step.kind == Kind::kHang) {
+      ++hangs;
+    } else {
+      without.push_back(step);
+    }
+  }
+  // Every 8 s on average: about 15 in 120 s.
+  EXPECT_GT(hangs, 5);
+  EXPECT_LT(hangs, 30);
+  EXPECT_EQ(without, MakeSchedule(42, 120, 700, 0));
+  for (const Step& step : MakeSchedule(42, 120, 700, 0)) EXPECT_NE(step.kind, Kind::kHang);
+  for (size_t i = 1; i < with_hangs.size(); ++i) {
+    EXPECT_LE(with_hangs[i - 1].at_ms, with_hangs[i].at_ms);
   }
 }
 
