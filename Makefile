@@ -40,6 +40,7 @@ deps:
 
 tools: deps
 	@$(WITH_GO) bash e2e/tools/build.sh >/dev/null
+	@$(WITH_GO) bash e2e/tools/kwok/build.sh >/dev/null
 
 $(BUILD_DIR)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD_DIR) -G Ninja

@@ -56,6 +56,7 @@ set -m
 (
   export TPUJOB_BUILD_ONLY=1
   timed tools-control-plane bash e2e/tools/build.sh >/dev/null &&
+    timed tools-kwok bash e2e/tools/kwok/build.sh >/dev/null &&
     timed tools-kueue bash e2e/tools/kueue/build.sh >/dev/null &&
     timed tools-real-node bash e2e/tools/node/build.sh >/dev/null
 ) >"$log/tools" 2>&1 &
