@@ -1,11 +1,9 @@
 // In-place restart beside pod recreation: a program's exit -> every program of the next
 // generation running. KWOK runs no container, so the kubelet and the pods' supervisors are
-// played here: a pod told a newer generation has its container restarted to the barrier, its
-// program running once the barrier reaches it.
+// played here (played_supervisors.h).
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -21,20 +19,14 @@
 #include "fixtures.h"
 #include "follower.h"
 #include "operator_writes.h"
+#include "played_supervisors.h"
 #include "scenarios.h"
 
 namespace tpujob::bench {
 namespace {
 
 // What the pod watch of InPlaceBench saw of one pod.
-struct RestartedPod : PodLife {
-  std::string name;
-  int generation = 0, barrier = 0;  // its annotations
-  int running = 0;                  // the generation its program runs, as played here
-  int restarts = 0;
-  bool pending = false;  // a container restart is being written
-  std::optional<std::chrono::steady_clock::time_point> barrier_at;
-};
+struct RestartedPod : PodLife, PlayedProgram {};
 
 }  // namespace
 
@@ -48,27 +40,12 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
     DeleteFaultNodes(*client, prefix, workers);
     return 1;
   }
-  const auto annotation = [](const Json& object, const char* key) {
-    const std::string text =
-        object.value(Json::json_pointer("/metadata/annotations/" + std::string(key)), "0");
-    return std::atoi(text.c_str());
-  };
-  PodWatch<RestartedPod> pod_watch(*client, ns,
-                                   [&](RestartedPod& pod, const Json& object, bool first,
-                                       std::chrono::steady_clock::time_point at) {
-                                     if (first)
-                                       pod.name = object.value("/metadata/name"_json_pointer, "");
-                                     pod.generation = annotation(object, "tpujob.dev~1generation");
-                                     const int barrier = annotation(object, "tpujob.dev~1barrier");
-                                     if (barrier != pod.barrier) pod.barrier_at = at;
-                                     pod.barrier = barrier;
-                                   });
+  PodWatch<RestartedPod> pod_watch(*client, ns, ObservePlayedProgram);
   if (!pod_watch.Start()) {
     DeleteFaultNodes(*client, prefix, workers);
     return 1;
   }
   std::mutex& mu = pod_watch.mu;
-  std::condition_variable& changed = pod_watch.changed;
   auto& pods = pod_watch.pods;
   const auto await = [&](const std::function<bool()>& done, int seconds) {
     return pod_watch.Await(done, seconds);
@@ -88,16 +65,9 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
         ->Patch(Resource::Pods(), ns, name, tpujob::kube::PatchType::kStrategicMerge, patch, status)
         .has_value();
   };
-  // The kubelet's record of a container restart: the run before ended with `code` and the
-  // supervisor's `report`, the new one runs (its supervisor at the barrier).
   const auto restart_container = [&](const std::string& name, int restarts, int code,
                                      const Json& report) {
-    const std::string now = tpujob::cache::FormatRfc3339(std::chrono::system_clock::now());
-    return patch_status(
-        name, {{"status",
-                {{"containerStatuses",
-                  Json::array({fixtures::RestartedContainerStatus(
-                      "trainer", "trainer:latest", restarts, code, report.dump(), now)})}}}});
+    return RestartPlayedContainer(*client, ns, name, restarts, code, report);
   };
   const auto exit_recreated = [&](const std::string& name) {
     const std::string now = tpujob::cache::FormatRfc3339(std::chrono::system_clock::now());
@@ -110,43 +80,9 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
                   Json::array({fixtures::ContainerStatus("trainer", {{"terminated", terminated}},
                                                          "trainer:latest")})}}}});
   };
-  // The supervisors: every pod told a generation above the one its program runs stops it (its
-  // container restarts), until every program runs `generation`, 16 kubelets at a time.
+  // The supervisors, until every program runs `generation`.
   const auto supervise = [&](const std::string& job, int generation, int seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::vector<std::pair<std::string, int>> stop;  // name, restarts
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        const auto ready = [&] {
-          int done = 0;
-          stop.clear();
-          for (RestartedPod* pod : live(job)) {
-            const int running = pod->barrier > pod->running ? pod->barrier : 0;
-            if (running >= generation) ++done;
-            if (running > 0 && pod->generation > running && !pod->pending) {
-              pod->pending = true;
-              stop.emplace_back(pod->name, ++pod->restarts);
-              pod->running = running;
-            }
-          }
-          return done == workers || !stop.empty();
-        };
-        if (!changed.wait_until(lock, deadline, ready)) return false;
-        if (stop.empty()) return true;
-      }
-      Parallel(static_cast<int>(stop.size()), 16, [&](int i) {
-        const bool ok =
-            restart_container(stop[i].first, stop[i].second, 143,
-                              {{"state", "stopped"}, {"generation", generation - 1}, {"exit", 0}});
-        std::lock_guard<std::mutex> lock(mu);
-        for (RestartedPod* pod : live(job)) {
-          if (pod->name == stop[i].first) pod->pending = false;
-        }
-        return ok;
-      });
-    }
-    return false;
+    return SuperviseUntil(*client, ns, pod_watch, job, generation, workers, seconds);
   };
   const auto make_job = [&](const std::string& name, const std::string& restart) {
     return fixtures::TPUJobManifest({.name = name,

@@ -31,7 +31,7 @@
 //     TPUJob (termination grace 0) until Running, writes TPUUnhealthy=True on worker 0's node and
 //     times until the job's attempt 2 has all W pods created and all Running; p50/p90/p99/max.
 //   tpujob-bench slice-recovery --kubeconfig K --namespace NS --slices S --hosts H --runs R
-//       --metrics-url URL [--hot-swap-runs N] [--grace G]
+//       --metrics-url URL [--hot-swap-runs N] [--grace G] [--restart InPlace]
 //     creates S + 1 node pools of H fake TPU nodes (4 chips each), then R times each, recovery
 //     Slice and recovery Job interleaved: runs a TPUJob of S slices x H hosts (grace G) until
 //     Running, writes TPUUnhealthy=True on a node of slice 1 and times, through a pod watch,
@@ -39,7 +39,9 @@
 //     created); counts the operator's API writes over the recovery from its /metrics at URL and
 //     the new pods the scheduler placed; then deletes the job and heals the node. N more faults
 //     with the spare pool held by a 1-slice job of lower priority (hot swap: the replaced slice
-//     preempts it). Prints medians and the ratios Slice/Job.
+//     preempts it). Prints medians and the ratios Slice/Job. With --restart InPlace the recovery
+//     Slice jobs restart in place: the kept slices' pods stay, timed until every program of the
+//     next generation runs (their supervisors played, as in `in-place`).
 //   tpujob-bench in-place --kubeconfig K --namespace NS --workers W --runs R --metrics-url URL
 //     creates W fake TPU nodes, then R times each, restart InPlace and Recreate interleaved:
 //     runs a W-worker TPUJob (grace 0) until Running, then a program exit, and times until every
@@ -100,6 +102,7 @@ struct Flags {
   int reissue_workers = 64, reissue_runs = 5;
   int in_place_workers = 64, in_place_runs = 3;
   int slice_count = 4, slice_hosts = 16, slice_runs = 3, hot_swap_runs = 0, slice_grace = 0;
+  std::string slice_restart = "Recreate";
   // admission, preemption, cache-memory
   int admission_nodes = 5000, admission_jobs = 1000, runs = 21;
   unsigned seed = 1;
@@ -251,6 +254,12 @@ void SliceRecoveryFlags(CLI::App& cmd, Flags& f) {
   cmd.add_option("--grace", f.slice_grace, "The pods' grace period, seconds.")
       ->check(CLI::Range(0, 300))
       ->capture_default_str();
+  cmd.add_option("--restart", f.slice_restart,
+                 "spec.faultTolerance.restart of the recovery Slice jobs: InPlace keeps the kept "
+                 "slices' pods and times until every program of the next generation runs (the "
+                 "supervisors played here); recovery Job recreates every pod either way.")
+      ->check(CLI::IsMember({"Recreate", "InPlace"}))
+      ->capture_default_str();
   MetricsUrl(cmd, f);
 }
 
@@ -327,7 +336,7 @@ constexpr Subcommand kSubcommands[] = {
      [](Flags& f) {
        return SliceRecovery(f.kubeconfig, f.ns, f.prefix, f.slice_count, f.slice_hosts,
                             f.slice_runs, f.hot_swap_runs, f.slice_grace, f.metrics_url,
-                            f.condition);
+                            f.condition, f.slice_restart == "InPlace");
      }},
     {"admission", "Time the queue's admission plan on a random in-memory cluster (no cluster).",
      InMemory,

@@ -49,7 +49,7 @@ int InPlaceBench(const std::string& kubeconfig, const std::string& ns, const std
 // recovery Job, and hot swap.
 int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
                   int slices, int hosts, int runs, int hot_swap_runs, int grace,
-                  const std::string& metrics_url, const std::string& condition);
+                  const std::string& metrics_url, const std::string& condition, bool in_place);
 
 // admission.cpp, preemption.cpp: the queue's planning on a random cluster in memory.
 int AdmissionBench(int node_count, int job_count, int runs, unsigned seed);

@@ -1,6 +1,6 @@
 // Slice recovery beside whole-job re-issue, and hot swap: a fault on a node of one slice of a
-// multislice TPUJob -> the next attempt all Running, with the operator's API writes over the
-// recovery.
+// multislice TPUJob -> the next attempt all Running (or, restarted in place, every program of the
+// next generation running), with the operator's API writes over the recovery.
 
 #include <algorithm>
 #include <chrono>
@@ -21,13 +21,14 @@
 #include "fixtures.h"
 #include "follower.h"
 #include "operator_writes.h"
+#include "played_supervisors.h"
 #include "scenarios.h"
 
 namespace tpujob::bench {
 namespace {
 
 // What the pod watch of SliceRecovery saw of one pod.
-struct WatchedPod : PodLife {
+struct WatchedPod : PodLife, PlayedProgram {
   std::string attempt, node;
   bool placed_by_scheduler = false;  // created without spec.nodeName
 };
@@ -40,15 +41,13 @@ struct WatchedPod : PodLife {
 // through a pod watch until every pod of attempt 2 is Running, with the operator's API writes
 // from its /metrics over the recovery. With `hot_swap_runs`, the spare pool is then held by a
 // 1-slice job of priority 1 while the job (priority 100) runs: the replaced slice must preempt it.
-//
-// KWOK (v0.7) sometimes deletes a pod of the new attempt right after its creation: the previous
-// attempt's pod of the same name on the same node (slice recovery binds the kept slices' pods
-// there at once) had its deletion played by KWOK, and the new one gets it too; the operator
-// creates it again, at times over and over for seconds. No kubelet does that, so the summary
-// gives the medians over the runs without such re-creations as well.
+// With `in_place`, the recovery Slice jobs restart in place (spec.faultTolerance.restart
+// InPlace: the kept slices' pods stay, their programs restart behind the barrier; the pods'
+// supervisors are played here, played_supervisors.h) and are timed until every program of the
+// next generation runs; the recovery Job ones are as without it (the whole job created again).
 int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
                   int slices, int hosts, int runs, int hot_swap_runs, int grace,
-                  const std::string& metrics_url, const std::string& condition) {
+                  const std::string& metrics_url, const std::string& condition, bool in_place) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each run's line as it comes
   auto client = Connect(kubeconfig);
   const std::string accelerator = FaultAccelerator(prefix);
@@ -67,7 +66,8 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
 
   PodWatch<WatchedPod> pod_watch(
       *client, ns,
-      [](WatchedPod& pod, const Json& object, bool first, std::chrono::steady_clock::time_point) {
+      [](WatchedPod& pod, const Json& object, bool first, std::chrono::steady_clock::time_point at) {
+        ObservePlayedProgram(pod, object, first, at);
         if (first) {
           pod.attempt = object.value("/metadata/labels/tpujob.dev~1attempt"_json_pointer, "");
           pod.placed_by_scheduler = object.value("/spec/nodeName"_json_pointer, "").empty();
@@ -92,14 +92,17 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     }
     return n;
   };
-  // The latest of `when` over the pods of `job` and `attempt` (with `alive`, over those not
-  // deleted since: a pod KWOK deleted again does not count).
+  // The latest of `when` over the pods of `job` and `attempt` (any, when empty; with `alive`,
+  // over those not deleted since).
   const auto latest = [&](const std::string& job, const std::string& attempt,
                           std::optional<std::chrono::steady_clock::time_point> WatchedPod::*when,
                           bool alive) {
     std::chrono::steady_clock::time_point last{};
     for (const auto& [uid, pod] : pods) {
-      if (pod.job != job || pod.attempt != attempt || !(pod.*when) || (alive && pod.gone)) continue;
+      if (pod.job != job || (!attempt.empty() && pod.attempt != attempt) || !(pod.*when) ||
+          (alive && pod.gone)) {
+        continue;
+      }
       last = std::max(last, *(pod.*when));
     }
     return last;
@@ -108,18 +111,34 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     auto got = client->Get(Resource::Pods(), ns, pod_name);
     return got ? got->value("/spec/nodeName"_json_pointer, "") : std::string();
   };
+  // Restarted in place: recovery Slice with in_place.
+  const auto restarts_in_place = [&](const std::string& recovery) {
+    return in_place && recovery == "Slice";
+  };
   const auto make_job = [&](const std::string& name, int job_slices, const std::string& recovery,
                             int priority) {
+    Json fault_tolerance = {{"maxJobRetries", 3},
+                            {"recovery", recovery},
+                            {"maintenanceGracePeriodSeconds", grace}};
+    Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
+    if (restarts_in_place(recovery)) {
+      fault_tolerance["restart"] = "InPlace";
+      fault_tolerance["maxWorkerRestarts"] = 100;
+      container["command"] = {"python3", "train.py"};
+    }
     return fixtures::TPUJobManifest({.name = name,
                                      .accelerator = accelerator,
                                      .topology = topology,
                                      .workers = hosts,
                                      .slices = job_slices,
                                      .priority = priority,
-                                     .fault_tolerance = {{"maxJobRetries", 3},
-                                                         {"recovery", recovery},
-                                                         {"maintenanceGracePeriodSeconds", grace}},
-                                     .grace = grace});
+                                     .fault_tolerance = fault_tolerance,
+                                     .grace = grace,
+                                     .container = container});
+  };
+  const auto barrier_open = [&](const std::string& name) {
+    auto job = client->Get(Resource::TPUJobs(), ns, name);
+    return job && job->value("/status/inPlace/barrier"_json_pointer, "") == "Open";
   };
   // Creates the job and waits until its `want` pods of attempt 1 run.
   const auto start_job = [&](const Json& job, int want) {
@@ -130,6 +149,12 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     }
     if (!await([&] { return count(name, "1", true) == want; }, 300)) {
       std::fprintf(stderr, "error: %s never had %d pods Running\n", name.c_str(), want);
+      return false;
+    }
+    // In place, the programs of the first generation start once the barrier opens.
+    if (job.value("/spec/faultTolerance/restart"_json_pointer, "") == "InPlace" &&
+        !WaitFor([&] { return barrier_open(name); }, 120, std::chrono::milliseconds(100))) {
+      std::fprintf(stderr, "error: %s: the barrier never opened\n", name.c_str());
       return false;
     }
     return true;
@@ -144,12 +169,14 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
   };
   // The operator's writes once they have settled (two reads 500 ms apart agree; at most 20 s),
   // after the job reports attempt 2 Running with no slice recovery pending.
-  const auto settled_writes = [&](const std::string& name) {
+  const auto settled_writes = [&](const std::string& name, bool restarted_in_place) {
     return SettledWrites(metrics_url, [&] {
       auto job = client->Get(Resource::TPUJobs(), ns, name);
       return job && job->value("/status/phase"_json_pointer, "") == "Running" &&
              job->value("/status/attempt"_json_pointer, 0) == 2 &&
-             !job->contains("/status/sliceRecovery"_json_pointer);
+             !job->contains("/status/sliceRecovery"_json_pointer) &&
+             (!restarted_in_place ||
+              job->value("/status/inPlace/barrier"_json_pointer, "") == "Open");
     });
   };
   // One fault on a node of slice 1 of the running job `name`, measured; then the job (and
@@ -157,8 +184,8 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
   // Nodes faulted so far: each fault goes to a node of its own, so that no fault meets what an
   // earlier one left on its node (the operator's annotations, its memory of the cordon).
   std::set<std::string> faulted;
-  const auto recover = [&](const std::string& name,
-                           const std::string& victim) -> std::optional<RecoveryRun> {
+  const auto recover = [&](const std::string& name, const std::string& victim,
+                           bool restarted_in_place) -> std::optional<RecoveryRun> {
     std::string node;
     for (int host = 0; host < hosts && (node.empty() || faulted.contains(node)); ++host) {
       node = node_of(name + "-worker-1-" + std::to_string(host));
@@ -174,16 +201,22 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     std::optional<RecoveryRun> run;
     if (auto written = WriteNodeFault(*client, node, condition); !written) {
       std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
-    } else if (!await([&] { return count(name, "2", true) == pods_per_job; }, 300)) {
-      std::fprintf(stderr, "error: %s: attempt 2 never had %d pods Running\n", name.c_str(),
-                   pods_per_job);
+    } else if (restarted_in_place
+                   ? !SuperviseUntil(*client, ns, pod_watch, name, 2, pods_per_job, 300)
+                   : !await([&] { return count(name, "2", true) == pods_per_job; }, 300)) {
+      std::fprintf(stderr, "error: %s: %s\n", name.c_str(),
+                   restarted_in_place ? "the programs of generation 2 never all ran"
+                                      : "attempt 2 never had all its pods Running");
     } else {
-      auto after = settled_writes(name);
+      auto after = settled_writes(name, restarted_in_place);
       run.emplace();
       std::lock_guard<std::mutex> lock(mu);
       run->old_gone_ms = MsBetween(t0, latest(name, "1", &WatchedPod::gone, false));
       run->created_ms = MsBetween(t0, latest(name, "2", &WatchedPod::added, true));
-      run->running_ms = MsBetween(t0, latest(name, "2", &WatchedPod::running_since, true));
+      // In place: the kept slices' pods stay; the last program to run is the last barrier.
+      run->running_ms = restarted_in_place
+                            ? MsBetween(t0, latest(name, "", &WatchedPod::barrier_at, true))
+                            : MsBetween(t0, latest(name, "2", &WatchedPod::running_since, true));
       if (!victim.empty())
         run->victim_gone_ms = MsBetween(t0, latest(victim, "1", &WatchedPod::gone, false));
       for (const auto& [uid, pod] : pods) {
@@ -244,7 +277,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
         remove_job(name);
         break;
       }
-      auto measured = recover(name, "");
+      auto measured = recover(name, "", restarts_in_place(recovery));
       if (!measured) {
         ++failures;
         break;
@@ -263,7 +296,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
       remove_job(victim);
       break;
     }
-    auto measured = recover(name, victim);
+    auto measured = recover(name, victim, restarts_in_place("Slice"));
     if (!measured) {
       ++failures;
       break;
@@ -274,46 +307,39 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
   pod_watch.Stop();
   delete_nodes();
 
-  // Medians over the runs of `key`, or over those without re-created pods only.
-  const auto median = [&](const std::string& key, bool clean_only,
+  // Medians over the runs of `key`.
+  const auto median = [&](const std::string& key,
                           const std::function<double(const RecoveryRun&)>& field) {
     std::vector<double> values;
-    for (const auto& run : results[key]) {
-      if (!clean_only || run.created == pods_per_job) values.push_back(field(run));
-    }
-    return std::make_pair(Median(values), values.size());
+    for (const auto& run : results[key]) values.push_back(field(run));
+    return Median(values);
   };
   const auto running = [](const RecoveryRun& run) { return run.running_ms; };
   const auto writes = [](const RecoveryRun& run) { return run.Writes(); };
   const auto scheduled = [](const RecoveryRun& run) { return run.scheduled; };
-  for (const bool clean_only : {false, true}) {
-    const auto [slice_ms, slice_runs] = median("Slice", clean_only, running);
-    const auto [job_ms, job_runs] = median("Job", clean_only, running);
-    if (slice_runs == 0 || job_runs == 0) continue;
-    const double slice_writes = median("Slice", clean_only, writes).first;
-    const double job_writes = median("Job", clean_only, writes).first;
+  if (!results["Slice"].empty() && !results["Job"].empty()) {
+    const double slice_ms = median("Slice", running), job_ms = median("Job", running);
+    const double slice_writes = median("Slice", writes), job_writes = median("Job", writes);
     std::printf(
-        "slice recovery %dx%d, medians of %zu + %zu runs%s: fault -> all Running: Slice %.0f ms, "
-        "Job %.0f ms, ratio slice/job %.2f; operator API writes: Slice %.0f, Job %.0f, ratio "
-        "%.2f (1/slices = %.2f); pods scheduled: Slice %.0f, Job %.0f\n",
-        slices, hosts, slice_runs, job_runs, clean_only ? " without re-created pods" : "", slice_ms,
+        "slice recovery %dx%d%s, medians of %zu + %zu runs: fault -> %s: Slice %.0f ms, Job %.0f "
+        "ms, ratio slice/job %.2f; operator API writes: Slice %.0f, Job %.0f, ratio %.3f "
+        "(1/slices = %.3f); pods scheduled: Slice %.0f, Job %.0f\n",
+        slices, hosts, in_place ? " in place" : "", results["Slice"].size(),
+        results["Job"].size(),
+        in_place ? "every program running (Slice), all Running (Job)" : "all Running", slice_ms,
         job_ms, slice_ms / job_ms, slice_writes, job_writes, slice_writes / job_writes,
-        1.0 / slices, median("Slice", clean_only, scheduled).first,
-        median("Job", clean_only, scheduled).first);
+        1.0 / slices, median("Slice", scheduled), median("Job", scheduled));
   }
   if (!results["swap"].empty()) {
-    const double swap_ms = median("swap", false, running).first;
-    const double slice_ms = median("Slice", false, running).first;
+    const double swap_ms = median("swap", running);
+    const double slice_ms = median("Slice", running);
     std::printf(
         "hot swap %dx%d, median of %zu runs: fault -> all Running %.0f ms (victim's pods gone "
         "%.0f ms); ratio hot swap/slice recovery with a free pool %.2f\n",
         slices, hosts, results["swap"].size(), swap_ms,
-        median("swap", false, [](const RecoveryRun& run) { return run.victim_gone_ms; }).first,
+        median("swap", [](const RecoveryRun& run) { return run.victim_gone_ms; }),
         slice_ms > 0 ? swap_ms / slice_ms : 0.0);
   }
-  std::printf(
-      "  (pods created beyond the job's count: pods of the new attempt deleted by KWOK (its late "
-      "delete of the previous attempt's pod of the same name) and created again)\n");
   std::printf("  (%.0f s in all)\n", MsSince(bench_start) / 1000);
   return failures == 0 ? 0 : 1;
 }

@@ -10,6 +10,10 @@
 #     medians and the ratios Slice/Job, measured in the same run;
 #   - hot swap: HOT_SWAP_RUNS (3) more faults per size with the spare pool held by a 1-slice job
 #     of priority 1 (the job's is 100): the replaced slice preempts it; fault -> all Running.
+#   - SLICE_RESTART=InPlace: the recovery Slice jobs restart in place (the kept slices' pods stay;
+#     timed until every program of the next generation runs, the pods' supervisors played by
+#     tpujob-bench); recovery Job still creates every pod again (scripts/bench.sh's `largest`
+#     section runs 64 x 64 this way).
 # Usage: bench-slice.sh [BUILD_DIR [KUBECONFIG]]   (make bench-slice)
 # Nothing here asserts a number.
 set -euo pipefail
@@ -20,6 +24,7 @@ dir=${TPUJOB_BENCH_DIR:-/tmp/tpujob-bench-slice}
 sizes=${SLICE_SIZES:-4x16 8x32}
 runs=${SLICE_RUNS:-3}
 hot_swap_runs=${HOT_SWAP_RUNS:-3}
+restart=${SLICE_RESTART:-Recreate}
 operator="$root/$build/tpujob-operator"
 bench="$root/$build/tpujob-bench"
 PATH="$(bash "$root/scripts/install-go.sh"):$PATH"
@@ -64,9 +69,9 @@ for size in $sizes; do
     curl -sf "http://127.0.0.1:$metrics_port/metrics" >/dev/null && break
     sleep 0.1
   done
-  echo "-- $slices slices x $hosts hosts ($((slices * hosts)) pods): recovery Slice beside Job, $runs runs each interleaved; hot swap, $hot_swap_runs runs"
+  echo "-- $slices slices x $hosts hosts ($((slices * hosts)) pods): recovery Slice (restart $restart) beside Job, $runs runs each interleaved; hot swap, $hot_swap_runs runs"
   "$bench" slice-recovery --kubeconfig "$kubeconfig" --namespace "$ns" --prefix "sr$size" \
-    --slices "$slices" --hosts "$hosts" --runs "$runs" --hot-swap-runs "$hot_swap_runs" \
+    --slices "$slices" --hosts "$hosts" --runs "$runs" --hot-swap-runs "$hot_swap_runs" --restart "$restart" \
     --metrics-url "http://127.0.0.1:$metrics_port/metrics" || echo "  (failed: see the error above)"
   kill -TERM "$op_pid"; wait "$op_pid" || true; op_pid=
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true

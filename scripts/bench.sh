@@ -26,6 +26,9 @@
 #     and of 256 workers, a program exit until every program of the next generation runs, restart
 #     InPlace beside Recreate (INPLACE_RUNS, 3, each, interleaved; medians, the ratio, and the
 #     operator's API writes per restart);
+#   - the largest job (LARGEST_RUNS, 3): a TPUJob of 64 slices x 64 hosts (4,096 workers) created
+#     beside the raw ceiling B0 (medians, the ratio), then scripts/bench-slice.sh at 64 x 64 with
+#     restart InPlace: slice recovery in place beside whole-job re-issue (time and API writes);
 #   - caches beside client-go, at three sizes (SCALE_SIZES, nodes:pods, default 500:2000
 #     2000:8000 5000:20000): the RSS of `tpujob-operator run` and of a client-go program with
 #     shared informers for the same Pods and Nodes (bench/peers/informer, built from the Go module
@@ -54,7 +57,7 @@
 #     the same minute: the ratio is the operator's cost per event against client-go's.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
 # cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
-# slice-recovery, supervisor, in-place, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
+# slice-recovery, supervisor, in-place, largest, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
 # scale-faults or idle runs, since the last two are measured with them cached; e.g.
 #   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
@@ -467,6 +470,65 @@ fi
 if section in-place; then
 echo "== in-place restart beside recreating every pod"
 TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-inplace.sh" "$build" "$kubeconfig" ||
+  echo "  (failed: see the error above)"
+echo
+fi
+
+if section largest; then
+largest_runs=${LARGEST_RUNS:-3}
+echo "== the largest job: 64 slices x 64 hosts (4,096 workers), creation beside the raw ceiling and slice recovery in place beside whole-job re-issue, $largest_runs runs each"
+# Creation: 64 node pools of 16 KWOK nodes (16 chips: four 4-chip workers each, tpu-v5-lite 16x16
+# slices of 64 hosts), B0 (a plain client creating the very pods the operator builds, 16 threads,
+# no limit) beside the operator, interleaved; the nodes go afterwards. Then scripts/bench-slice.sh
+# at 64 x 64 with restart InPlace: 65 pools of 64 nodes (4,160), a fault on slice 1.
+# The API server (one process on the same 2 cores as everything else) is the limit: B0 is what
+# it accepts.
+for p in $(seq 0 63); do
+  for i in $(seq 0 15); do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: lg-$p-$i
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice, cloud.google.com/gke-tpu-topology: 16x16, cloud.google.com/gke-nodepool: lg-$p, tpujob.dev/bench: largest}
+status:
+  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
+  allocatable: *r
+EOF
+  done
+done | kubectl create -f - >/dev/null
+kubectl wait --for=condition=Ready node -l tpujob.dev/bench=largest --timeout=300s >/dev/null
+kubectl create namespace largest >/dev/null
+kubectl create namespace largest-plain >/dev/null
+run_operator "$dir/operator-largest.log" --namespace largest
+op_pid=$started_pid
+declare -A largest_times=()
+for run in $(seq 1 "$largest_runs"); do
+  out=$("$bench" plain-gang --kubeconfig "$kubeconfig" --namespace largest-plain --name "lb0-$run" \
+    --workers 64 --slices 64 --topology 16x16) || { echo "  (B0 run $run failed)"; continue; }
+  echo "$out" | head -1
+  largest_times[b0]+="$(sed -nE 's/.*created ([0-9]+) ms.*/\1/p' <<<"$out") "
+  out=$("$bench" gang --kubeconfig "$kubeconfig" --namespace largest --name "lop-$run" \
+    --workers 64 --slices 64 --topology 16x16 --finish) || { echo "  (TPUJob run $run failed)"; continue; }
+  echo "$out" | head -1
+  largest_times[op]+="$(sed -nE 's/.*created ([0-9]+) ms.*/\1/p' <<<"$out") "
+done
+stop_operator
+largest_median() {
+  tr ' ' '\n' <<<"${largest_times[$1]:-}" | grep . | sort -n |
+    awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+b0=$(largest_median b0) op=$(largest_median op)
+if [[ -n $b0 && -n $op ]]; then
+  echo "largest job creation, 64 x 64 = 4096 pods, medians of $largest_runs: B0 $b0 ms, TPUJob $op ms:" \
+    "ratio B0/TPUJob $(awk -v b="$b0" -v o="$op" 'BEGIN { printf "%.2f", b / o }') (goal >= 0.9)"
+fi
+kubectl delete namespace largest largest-plain --wait=false >/dev/null 2>&1 || true
+kubectl delete node -l tpujob.dev/bench=largest --wait=false >/dev/null 2>&1 || true
+SLICE_SIZES=64x64 SLICE_RUNS=$largest_runs HOT_SWAP_RUNS=0 SLICE_RESTART=InPlace \
+  TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-slice.sh" "$build" "$kubeconfig" ||
   echo "  (failed: see the error above)"
 echo
 fi
