@@ -66,7 +66,8 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
 
   PodWatch<WatchedPod> pod_watch(
       *client, ns,
-      [](WatchedPod& pod, const Json& object, bool first, std::chrono::steady_clock::time_point at) {
+      [](WatchedPod& pod, const Json& object, bool first,
+         std::chrono::steady_clock::time_point at) {
         ObservePlayedProgram(pod, object, first, at);
         if (first) {
           pod.attempt = object.value("/metadata/labels/tpujob.dev~1attempt"_json_pointer, "");
@@ -117,9 +118,8 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
   };
   const auto make_job = [&](const std::string& name, int job_slices, const std::string& recovery,
                             int priority) {
-    Json fault_tolerance = {{"maxJobRetries", 3},
-                            {"recovery", recovery},
-                            {"maintenanceGracePeriodSeconds", grace}};
+    Json fault_tolerance = {
+        {"maxJobRetries", 3}, {"recovery", recovery}, {"maintenanceGracePeriodSeconds", grace}};
     Json container = {{"name", "trainer"}, {"image", "trainer:latest"}};
     if (restarts_in_place(recovery)) {
       fault_tolerance["restart"] = "InPlace";
@@ -324,8 +324,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
         "slice recovery %dx%d%s, medians of %zu + %zu runs: fault -> %s: Slice %.0f ms, Job %.0f "
         "ms, ratio slice/job %.2f; operator API writes: Slice %.0f, Job %.0f, ratio %.3f "
         "(1/slices = %.3f); pods scheduled: Slice %.0f, Job %.0f\n",
-        slices, hosts, in_place ? " in place" : "", results["Slice"].size(),
-        results["Job"].size(),
+        slices, hosts, in_place ? " in place" : "", results["Slice"].size(), results["Job"].size(),
         in_place ? "every program running (Slice), all Running (Job)" : "all Running", slice_ms,
         job_ms, slice_ms / job_ms, slice_writes, job_writes, slice_writes / job_writes,
         1.0 / slices, median("Slice", scheduled), median("Job", scheduled));
