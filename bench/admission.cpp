@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <vector>
 
-#include "cache/store.h"
 #include "policy/node_health.h"
 #include "policy/queue.h"
 #include "scenarios.h"
@@ -20,54 +19,14 @@ int AdmissionBench(int node_count, int job_count, int runs, unsigned seed) {
   using tpujob::cache::PodInfo;
   namespace policy = tpujob::policy;
   Random random(seed);
-  const std::vector<SliceKind> kinds = SliceKinds();
-
-  // Node pools of 4-64 nodes, each of one slice kind; ~70% of the chips taken by running
-  // pods, plus finished pods that no longer count; 1% cordoned, 1% NotReady.
-  std::vector<NodeInfo> nodes;
-  std::vector<PodInfo> pods;
-  nodes.reserve(node_count);
-  int64_t chips_total = 0, chips_used = 0;
-  const int pool_count =
-      GeneratePools(random, kinds, node_count, [&](int, const SliceKind& kind, NodeInfo node) {
-        node.unschedulable = random.Chance(0.01);
-        const bool not_ready = random.Chance(0.01);
-        SetReady(node, not_ready ? cache::ConditionStatus::kFalse : cache::ConditionStatus::kTrue);
-        chips_total += kind.chips;
-        // Workers of 4 chips (2 per 8-chip node) or of the whole node.
-        const int64_t pod_chips = kind.chips == 8 && random.Chance(0.5) ? 4 : kind.chips;
-        for (int64_t used = 0; used < kind.chips; used += pod_chips) {
-          const bool running = random.Chance(0.7);
-          if (!running && !random.Chance(0.2)) continue;
-          pods.push_back(TpuPod(node.name + "-pod-" + std::to_string(used), node.name,
-                                running ? cache::PodPhase::kRunning : cache::PodPhase::kSucceeded,
-                                pod_chips));
-          if (running) chips_used += pod_chips;
-        }
-        nodes.push_back(std::move(node));
-      });
-
-  // The queue: mostly small gangs, some big ones; a few re-issued; priorities 0-3; queued over
-  // the last hour. A few admitted gangs whose pods are not bound yet hold reservations.
-  const tpujob::WallTime now = std::chrono::system_clock::now();
-  std::vector<policy::GangRequest> queued;
-  queued.reserve(job_count);
-  for (int j = 0; j < job_count; ++j) {
-    policy::GangRequest job = QueuedGang(random, kinds, j);
-    job.reissued = random.Chance(0.05);
-    job.priority = random.Pick(0, 3);
-    job.queued_at = now - std::chrono::seconds(random.Pick(0, 3600));
-    queued.push_back(std::move(job));
-  }
-  std::vector<policy::Reservation> reservations;
-  for (int r = 0; r < 20; ++r) {
-    const int n = random.Pick(0, static_cast<int>(nodes.size()) - 1);
-    reservations.push_back({"team-r/started-" + std::to_string(r),
-                            std::string(nodes[n].labels.Value(policy::kAcceleratorLabel)),
-                            std::string(nodes[n].labels.Value(policy::kTopologyLabel)),
-                            std::string(nodes[n].labels.Value(tpujob::cache::kNodePoolLabel)),
-                            random.Pick(1, 4), nodes[n].tpu_allocatable});
-  }
+  AdmissionCluster cluster = MakeAdmissionCluster(random, SliceKinds(), node_count, job_count,
+                                                  std::chrono::system_clock::now());
+  const std::vector<NodeInfo>& nodes = cluster.nodes;
+  const std::vector<PodInfo>& pods = cluster.pods;
+  const std::vector<policy::GangRequest>& queued = cluster.queued;
+  const std::vector<policy::Reservation>& reservations = cluster.reservations;
+  const int64_t chips_total = cluster.chips_total, chips_used = cluster.chips_used;
+  const int pool_count = cluster.pool_count;
 
   const std::vector<const NodeInfo*> node_ptrs = Pointers(nodes);
   const std::vector<const PodInfo*> pod_ptrs = Pointers(pods);

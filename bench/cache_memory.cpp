@@ -2,12 +2,15 @@
 // nodes hold per object, decoded from objects shaped as KWOK reports them, measured in this
 // process (no cluster, no allocator slack).
 
+#include "cache_memory.h"
+
 #include <malloc.h>
 
 #include <array>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,18 +122,25 @@ double CacheBytesPerObject(int count, const std::function<Json(int)>& make,
 
 }  // namespace
 
-// The cache's own cost per object: the heap a Store of pods (with the operator's pod indexes)
-// and one of nodes hold per object, measured in this process (no cluster, no allocator slack).
-int CacheMemory(int pods, int nodes) {
+std::optional<CacheHeap> MeasureCacheHeap(int pods, int nodes) {
   const double per_pod = CacheBytesPerObject<tpujob::cache::PodInfo>(
       pods, [&](int i) { return KwokPod(i, nodes); }, tpujob::cache::AddPodIndexers);
   const double per_node =
       CacheBytesPerObject<tpujob::cache::NodeInfo>(nodes, KwokNode, tpujob::cache::AddNodeIndexers);
-  if (per_pod < 0 || per_node < 0) return 1;
+  if (per_pod < 0 || per_node < 0) return std::nullopt;
+  return CacheHeap{per_pod, per_node};
+}
+
+// The cache's own cost per object: the heap a Store of pods (with the operator's pod indexes)
+// and one of nodes hold per object, measured in this process (no cluster, no allocator slack).
+int CacheMemory(int pods, int nodes) {
+  const std::optional<CacheHeap> heap = MeasureCacheHeap(pods, nodes);
+  if (!heap) return 1;
   std::printf(
       "cache heap per object (in memory, %d pods, %d nodes, as KWOK reports them): "
       "pod %.0f B, node %.0f B; JSON text: pod %zu B, node %zu B\n",
-      pods, nodes, per_pod, per_node, KwokPod(1, nodes).dump().size(), KwokNode(1).dump().size());
+      pods, nodes, heap->per_pod, heap->per_node, KwokPod(1, nodes).dump().size(),
+      KwokNode(1).dump().size());
   return 0;
 }
 

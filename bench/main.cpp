@@ -67,6 +67,16 @@
 //     them), 1,000 queued gangs of mixed priority (a quarter of the multi-host ones multislice,
 //     2-8 slices); times the queue's victim selection
 //     (PlanPreemptions) per run beside PlanAdmissions on the same queue: median, p99.
+//   tpujob-bench curves [--out FILE] [--seed S]
+//     needs no cluster: the growth curves of the pure parts, each timing a median of several
+//     runs: the admission plan at 1,000-65,000 nodes (4 TPU pods each) with 5,000 queued jobs
+//     and at 65,000 nodes with 1,000-20,000 jobs; victim selection at those node counts (~90%
+//     of the nodes held, 1,000 queued); one job's fault decision (Decide, a worker's node
+//     TPUUnhealthy) and slice recovery's (ReplaceSlice) at 64-4,096 workers (slices x 64
+//     hosts), and the queue planning of the replaced slice; the caches' heap per pod and per
+//     node. Prints one line per point, each series' growth exponent (least-squares slope of
+//     log y over log x) and the goals; with --out, writes every point as TSV (series, x_label,
+//     y_label, x, y, goal).
 //   tpujob-bench concurrent-gets --kubeconfig K [--count 50]
 //     N GETs of one namespace at once from N threads, with a fresh connection pool and again
 //     with the pool warm: each request's time, sorted (what opening connections costs).
@@ -108,6 +118,8 @@ struct Flags {
   unsigned seed = 1;
   int preemption_running = 500;
   int memory_pods = 20000, memory_nodes = 5000;
+  // curves
+  std::string curves_out;
 };
 
 void Kubeconfig(CLI::App& cmd, Flags& f) {
@@ -275,6 +287,12 @@ void CacheMemoryFlags(CLI::App& cmd, Flags& f) {
   cmd.add_option("--nodes", f.memory_nodes)->check(CLI::Range(1, 1000000))->capture_default_str();
 }
 
+void CurvesFlags(CLI::App& cmd, Flags& f) {
+  cmd.add_option("--out", f.curves_out, "Write every point to this TSV file.");
+  cmd.add_option("--seed", f.seed, "Random seed of the clusters and queues.")
+      ->capture_default_str();
+}
+
 // One subcommand: its name, its line in --help, its flags and what it runs.
 struct Subcommand {
   const char* name;
@@ -349,6 +367,10 @@ constexpr Subcommand kSubcommands[] = {
      }},
     {"cache-memory", "Heap the cache holds per pod and per node (in memory, no cluster).",
      CacheMemoryFlags, [](Flags& f) { return CacheMemory(f.memory_pods, f.memory_nodes); }},
+    {"curves",
+     "Growth curves of the admission and preemption plans, the fault decision, slice recovery "
+     "and the caches' heap (in memory, no cluster).",
+     CurvesFlags, [](Flags& f) { return Curves(f.curves_out, f.seed); }},
 };
 
 }  // namespace

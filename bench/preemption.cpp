@@ -22,64 +22,14 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
   using tpujob::cache::PodInfo;
   namespace policy = tpujob::policy;
   Random random(seed);
-  const std::vector<SliceKind> kinds = SliceKinds();
-
-  struct Pool {
-    const SliceKind* kind;
-    std::vector<size_t> free;  // node indexes not taken yet
-  };
-  std::vector<NodeInfo> nodes;
-  std::vector<Pool> pools;
-  nodes.reserve(node_count);
-  GeneratePools(random, kinds, node_count, [&](int pool, const SliceKind& kind, NodeInfo node) {
-    if (pool == static_cast<int>(pools.size())) pools.push_back({&kind, {}});
-    SetReady(node, cache::ConditionStatus::kTrue);
-    pools.back().free.push_back(nodes.size());
-    nodes.push_back(std::move(node));
-  });
-
-  // Running gangs take whole nodes of one pool until ~90% of the nodes are taken.
   const tpujob::WallTime now = std::chrono::system_clock::now();
-  std::vector<policy::RunningGang> running;
-  std::vector<PodInfo> pods;
-  size_t taken = 0;
-  for (int j = 0; j < running_count && taken < nodes.size() * 9 / 10; ++j) {
-    Pool* pool = nullptr;
-    for (int tries = 0; tries < 100 && pool == nullptr; ++tries) {
-      Pool& p = random.Any(pools);
-      if (!p.free.empty()) pool = &p;
-    }
-    if (pool == nullptr) break;
-    const SliceKind& kind = *pool->kind;
-    int32_t workers = random.Any(kind.workers);
-    workers = std::min<int32_t>(workers, static_cast<int32_t>(pool->free.size()));
-    policy::RunningGang gang;
-    gang.job = "team-" + std::to_string(j % 17) + "/running-" + std::to_string(j);
-    gang.accelerator = kind.accelerator;
-    gang.topology = kind.topology;
-    gang.priority = random.Pick(0, 3);
-    gang.preemptible = random.Chance(0.9);
-    gang.admitted_at = now - std::chrono::seconds(random.Pick(60, 86400));
-    for (int32_t w = 0; w < workers; ++w) {
-      const size_t n = pool->free.back();
-      pool->free.pop_back();
-      ++taken;
-      gang.chips.emplace_back(nodes[n].name, kind.chips);
-      pods.push_back(
-          TpuPod(gang.job.substr(gang.job.find('/') + 1) + "-worker-" + std::to_string(w),
-                 nodes[n].name, cache::PodPhase::kRunning, kind.chips));
-    }
-    running.push_back(std::move(gang));
-  }
-
-  std::vector<policy::GangRequest> queued;
-  queued.reserve(job_count);
-  for (int j = 0; j < job_count; ++j) {
-    policy::GangRequest job = QueuedGang(random, kinds, j);  // multislice heads too
-    job.priority = random.Pick(0, 5);
-    job.queued_at = now - std::chrono::seconds(random.Pick(0, 3600));
-    queued.push_back(std::move(job));
-  }
+  const PreemptionCluster cluster =
+      MakePreemptionCluster(random, SliceKinds(), node_count, running_count, job_count, now);
+  const std::vector<NodeInfo>& nodes = cluster.nodes;
+  const std::vector<PodInfo>& pods = cluster.pods;
+  const std::vector<policy::RunningGang>& running = cluster.running;
+  const std::vector<policy::GangRequest>& queued = cluster.queued;
+  const size_t taken = cluster.taken;
 
   const policy::Capacity capacity =
       policy::BuildCapacity(Pointers(nodes), Pointers(pods), {}, policy::NodeHealthConfig{}, now);
@@ -102,7 +52,7 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
   std::printf(
       "victim selection: %zu nodes in %zu pools (%zu classes), %zu running gangs on %zu nodes, "
       "%zu queued jobs; %d runs\n",
-      nodes.size(), pools.size(), capacity.pools.size(), running.size(), taken, queued.size(),
+      nodes.size(), cluster.pool_count, capacity.pools.size(), running.size(), taken, queued.size(),
       runs);
   PrintPlanTimes("PlanPreemptions:", select_ms, 99);
   PrintPlanTimes("PlanAdmissions (same queue):", plan_ms, 99);

@@ -7,7 +7,7 @@
 //   2. What it prints on stdout is its result, in lines scripts/bench.sh and the docs quote:
 //      their wording is part of the interface.
 //   3. A scenario against a cluster removes what it created before it returns; the in-memory
-//      ones (admission, preemption, cache-memory) need no cluster.
+//      ones (admission, preemption, cache-memory, curves) need no cluster.
 #pragma once
 
 #include <string>
@@ -57,5 +57,10 @@ int PreemptionBench(int node_count, int running_count, int job_count, int runs, 
 
 // cache_memory.cpp: the heap the operator's caches hold per pod and per node.
 int CacheMemory(int pods, int nodes);
+
+// curves.cpp: how the pure parts (admission and preemption plans, one job's fault decision,
+// slice recovery, the caches' heap) grow with the cluster and the job, in memory; every point
+// also written to the TSV file `out` unless it is empty.
+int Curves(const std::string& out, unsigned seed);
 
 }  // namespace tpujob::bench

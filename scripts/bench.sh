@@ -43,6 +43,12 @@
 #   - victim selection (needs no cluster): the queue's PlanPreemptions on an in-memory cluster
 #     of ADMISSION_NODES nodes held by 500 running gangs with ADMISSION_JOBS queued jobs of
 #     mixed priority, 101 runs (median, p99), beside PlanAdmissions on the same queue.
+#   - curves of the pure parts (needs no cluster; about 30 s on 2 cores): the admission plan
+#     at 1,000-65,000 nodes (4 TPU pods each) with 5,000 queued jobs and at 65,000 nodes with
+#     1,000-20,000 jobs, victim selection at those node counts, one job's fault decision and
+#     slice recovery's at 64-4,096 workers, the replaced slice's queue planning, the caches'
+#     heap per pod and per node; one line per point, each series' growth exponent and goals,
+#     every point also in $TPUJOB_BENCH_DIR.curves.tsv for plotting.
 #   - fault-to-action at scale: the operator cluster-wide with everything above cached,
 #     SCALE_FAULTS (50) faults one at a time, then BURST_FAULTS (100) in bursts of 50 at once,
 #     beside the raw ceiling of the bursts (tpujob-bench cordons and deletes itself the moment
@@ -56,13 +62,14 @@
 #     beside the CPU seconds of the client-go informer peer caching the same nodes and pods over
 #     the same minute: the ratio is the operator's cost per event against client-go's.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
-# cache-memory, preemption, gang, multislice, ceiling, faults, reissue, attribution,
+# cache-memory, preemption, curves, gang, multislice, ceiling, faults, reissue, attribution,
 # slice-recovery, supervisor, in-place, largest, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
 # scale-faults or idle runs, since the last two are measured with them cached; e.g.
 #   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
 # bench/peers/build.sh from the Go module proxy and cached like the control plane.
-# Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it.
+# Runs its own control plane in $TPUJOB_BENCH_DIR (default /tmp/tpujob-bench) and stops it
+# (none when BENCH_SECTIONS names only admission, cache-memory, preemption and curves).
 # What it prints is kept whole in $TPUJOB_BENCH_DIR.output.txt; after a whole run, those lines less
 # each run's detail replace the results block of docs/benchmarks.md (between its bench-results
 # markers; the history is git's). BENCH_WRITE_RESULTS=0 leaves the file alone, =1 writes it after
@@ -137,6 +144,24 @@ admission_jobs=${ADMISSION_JOBS:-1000}
 sections=${BENCH_SECTIONS:-}
 operator="$root/$build/tpujob-operator"
 section() { [[ -z $sections || " $sections " == *" $1 "* ]]; }  # section NAME: whether it runs
+# Whether BENCH_SECTIONS names only sections that need no cluster.
+in_memory_only() {
+  local s
+  [[ -n $sections ]] || return 1
+  for s in $sections; do
+    case $s in admission | cache-memory | preemption | curves) ;; *) return 1 ;; esac
+  done
+}
+# The whole run printed: its lines into docs/benchmarks.md (see the top).
+finish() {
+  exec >&3 3>&-
+  wait "$tee_pid" 2>/dev/null || true
+  if [[ ${BENCH_WRITE_RESULTS:-} == 1 || ( -z $sections && ${BENCH_WRITE_RESULTS:-} != 0 ) ]]; then
+    write_results "$output"
+  else
+    echo "docs/benchmarks.md left alone (BENCH_SECTIONS or BENCH_WRITE_RESULTS=0; BENCH_WRITE_RESULTS=1 writes it); the output: $output"
+  fi
+}
 bench="$root/$build/tpujob-bench"
 
 if section admission; then
@@ -155,6 +180,18 @@ if section preemption; then
 echo "== victim selection (gang preemption): $admission_nodes nodes, 500 running, $admission_jobs queued jobs (in memory)"
 "$bench" preemption --nodes "$admission_nodes" --running 500 --jobs "$admission_jobs" --runs 101
 echo
+fi
+
+if section curves; then
+echo "== curves of the pure parts (in memory, no cluster): growth exponents and goals; points in $dir.curves.tsv"
+"$bench" curves --out "$dir.curves.tsv"
+echo
+fi
+
+# Nothing else chosen: no control plane to build or start.
+if in_memory_only; then
+  finish
+  exit 0
 fi
 
 # A Go new enough to build the control plane and the peers when they are not cached yet
@@ -765,11 +802,4 @@ awk -v a="$cpu_after" -v b="$cpu_before" -v pa="$peer_after" -v pb="$peer_before
   printf "\n" }'
 fi
 
-# The whole run printed: its lines into docs/benchmarks.md (see the top).
-exec >&3 3>&-
-wait "$tee_pid" 2>/dev/null || true
-if [[ ${BENCH_WRITE_RESULTS:-} == 1 || ( -z $sections && ${BENCH_WRITE_RESULTS:-} != 0 ) ]]; then
-  write_results "$output"
-else
-  echo "docs/benchmarks.md left alone (BENCH_SECTIONS or BENCH_WRITE_RESULTS=0; BENCH_WRITE_RESULTS=1 writes it); the output: $output"
-fi
+finish

@@ -15,9 +15,7 @@ void Decider::Requeue(Duration after) {
 }
 
 void Decider::DeletePod(const cache::PodInfo& pod, std::optional<int64_t> grace, std::string why) {
-  for (const PodToDelete& d : plan_.remove) {
-    if (d.uid == pod.uid) return;
-  }
+  if (!removing_.insert(pod.uid).second) return;
   plan_.remove.push_back({pod.name, pod.uid, grace, std::move(why)});
 }
 

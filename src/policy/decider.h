@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -250,6 +251,9 @@ class Decider {
   const WallTime now_;
   const JobSpec* spec_ = nullptr;
   Plan plan_;
+  // The uids in plan_.remove: DeletePod asks once per pod, and a scan of plan_.remove each time
+  // made a decision that deletes every pod of a 4,096-worker job quadratic (~20 ms).
+  std::unordered_set<std::string> removing_;
 };
 
 }  // namespace tpujob::policy

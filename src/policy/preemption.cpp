@@ -16,15 +16,27 @@ bool PreferredVictim(const RunningGang* a, const RunningGang* b) {
          std::tuple(b->priority, a->admitted_at, std::string_view(b->job));
 }
 
-// The head's class alone, and where its nodes are, so that victims' chips can be given back.
+// The head's class alone (or some of its pools), and where its nodes are, so that victims'
+// chips can be given back.
 class ClassCapacity {
  public:
-  ClassCapacity(const Capacity& capacity, const Capacity::Class& key) {
-    if (auto it = capacity.pools.find(key); it != capacity.pools.end()) {
-      capacity_.pools.emplace(key, it->second);
-      for (const auto& [pool, nodes] : it->second) {
-        for (size_t i = 0; i < nodes.size(); ++i) where_.emplace(nodes[i].name, Place{&pool, i});
-      }
+  // With `only`, just those pools of the class.
+  ClassCapacity(const Capacity& capacity, const Capacity::Class& key,
+                const std::set<std::string>* only = nullptr) {
+    auto it = capacity.pools.find(key);
+    if (it == capacity.pools.end()) return;
+    auto& pools = capacity_.pools[key];
+    const auto add = [&](const std::string& pool, const std::vector<NodeCapacity>& nodes) {
+      const auto at = pools.emplace(pool, nodes).first;
+      for (size_t i = 0; i < nodes.size(); ++i) where_.emplace(nodes[i].name, Place{&at->first, i});
+    };
+    if (only == nullptr) {
+      for (const auto& [pool, nodes] : it->second) add(pool, nodes);
+      return;
+    }
+    // Looked up one by one: `only` is a few pools of a class that may have thousands.
+    for (const std::string& pool : *only) {
+      if (auto found = it->second.find(pool); found != it->second.end()) add(pool, found->second);
     }
   }
 
@@ -116,8 +128,12 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     if (!info.may_preempt) continue;
 
     // The jobs of the class before the head are admitted by this plan, on the capacity free now,
-    // in the pools it placed them in: they keep those places whoever is preempted.
-    Capacity reserved = after_release;
+    // in the pools it placed them in: they keep those places whoever is preempted. Only the
+    // head's class counts from here on (classes never share nodes): it alone is copied.
+    Capacity reserved;
+    if (auto it = after_release.pools.find(key); it != after_release.pools.end()) {
+      reserved.pools.emplace(key, it->second);
+    }
     std::vector<Reservation> ahead;
     for (size_t i = 0; i < h; ++i) {
       const GangRequest& job = queued[i];
@@ -151,13 +167,28 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     if (by_pool.empty()) continue;
 
     const std::vector<GangRequest> alone = {head};
-    const auto fits = [&](const std::vector<const RunningGang*>& victims) {
-      return PlanAdmissions(capacity.Without(victims), alone).at(head.job).admit;
+    const auto fits_in = [&](const ClassCapacity& in,
+                             const std::vector<const RunningGang*>& victims) {
+      return PlanAdmissions(in.Without(victims), alone).at(head.job).admit;
     };
+    // A single-slice head that fits nowhere as things are can only fit, once some victims are
+    // gone, in a pool where they held chips: each pool's choice is then tried on those pools
+    // alone, not on a copy of the whole class per try (quadratic in the class's pools).
+    const bool per_pool = head.slices <= 1 && !fits_in(capacity, {});
 
     std::optional<Choice> best;
     for (auto& [pool, candidates] : by_pool) {
       std::sort(candidates.begin(), candidates.end(), PreferredVictim);
+      std::optional<ClassCapacity> touched;
+      if (per_pool) {
+        std::set<std::string> pools;
+        for (const RunningGang* c : candidates) pools.merge(capacity.PoolsOf(*c));
+        touched.emplace(reserved, key, &pools);
+      }
+      const ClassCapacity& in = touched ? *touched : capacity;
+      const auto fits = [&](const std::vector<const RunningGang*>& victims) {
+        return fits_in(in, victims);
+      };
       if (!fits(candidates)) continue;
       // The shortest prefix of the order that makes room (adding victims only frees chips).
       size_t lo = 1, hi = candidates.size();
