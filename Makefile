@@ -12,6 +12,7 @@
 #   make sanitize  unit tests under ASan+UBSan, threaded ones under TSan (scripts/sanitize.sh)
 #   make fuzz    each libFuzzer target of tests/fuzz for FUZZ_SECONDS (default 30)
 #   make bench   benchmarks that print numbers
+#   make bench-plot  draw bench's plots again from the last run's output (scripts/bench-plot.py)
 #   make bench-slice  only bench's slice recovery section, on a control plane of its own
 #   make bench-inplace  only bench's in-place restart section, on a control plane of its own
 #   make chaos   the seeded fault campaign, 10 minutes, on a control plane of its own with
@@ -31,7 +32,7 @@ CTEST := ctest --test-dir $(BUILD_DIR) --output-on-failure
 # demo.sh and bench.sh do the same themselves).
 WITH_GO = gobin=$$(bash scripts/install-go.sh) && PATH="$$gobin:$$PATH"
 
-.PHONY: all deps tools build bench-tool unit e2e e2e-dev sanitize fuzz test demo bench bench-slice bench-inplace chaos chaos-selftest format crd image clean notice-demo notice-test
+.PHONY: all deps tools build bench-tool unit e2e e2e-dev sanitize fuzz test demo bench bench-plot bench-slice bench-inplace chaos chaos-selftest format crd image clean notice-demo notice-test
 
 all: build
 
@@ -82,6 +83,10 @@ bench-tool: build
 
 bench: bench-tool tools
 	@bash scripts/bench.sh $(BUILD_DIR)
+
+BENCH_OUTPUT ?= $(or $(TPUJOB_BENCH_DIR),/tmp/tpujob-bench).output.txt
+bench-plot:
+	python3 scripts/bench-plot.py $(BENCH_OUTPUT) --out-dir $(BUILD_DIR)/bench-plots
 
 bench-slice: bench-tool tools
 	@bash scripts/bench-slice.sh $(BUILD_DIR)

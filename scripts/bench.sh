@@ -76,16 +76,36 @@
 # a run of chosen BENCH_SECTIONS too;
 #   scripts/bench.sh --write-results OUTPUT
 # writes a saved run's output into the block and does nothing else.
+# At the end, scripts/bench-plot.py draws the run's ratios against their goals and the in-memory
+# growth curves ($TPUJOB_BENCH_DIR.curves.tsv) into BUILD/bench-plots/ (a plot that fails only
+# warns); writing the results block copies them to docs/images/bench/ and shows them under it
+# (--write-results draws them from the saved output and the curves file beside it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 results_doc=$root/docs/benchmarks.md
+results_images=$root/docs/images/bench
 
-write_results() {  # write_results OUTPUT: OUTPUT's lines, less each run's detail, into the block
-  python3 - "$1" "$results_doc" <<'PY'
+plot_results() {  # plot_results OUTPUT DIR: the PNGs of OUTPUT (and its curves file) into DIR
+  rm -f "$2"/*.png
+  if python3 "$root/scripts/bench-plot.py" "$1" --out-dir "$2"; then
+    echo "plots of this run: $2"
+  else
+    echo "warning: no plots (scripts/bench-plot.py failed; python3-matplotlib: scripts/install-deps.sh)" >&2
+  fi
+}
+
+# write_results OUTPUT PLOTS: OUTPUT's lines, less each run's detail, into the block, and the PNGs
+# of PLOTS (plot_results) into docs/images/bench/, shown under the block (the last run's only).
+write_results() {
+  mkdir -p "$results_images"
+  rm -f "$results_images"/*.png
+  cp "$2"/*.png "$results_images"/ 2>/dev/null || true
+  python3 - "$1" "$results_doc" "$results_images" <<'PY'
+import os
 import re
 import sys
 
-output, doc = sys.argv[1], sys.argv[2]
+output, doc, images = sys.argv[1], sys.argv[2], sys.argv[3]
 begin, end = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 # One line per run or per sample, where the section also prints their median or percentiles.
 detail = re.compile(
@@ -114,6 +134,11 @@ start, stop = text.find(begin), text.find(end)
 if start < 0 or stop < start:
     sys.exit(f"{doc}: no {begin} ... {end} block")
 block = begin + "\n\n```\n" + "\n".join(lines) + "\n```\n\n"
+# The plots of the same run (how to read them: above the block).
+shown = {"ratios.png": "The ratios against their goals", "curves.png": "Growth with size, in memory (log-log)"}
+for name, alt in shown.items():
+    if os.path.exists(os.path.join(images, name)):
+        block += f"![{alt}]({os.path.relpath(os.path.join(images, name), os.path.dirname(doc))})\n\n"
 with open(doc, "w", encoding="utf-8") as f:
     f.write(text[:start] + block + text[stop:])
 print(f"results written into {doc} ({len(lines)} lines)")
@@ -122,7 +147,10 @@ PY
 
 if [[ ${1:-} == --write-results ]]; then
   [[ -f ${2:-} ]] || { echo "usage: $0 --write-results OUTPUT (a saved run's output)" >&2; exit 2; }
-  write_results "$2"
+  plots=$(mktemp -d)
+  plot_results "$2" "$plots"
+  write_results "$2" "$plots"
+  rm -rf "$plots"
   exit
 fi
 build=${1:-build}
@@ -156,8 +184,9 @@ in_memory_only() {
 finish() {
   exec >&3 3>&-
   wait "$tee_pid" 2>/dev/null || true
+  plot_results "$output" "$root/$build/bench-plots"
   if [[ ${BENCH_WRITE_RESULTS:-} == 1 || ( -z $sections && ${BENCH_WRITE_RESULTS:-} != 0 ) ]]; then
-    write_results "$output"
+    write_results "$output" "$root/$build/bench-plots"
   else
     echo "docs/benchmarks.md left alone (BENCH_SECTIONS or BENCH_WRITE_RESULTS=0; BENCH_WRITE_RESULTS=1 writes it); the output: $output"
   fi

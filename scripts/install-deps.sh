@@ -8,6 +8,7 @@
 #   build  only what compiling the operator binary needs (the Dockerfile's build stage)
 #   format clang-format, for `make format`
 #   image  what `make image` needs (scripts/build-image.sh): buildah, debootstrap, ctr
+#   bench  what `make bench` needs beyond the build and the tests: matplotlib, for its plots
 set -euo pipefail
 
 build_packages=(
@@ -28,6 +29,9 @@ test_packages=(
   python3 python3-yaml                            # gen-crd.py (test crd_generated), install-go.sh
   clang-16 libclang-rt-16-dev                     # libFuzzer targets (scripts/fuzz.sh)
 )
+bench_packages=(
+  python3-matplotlib                              # make bench's plots (scripts/bench-plot.py; test bench_plot)
+)
 image_packages=(
   buildah                                         # builds the Dockerfile, no daemon
   debootstrap debian-archive-keyring              # the Debian base, from the apt mirror
@@ -43,12 +47,13 @@ node_packages=(
 )
 
 case "${TPUJOB_DEPS:-all}" in
-  all) packages=("${build_packages[@]}" "${test_packages[@]}" "${image_packages[@]}" "${node_packages[@]}") ;;
+  all) packages=("${build_packages[@]}" "${test_packages[@]}" "${bench_packages[@]}" "${image_packages[@]}" "${node_packages[@]}") ;;
   build) packages=("${build_packages[@]}") ;;
   format) packages=(clang-format) ;;
   image) packages=("${image_packages[@]}") ;;
+  bench) packages=("${bench_packages[@]}") ;;
   *)
-    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all, build, format or image" >&2
+    echo "[deps] TPUJOB_DEPS=${TPUJOB_DEPS}: want all, build, format, image or bench" >&2
     exit 2
     ;;
 esac
