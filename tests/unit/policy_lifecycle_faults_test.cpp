@@ -2,9 +2,8 @@
 // lost nodes and pre-flight failures, with node health supplied as the reconciler supplies it.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <chrono>
 #include <map>
+#include <set>
 #include <string>
 
 #include "policy/lifecycle.h"
@@ -118,10 +117,10 @@ TEST(PolicyNodeFaultsTest, UnhealthyNodeIsCordonedAndCountsAgainstRetries) {
 }
 
 // A fault on the largest job (kMaxJobWorkers: 32 slices of 512 hosts) deletes every pod in one
-// decision. Each deletion once scanned the plan's whole removal list for its pod (quadratic:
-// ~300 ms here, 20 ms at 4,096 workers); now it is a few ms. The bound is loose enough for a
-// sanitizer build and a busy machine.
-TEST(PolicyNodeFaultsTest, AFaultOnTheLargestJobIsDecidedInLinearTime) {
+// decision, each once. (Each deletion once scanned the plan's whole removal list for its pod:
+// quadratic, ~300 ms here; `make bench`'s curves section prints the fault decision's growth
+// exponent, which caught it: no test asserts a timing.)
+TEST(PolicyNodeFaultsTest, AFaultOnTheLargestJobRemovesEachPodOnce) {
   Json spec = SpecJson(512);
   spec["tpu"] = {{"accelerator", "tpu-v5p-slice"},
                  {"topology", "8x16x16"},
@@ -143,18 +142,12 @@ TEST(PolicyNodeFaultsTest, AFaultOnTheLargestJobIsDecidedInLinearTime) {
   nodes.Set("node-600", NodeVerdict::kUnhealthy, "TPUUnhealthy");
   LifecycleInput in = sim.Input();
   in.node_health = nodes.Fn();
-  // The fastest of three: the first also warms the allocator.
-  Plan plan;
-  auto took = std::chrono::steady_clock::duration::max();
-  for (int run = 0; run < 3; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    plan = Decide(in);
-    took = std::min(took, std::chrono::steady_clock::now() - start);
-  }
+  const Plan plan = Decide(in);
   EXPECT_EQ(plan.status.faults.back().action, "ReissueJob");
   EXPECT_EQ(plan.remove.size(), 32u * 512u);
-  EXPECT_LT(took, std::chrono::milliseconds(150))
-      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  std::set<std::string> removed;
+  for (const PodToDelete& d : plan.remove) removed.insert(d.name);
+  EXPECT_EQ(removed.size(), 32u * 512u);
 }
 
 // The operator stopped after writing the re-issue and before cordoning: the next decisions,

@@ -291,8 +291,9 @@ TEST(PreemptionTest, NothingToDoWithoutQueuedOrRunningJobs) {
 }
 
 // Each pool's choice is tried on the pools its candidates hold, not on a copy of the whole class
-// per try: with a copy per try, 4,000 full pools of 4 hosts took seconds (quadratic in the pools);
-// now milliseconds. The bound is loose enough for a sanitizer build and a busy machine.
+// per try: among 4,000 full pools the one whose gang is the cheapest to stop is chosen. (With a
+// copy per try this plan was quadratic in the pools, seconds here; `make bench`'s curves section
+// prints the preemption plan's growth exponent, which caught it: no test asserts a timing.)
 TEST(PreemptionTest, ManyPoolsAreTriedEachOnItsOwnNodes) {
   constexpr int kPools = 4000;
   Pools pools;
@@ -309,15 +310,11 @@ TEST(PreemptionTest, ManyPoolsAreTriedEachOnItsOwnNodes) {
                               p == 1234 ? 100 : p % 100, nodes));
   }
   const Capacity capacity = CapacityOf(pools);
-  const auto start = std::chrono::steady_clock::now();
   const auto plan = PlanPreemptions(capacity, {Head("team/high", 4, 100)}, {}, running);
-  const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(Victims(plan),
             (std::map<std::string, std::vector<std::string>>{{"team/high", {"team/low-1234"}}}));
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].pool, "pool-1234");
-  EXPECT_LT(took, std::chrono::seconds(1))
-      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
 // --- Multislice ---------------------------------------------------------------------------------
