@@ -53,6 +53,9 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
   const std::string accelerator = FaultAccelerator(prefix);
   const std::string topology = FaultTopology(hosts);
   const int pods_per_job = slices * hosts;
+  // How long a job may take to run, to recover, to go: 300 s, more for the largest jobs (this
+  // machine creates, schedules and deletes some 30-50 pods a second while everything runs).
+  const int wait_seconds = std::max(300, pods_per_job / 8);
   const auto pool = [&](int p) { return prefix + "-" + std::to_string(p); };
   const auto delete_nodes = [&] {
     for (int p = 0; p <= slices; ++p) DeleteFaultNodes(*client, pool(p), hosts);
@@ -147,7 +150,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
       std::fprintf(stderr, "error: %s\n", created.error().ToString().c_str());
       return false;
     }
-    if (!await([&] { return count(name, "1", true) == want; }, 300)) {
+    if (!await([&] { return count(name, "1", true) == want; }, wait_seconds)) {
       std::fprintf(stderr, "error: %s never had %d pods Running\n", name.c_str(), want);
       return false;
     }
@@ -163,7 +166,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     tpujob::kube::DeleteOptions foreground;
     foreground.propagation_policy = "Foreground";
     client->Delete(Resource::TPUJobs(), ns, name, foreground);
-    return await([&] { return count(name, "", false) == 0; }, 300) &&
+    return await([&] { return count(name, "", false) == 0; }, wait_seconds) &&
            WaitFor([&] { return !client->Get(Resource::TPUJobs(), ns, name); }, 60,
                    std::chrono::milliseconds(100));
   };
@@ -202,8 +205,8 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     if (auto written = WriteNodeFault(*client, node, condition); !written) {
       std::fprintf(stderr, "error: %s\n", written.error().ToString().c_str());
     } else if (restarted_in_place
-                   ? !SuperviseUntil(*client, ns, pod_watch, name, 2, pods_per_job, 300)
-                   : !await([&] { return count(name, "2", true) == pods_per_job; }, 300)) {
+                   ? !SuperviseUntil(*client, ns, pod_watch, name, 2, pods_per_job, wait_seconds)
+                   : !await([&] { return count(name, "2", true) == pods_per_job; }, wait_seconds)) {
       std::fprintf(stderr, "error: %s: %s\n", name.c_str(),
                    restarted_in_place ? "the programs of generation 2 never all ran"
                                       : "attempt 2 never had all its pods Running");
