@@ -21,30 +21,31 @@ bool PreferredVictim(const RunningGang* a, const RunningGang* b) {
 // and taking them back after it, not by copying the class for every try.
 class ClassCapacity {
  public:
-  // With `only`, just those pools of the class.
+  // Just the pools `only` of the class.
   ClassCapacity(const Capacity& capacity, const Capacity::Class& key,
-                const std::set<std::string>* only = nullptr) {
+                const std::set<std::string>& only) {
     auto it = capacity.pools.find(key);
     if (it == capacity.pools.end()) return;
     auto& pools = capacity_.pools[key];
-    const auto add = [&](const std::string& pool, const std::vector<NodeCapacity>& nodes) {
-      const auto at = pools.emplace(pool, nodes).first;
-      for (size_t i = 0; i < at->second.size(); ++i) {
-        // Views of the names this copy owns: it is never copied or moved (below).
-        where_.emplace(at->second[i].name, Place{&at->first, &at->second[i].free_chips});
-      }
-    };
-    if (only == nullptr) {
-      for (const auto& [pool, nodes] : it->second) add(pool, nodes);
-      return;
-    }
     // Looked up one by one: `only` is a few pools of a class that may have thousands.
-    for (const std::string& pool : *only) {
-      if (auto found = it->second.find(pool); found != it->second.end()) add(pool, found->second);
+    for (const std::string& pool : only) {
+      if (auto found = it->second.find(pool); found != it->second.end()) {
+        const auto at = pools.emplace(pool, found->second).first;
+        Index(at->first, at->second);
+      }
+    }
+  }
+  // All of `capacity`, which holds the class alone, taken over rather than copied.
+  explicit ClassCapacity(Capacity&& capacity) : capacity_(std::move(capacity)) {
+    for (auto& [key, pools] : capacity_.pools) {
+      for (auto& [pool, nodes] : pools) Index(pool, nodes);
     }
   }
   ClassCapacity(const ClassCapacity&) = delete;
   ClassCapacity& operator=(const ClassCapacity&) = delete;
+
+  // The capacity as it is (no victims given).
+  const Capacity& capacity() const { return capacity_; }
 
   // The pools the chips of `gang` are counted in (several for a multislice job), none when
   // none of its nodes offers capacity (cordoned, unhealthy: stopping it would not help).
@@ -70,6 +71,12 @@ class ClassCapacity {
     const std::string* pool;
     int64_t* free_chips;
   };
+
+  // Where each node of `nodes` (of `pool`, both in capacity_) is: views of the names this copy
+  // owns, which is why it is never copied.
+  void Index(const std::string& pool, std::vector<NodeCapacity>& nodes) {
+    for (NodeCapacity& node : nodes) where_.emplace(node.name, Place{&pool, &node.free_chips});
+  }
 
   // Adds (sign 1) or takes back (-1) the chips of `victims` on the nodes of this capacity. Each
   // victim's nodes are looked up once: the same candidates are tried again and again.
@@ -166,7 +173,7 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       }
     }
     Reserve(reserved, ahead);
-    ClassCapacity capacity(reserved, key);
+    ClassCapacity capacity(std::move(reserved));
     std::map<std::string, std::vector<const RunningGang*>> by_pool;
     std::unordered_map<const RunningGang*, std::set<std::string>> pools_of;  // of the candidates
     for (const RunningGang& gang : running) {
@@ -206,7 +213,7 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
           const std::set<std::string>& of = pools_of.at(c);
           pools.insert(of.begin(), of.end());
         }
-        touched.emplace(reserved, key, &pools);
+        touched.emplace(capacity.capacity(), key, pools);
       }
       ClassCapacity& in = touched ? *touched : capacity;
       const auto fits = [&](const std::vector<const RunningGang*>& victims) {
