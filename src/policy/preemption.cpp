@@ -17,28 +17,35 @@ bool PreferredVictim(const RunningGang* a, const RunningGang* b) {
 }
 
 // The head's class alone (or some of its pools), and where its nodes are, so that victims'
-// chips can be given back.
+// chips can be given back. Victims are tried by giving their chips to this one copy for a plan
+// and taking them back after it, not by copying the class for every try.
 class ClassCapacity {
  public:
-  // With `only`, just those pools of the class.
+  // Just the pools `only` of the class.
   ClassCapacity(const Capacity& capacity, const Capacity::Class& key,
-                const std::set<std::string>* only = nullptr) {
+                const std::set<std::string>& only) {
     auto it = capacity.pools.find(key);
     if (it == capacity.pools.end()) return;
     auto& pools = capacity_.pools[key];
-    const auto add = [&](const std::string& pool, const std::vector<NodeCapacity>& nodes) {
-      const auto at = pools.emplace(pool, nodes).first;
-      for (size_t i = 0; i < nodes.size(); ++i) where_.emplace(nodes[i].name, Place{&at->first, i});
-    };
-    if (only == nullptr) {
-      for (const auto& [pool, nodes] : it->second) add(pool, nodes);
-      return;
-    }
     // Looked up one by one: `only` is a few pools of a class that may have thousands.
-    for (const std::string& pool : *only) {
-      if (auto found = it->second.find(pool); found != it->second.end()) add(pool, found->second);
+    for (const std::string& pool : only) {
+      if (auto found = it->second.find(pool); found != it->second.end()) {
+        const auto at = pools.emplace(pool, found->second).first;
+        Index(at->first, at->second);
+      }
     }
   }
+  // All of `capacity`, which holds the class alone, taken over rather than copied.
+  explicit ClassCapacity(Capacity&& capacity) : capacity_(std::move(capacity)) {
+    for (auto& [key, pools] : capacity_.pools) {
+      for (auto& [pool, nodes] : pools) Index(pool, nodes);
+    }
+  }
+  ClassCapacity(const ClassCapacity&) = delete;
+  ClassCapacity& operator=(const ClassCapacity&) = delete;
+
+  // The capacity as it is (no victims given).
+  const Capacity& capacity() const { return capacity_; }
 
   // The pools the chips of `gang` are counted in (several for a multislice job), none when
   // none of its nodes offers capacity (cordoned, unhealthy: stopping it would not help).
@@ -50,28 +57,47 @@ class ClassCapacity {
     return out;
   }
 
-  // The capacity once `victims` are gone.
-  Capacity Without(const std::vector<const RunningGang*>& victims) const {
-    Capacity out = capacity_;
-    if (out.pools.empty()) return out;
-    auto& pools = out.pools.begin()->second;
-    for (const RunningGang* victim : victims) {
-      for (const auto& [node, chips] : victim->chips) {
-        auto it = where_.find(node);
-        if (it == where_.end()) continue;
-        pools[*it->second.pool][it->second.index].free_chips += chips;
-      }
-    }
+  // The head's admission (`alone` is just the head) on the capacity once `victims` are gone.
+  Admission PlanWithout(const std::vector<GangRequest>& alone,
+                        const std::vector<const RunningGang*>& victims) {
+    Give(victims, 1);
+    Admission out = PlanAdmissions(capacity_, alone).at(alone.front().job);
+    Give(victims, -1);  // back as it was: the chips are whole numbers
     return out;
   }
 
  private:
   struct Place {
     const std::string* pool;
-    size_t index;
+    int64_t* free_chips;
   };
+
+  // Where each node of `nodes` (of `pool`, both in capacity_) is: views of the names this copy
+  // owns, which is why it is never copied.
+  void Index(const std::string& pool, std::vector<NodeCapacity>& nodes) {
+    for (NodeCapacity& node : nodes) where_.emplace(node.name, Place{&pool, &node.free_chips});
+  }
+
+  // Adds (sign 1) or takes back (-1) the chips of `victims` on the nodes of this capacity. Each
+  // victim's nodes are looked up once: the same candidates are tried again and again.
+  void Give(const std::vector<const RunningGang*>& victims, int64_t sign) {
+    for (const RunningGang* victim : victims) {
+      auto [at, added] = places_.try_emplace(victim);
+      if (added) {
+        for (const auto& [node, chips] : victim->chips) {
+          if (auto it = where_.find(node); it != where_.end()) {
+            at->second.emplace_back(it->second.free_chips, chips);
+          }
+        }
+      }
+      for (const auto& [free_chips, chips] : at->second) *free_chips += sign * chips;
+    }
+  }
+
   Capacity capacity_;
-  std::unordered_map<std::string, Place> where_;
+  std::unordered_map<std::string_view, Place> where_;
+  // A victim's chips by where they go in `capacity_`.
+  std::unordered_map<const RunningGang*, std::vector<std::pair<int64_t*, int64_t>>> places_;
 };
 
 struct Choice {
@@ -147,13 +173,14 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       }
     }
     Reserve(reserved, ahead);
-    const ClassCapacity capacity(reserved, key);
+    ClassCapacity capacity(std::move(reserved));
     std::map<std::string, std::vector<const RunningGang*>> by_pool;
+    std::unordered_map<const RunningGang*, std::set<std::string>> pools_of;  // of the candidates
     for (const RunningGang& gang : running) {
       if (gang.accelerator != head.accelerator || gang.topology != head.topology) continue;
       if (gang.priority >= head.priority || !gang.preemptible || gang.chips.empty()) continue;
       if (gang.job == info.preempted_by && gang.admitted_at >= info.preempted_at) continue;
-      const std::set<std::string> pools = capacity.PoolsOf(gang);
+      std::set<std::string> pools = capacity.PoolsOf(gang);
       if (pools.empty()) continue;
       // A single-slice head needs its victims in one pool: each pool is a choice of its own,
       // and a multislice victim is a candidate in each of its pools. A multislice head needs
@@ -163,13 +190,13 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       } else {
         for (const std::string& pool : pools) by_pool[pool].push_back(&gang);
       }
+      pools_of.emplace(&gang, std::move(pools));
     }
     if (by_pool.empty()) continue;
 
     const std::vector<GangRequest> alone = {head};
-    const auto fits_in = [&](const ClassCapacity& in,
-                             const std::vector<const RunningGang*>& victims) {
-      return PlanAdmissions(in.Without(victims), alone).at(head.job).admit;
+    const auto fits_in = [&](ClassCapacity& in, const std::vector<const RunningGang*>& victims) {
+      return in.PlanWithout(alone, victims).admit;
     };
     // A single-slice head that fits nowhere as things are can only fit, once some victims are
     // gone, in a pool where they held chips: each pool's choice is then tried on those pools
@@ -182,10 +209,13 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       std::optional<ClassCapacity> touched;
       if (per_pool) {
         std::set<std::string> pools;
-        for (const RunningGang* c : candidates) pools.merge(capacity.PoolsOf(*c));
-        touched.emplace(reserved, key, &pools);
+        for (const RunningGang* c : candidates) {
+          const std::set<std::string>& of = pools_of.at(c);
+          pools.insert(of.begin(), of.end());
+        }
+        touched.emplace(capacity.capacity(), key, pools);
       }
-      const ClassCapacity& in = touched ? *touched : capacity;
+      ClassCapacity& in = touched ? *touched : capacity;
       const auto fits = [&](const std::vector<const RunningGang*>& victims) {
         return fits_in(in, victims);
       };
@@ -211,7 +241,10 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
       std::string where = pool;
       if (head.slices > 1) {
         std::set<std::string> pools;
-        for (const RunningGang* v : victims) pools.merge(capacity.PoolsOf(*v));
+        for (const RunningGang* v : victims) {
+          const std::set<std::string>& of = pools_of.at(v);
+          pools.insert(of.begin(), of.end());
+        }
         where.clear();
         for (const std::string& p : pools) where += (where.empty() ? "" : ", ") + p;
       }
@@ -223,7 +256,7 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     // that is the pool to name (a multislice victim counted under one of its pools frees the
     // others too).
     if (head.slices <= 1) {
-      const Admission placed = PlanAdmissions(capacity.Without(best->victims), alone).at(head.job);
+      const Admission placed = capacity.PlanWithout(alone, best->victims);
       if (placed.admit && !placed.placed_pools.empty()) best->pool = placed.placed_pools.front();
     }
 

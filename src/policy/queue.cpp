@@ -1,6 +1,8 @@
 #include "policy/queue.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -17,6 +19,105 @@ int Compare(std::string_view a, std::string_view b) {
   if (a.data() == b.data() && a.size() == b.size()) return 0;
   return a.compare(b);
 }
+
+// The labels BuildCapacity reads, found in one pass over a node's labels rather than a search
+// for each ("" when absent, as LabelMap::Value).
+struct CapacityLabels {
+  std::string_view accelerator, topology, pool;
+};
+
+CapacityLabels ReadCapacityLabels(const cache::LabelMap& labels) {
+  CapacityLabels out;
+  for (const auto& [key, value] : labels) {
+    const std::string_view k = key.view();
+    if (k.size() == kAcceleratorLabel.size() && k == kAcceleratorLabel) {
+      out.accelerator = value.view();
+    } else if (k.size() == kTopologyLabel.size() && k == kTopologyLabel) {
+      out.topology = value.view();
+    } else if (k.size() == cache::kNodePoolLabel.size() && k == cache::kNodePoolLabel) {
+      out.pool = value.view();
+    }
+  }
+  return out;
+}
+
+// Where a node's class and pool texts are: nodes whose texts share their addresses (interned)
+// are grouped without comparing a character. Equal texts at different addresses make two groups
+// of the same rank.
+struct GroupAddress {
+  const char* accelerator;
+  const char* topology;
+  const char* pool;
+  size_t accelerator_size, topology_size, pool_size;
+
+  static GroupAddress Of(const CapacityLabels& labels) {
+    return {labels.accelerator.data(), labels.topology.data(), labels.pool.data(),
+            labels.accelerator.size(), labels.topology.size(), labels.pool.size()};
+  }
+  friend bool operator==(const GroupAddress&, const GroupAddress&) = default;
+};
+
+struct GroupAddressHash {
+  size_t operator()(const GroupAddress& g) const {
+    size_t h = std::hash<const void*>()(g.accelerator);
+    for (const size_t part :
+         {std::hash<const void*>()(g.topology), std::hash<const void*>()(g.pool),
+          g.accelerator_size, g.topology_size, g.pool_size}) {
+      h ^= part + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return h;
+  }
+};
+
+// Node names to a value (their place in BuildCapacity's order), for the pods' lookups: one
+// open-addressed array of slots, no allocation per name, where a std::unordered_map allocates a
+// node per name and chases a pointer per lookup.
+class NameIndex {
+ public:
+  explicit NameIndex(size_t names) {
+    size_t size = 16;
+    while (size < names * 2) size *= 2;  // at most half full: short probe runs
+    slots_.assign(size, Slot{});
+    names_.reserve(names);
+  }
+
+  // Adds `name` with `value` unless it is there already; returns whether it was added.
+  bool Add(std::string_view name, size_t value) {
+    const size_t hash = std::hash<std::string_view>()(name);
+    Slot& slot = slots_[Probe(name, hash)];
+    if (slot.name != 0) return false;
+    names_.push_back({name, value});
+    slot = {Tag(hash), static_cast<uint32_t>(names_.size())};
+    return true;
+  }
+
+  // The value of `name`, or nullptr when it was never added.
+  const size_t* Find(std::string_view name) const {
+    const Slot& slot = slots_[Probe(name, std::hash<std::string_view>()(name))];
+    return slot.name == 0 ? nullptr : &names_[slot.name - 1].second;
+  }
+
+ private:
+  struct Slot {
+    uint32_t tag = 0;   // the hash's high bits, to skip most other names without reading them
+    uint32_t name = 0;  // 1 + the index in names_; 0: empty
+  };
+
+  static uint32_t Tag(size_t hash) { return static_cast<uint32_t>(hash >> 32); }
+
+  // The slot holding `name`, or the empty slot where it would go.
+  size_t Probe(std::string_view name, size_t hash) const {
+    const size_t mask = slots_.size() - 1;
+    const uint32_t tag = Tag(hash);
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+      const Slot& slot = slots_[i];
+      if (slot.name == 0 || (slot.tag == tag && names_[slot.name - 1].first == name)) return i;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::vector<std::pair<std::string_view, size_t>> names_;
+};
 
 // A pool's name as messages show it.
 std::string PoolLabel(const std::string& pool) {
@@ -196,22 +297,29 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
   Capacity capacity;
   capacity.avoid_window = health.maintenance_avoid_window;
   // The nodes that offer chips at all, with their allocatable chips, sorted by class, pool and
-  // name. Label values are interned, so equal ones mostly compare by address.
+  // name. Label values are interned, so equal ones mostly share an address: nodes are grouped by
+  // the addresses of their class and pool first (`group`), and only the groups compared by text.
   struct Entry {
-    std::string_view accelerator, topology, pool, name;
+    std::string_view name;
+    size_t group = 0;
     int64_t free_chips = 0;
+  };
+  struct Group {
+    std::string_view accelerator, topology, pool;
+    size_t rank = 0;  // place in (accelerator, topology, pool) order; equal texts share one
   };
   std::vector<Entry> entries;
   entries.reserve(nodes.size());
+  std::vector<Group> groups;
+  std::unordered_map<GroupAddress, size_t, GroupAddressHash> group_of;
   for (const cache::NodeInfo* node : nodes) {
     if (node == nullptr) continue;
-    const std::string_view accelerator = node->labels.Value(kAcceleratorLabel);
-    const std::string_view topology = node->labels.Value(kTopologyLabel);
-    if (accelerator.empty() || topology.empty()) continue;
+    const CapacityLabels labels = ReadCapacityLabels(node->labels);
+    if (labels.accelerator.empty() || labels.topology.empty()) continue;
     // A cordoned or unhealthy node offers nothing, and marks its pool for re-issued attempts.
     const auto faulty = [&] {
-      capacity.faulty_pools[{std::string(accelerator), std::string(topology)}].insert(
-          std::string(node->labels.Value(cache::kNodePoolLabel)));
+      capacity.faulty_pools[{std::string(labels.accelerator), std::string(labels.topology)}].insert(
+          std::string(labels.pool));
     };
     if (node->unschedulable) {
       faulty();
@@ -221,7 +329,8 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
     // "under maintenance") is named in the message as left out for it.
     std::optional<Duration> changes_in;
     if (AvoidForMaintenance(*node, health, now, &changes_in)) {
-      capacity.avoided[{std::string(accelerator), std::string(topology)}].push_back(node->name);
+      capacity.avoided[{std::string(labels.accelerator), std::string(labels.topology)}].push_back(
+          node->name);
       continue;
     }
     if (EvaluateNode(node, health, now).verdict != NodeVerdict::kHealthy) {
@@ -231,44 +340,85 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
     if (changes_in && (!capacity.changes_in || *changes_in < *capacity.changes_in)) {
       capacity.changes_in = changes_in;
     }
-    entries.push_back({accelerator, topology, node->labels.Value(cache::kNodePoolLabel), node->name,
-                       std::max<int64_t>(node->tpu_allocatable, 0)});
+    const auto [at, added] = group_of.try_emplace(GroupAddress::Of(labels), groups.size());
+    if (added) groups.push_back({labels.accelerator, labels.topology, labels.pool});
+    entries.push_back({node->name, at->second, std::max<int64_t>(node->tpu_allocatable, 0)});
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    if (int c = Compare(a.accelerator, b.accelerator); c != 0) return c < 0;
-    if (int c = Compare(a.topology, b.topology); c != 0) return c < 0;
-    if (int c = Compare(a.pool, b.pool); c != 0) return c < 0;
-    return a.name < b.name;
-  });
+
+  // The groups in (accelerator, topology, pool) order, then the nodes bucketed by their group's
+  // rank and sorted by name within each bucket: the order of one sort by (accelerator, topology,
+  // pool, name), with the texts compared once per group rather than once per node.
+  std::vector<size_t> by_text(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) by_text[g] = g;
+  const auto text_order = [&](size_t a, size_t b) {
+    const Group& x = groups[a];
+    const Group& y = groups[b];
+    if (int c = Compare(x.accelerator, y.accelerator); c != 0) return c < 0;
+    if (int c = Compare(x.topology, y.topology); c != 0) return c < 0;
+    return Compare(x.pool, y.pool) < 0;
+  };
+  std::sort(by_text.begin(), by_text.end(), text_order);
+  size_t ranks = 0;
+  for (size_t i = 0; i < by_text.size(); ++i) {
+    if (i > 0 && text_order(by_text[i - 1], by_text[i])) ++ranks;
+    groups[by_text[i]].rank = ranks;
+  }
+  if (!by_text.empty()) ++ranks;
+  std::vector<size_t> bucket_start(ranks + 1, 0);  // counting sort by rank
+  for (const Entry& entry : entries) ++bucket_start[groups[entry.group].rank + 1];
+  for (size_t r = 0; r < ranks; ++r) bucket_start[r + 1] += bucket_start[r];
+  std::vector<Entry> sorted(entries.size());
+  {
+    std::vector<size_t> next(bucket_start.begin(), bucket_start.end() - 1);
+    for (const Entry& entry : entries) sorted[next[groups[entry.group].rank]++] = entry;
+  }
+  entries.clear();
+  entries.shrink_to_fit();
+  // Stable: of two nodes listed with the same name, class and pool, the first listed counts.
+  for (size_t r = 0; r < ranks; ++r) {
+    std::stable_sort(sorted.begin() + static_cast<ptrdiff_t>(bucket_start[r]),
+                     sorted.begin() + static_cast<ptrdiff_t>(bucket_start[r + 1]),
+                     [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  }
 
   // What the pods bound to them use. A node name seen twice counts once, in its first place.
-  std::unordered_map<std::string_view, size_t> by_name;
-  by_name.reserve(entries.size());
-  std::vector<bool> first(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) first[i] = by_name.emplace(entries[i].name, i).second;
+  NameIndex by_name(sorted.size());
+  std::vector<bool> first(sorted.size());
+  for (size_t i = 0; i < sorted.size(); ++i) first[i] = by_name.Add(sorted[i].name, i);
+  // Pods of one node often come one after another: the same interned node name is looked up once.
+  const cache::PodInfo* previous = nullptr;  // the last pod looked up, and where its node is
+  int64_t* previous_free = nullptr;
   for (const cache::PodInfo* pod : pods) {
     if (pod == nullptr || pod->node_name.empty() || pod->terminated()) continue;
-    auto it = by_name.find(pod->node_name.view());
-    if (it == by_name.end()) continue;
-    int64_t& free = entries[it->second].free_chips;
-    free = std::max<int64_t>(free - pod->TpuRequest(), 0);
+    const int64_t request = pod->TpuRequest();
+    if (request == 0) continue;  // takes nothing
+    int64_t* free = nullptr;
+    if (previous != nullptr && pod->node_name.SharesStorageWith(previous->node_name)) {
+      free = previous_free;
+    } else {
+      if (const size_t* at = by_name.Find(pod->node_name.view())) free = &sorted[*at].free_chips;
+      previous = pod;
+      previous_free = free;
+    }
+    if (free != nullptr) *free = std::max<int64_t>(*free - request, 0);
   }
 
   for (auto& [unused, names] : capacity.avoided) std::sort(names.begin(), names.end());
-  const Entry* last = nullptr;  // the last entry added, and the pool it went to
+  size_t last_rank = ranks;  // the rank of the last entry added, and the pool it went to
   std::vector<NodeCapacity>* pool = nullptr;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& entry = entries[i];
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const Entry& entry = sorted[i];
     if (!first[i]) continue;  // a name seen twice
-    if (last == nullptr || Compare(entry.accelerator, last->accelerator) != 0 ||
-        Compare(entry.topology, last->topology) != 0 || Compare(entry.pool, last->pool) != 0) {
-      auto& pools = capacity.pools[{std::string(entry.accelerator), std::string(entry.topology)}];
-      pool = &pools.emplace_hint(pools.end(), std::string(entry.pool), std::vector<NodeCapacity>())
+    const Group& group = groups[entry.group];
+    if (group.rank != last_rank) {
+      auto& pools = capacity.pools[{std::string(group.accelerator), std::string(group.topology)}];
+      pool = &pools.emplace_hint(pools.end(), std::string(group.pool), std::vector<NodeCapacity>())
                   ->second;
+      pool->reserve(bucket_start[group.rank + 1] - bucket_start[group.rank]);
+      last_rank = group.rank;
     }
     pool->push_back(
-        NodeCapacity{std::string(entry.name), std::string(entry.pool), entry.free_chips});
-    last = &entry;
+        NodeCapacity{std::string(entry.name), std::string(group.pool), entry.free_chips});
   }
 
   Reserve(capacity, reservations);

@@ -124,7 +124,8 @@ struct Capacity {
 // Builds the capacity from the caches' snapshots. `pods` may include pods of any job and pods
 // not bound yet (those are ignored); terminated pods are ignored; a pod that is being deleted
 // still holds its chips until it is gone. Reservations are then taken out. Nodes that
-// AvoidForMaintenance at `now` offer nothing (Capacity::avoided).
+// AvoidForMaintenance at `now` offer nothing (Capacity::avoided). A node name listed twice counts
+// once: in the first pool by name, and within one pool as first listed.
 Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
                        const std::vector<const cache::PodInfo*>& pods,
                        const std::vector<Reservation>& reservations, const NodeHealthConfig& health,

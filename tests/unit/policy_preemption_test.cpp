@@ -258,7 +258,24 @@ INSTANTIATE_TEST_SUITE_P(
                    {Head("team/first", 1, 100), Head("team/second", 1, 90)},
                    {Running("team/low", 10, 0, {"a2"})},
                    {},
-                   {{"team/second", {"team/low"}}}}),
+                   {{"team/second", {"team/low"}}}},
+        VictimCase{"TriesLeaveTheCapacityAsItWasForTheNext",
+                   // Taken in order: low1 alone frees 1 host, low1 + low2 free 3. Giving back:
+                   // without low2 it no longer fits, without low1 it does. Each try gives chips
+                   // and takes them back; a try that left some behind would make low1 enough.
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}, {"a3", 0}, {"a4", 0}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/low1", 1, 0, {"a1"}), Running("team/low2", 2, 0, {"a2", "a3"}),
+                    Running("team/low3", 3, 0, {"a4"})},
+                   {},
+                   {{"team/high", {"team/low2"}}}},
+        VictimCase{"AVictimWithTwoPodsOnOneNodeFreesBoth",
+                   // team/low holds all 8 chips of a1 (two 4-chip pods): two 4-chip slots.
+                   {{"pool-a", {{"a1", 0}, {"a2", 0}}}},
+                   {Head("team/high", 2, 100)},
+                   {Running("team/low", 1, 0, {"a1", "a1"}), Running("team/mid", 5, 0, {"a2"})},
+                   {},
+                   {{"team/high", {"team/low"}}}}),
     [](const ::testing::TestParamInfo<VictimCase>& info) { return info.param.name; });
 
 TEST(PreemptionTest, MessagesNameBothSidesAndTheNeed) {

@@ -346,6 +346,99 @@ TEST(QueueCapacityTest, ANodeListedTwiceCountsOnce) {
   EXPECT_THAT(names, ElementsAre("pool-a:x=4", "pool-b:dup=4", "pool-c:y=4"));
 }
 
+// "pool:node=free" for every node of the class, pools and nodes in the capacity's order.
+std::vector<std::string> ShowClass(const Capacity& capacity,
+                                   const Capacity::Class& key = {kV5e, "2x4"}) {
+  std::vector<std::string> out;
+  auto it = capacity.pools.find(key);
+  if (it == capacity.pools.end()) return out;
+  for (const auto& [pool, list] : it->second) {
+    for (const NodeCapacity& n : list) {
+      out.push_back(pool + ":" + n.name + "=" + std::to_string(n.free_chips));
+    }
+  }
+  return out;
+}
+
+TEST(QueueCapacityTest, NodesAndPodsCountTheSameInAnyOrder) {
+  struct Case {
+    const char* name;
+    std::vector<NodeInfo> nodes;
+    std::vector<PodInfo> pods;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {"pods of one node one after another, and apart",
+       {TpuNode("b", "pool-a", 8), TpuNode("a", "pool-a", 8), TpuNode("c", "pool-b", 8)},
+       {PodOn("p1", "a", 2), PodOn("p2", "a", 2), PodOn("p3", "b", 4), PodOn("p4", "a", 1),
+        PodOn("p5", "c", 8), PodOn("p6", "b", 1)},
+       {"pool-a:a=3", "pool-a:b=3", "pool-b:c=0"}},
+      {"pods that take nothing: no chips, finished, unbound, on a node not listed",
+       {TpuNode("a", "pool-a", 8), TpuNode("b", "pool-a", 4)},
+       {PodOn("zero", "a", 0), PodOn("done", "a", 8, cache::PodPhase::kSucceeded),
+        PodOn("failed", "b", 4, cache::PodPhase::kFailed), PodOn("unbound", "", 4),
+        PodOn("elsewhere", "gone", 4), PodOn("runs", "b", 1)},
+       {"pool-a:a=8", "pool-a:b=3"}},
+      {"more asked than there is, and a node with negative allocatable",
+       {TpuNode("a", "pool-a", 4), TpuNode("n", "pool-a", -4)},
+       {PodOn("p1", "a", 3), PodOn("p2", "a", 3), PodOn("p3", "n", 1)},
+       {"pool-a:a=0", "pool-a:n=0"}},
+      {"classes and pools apart, unlabelled pool first",
+       {TpuNode("x", "pool-b", 4), TpuNode("w", "", 4), TpuNode("v", "pool-a", 4),
+        TpuNode("u", "pool-a", 4, kV4, "2x2x1"), TpuNode("t", "pool-b", 4, kV5e, "4x4")},
+       {PodOn("p1", "x", 1), PodOn("p2", "u", 4), PodOn("p3", "w", 2)},
+       {":w=2", "pool-a:v=4", "pool-b:x=3"}},
+  };
+  for (const Case& c : cases) {
+    // As listed, reversed and rotated: the same capacity.
+    for (int order = 0; order < 3; ++order) {
+      std::vector<NodeInfo> nodes = c.nodes;
+      std::vector<PodInfo> pods = c.pods;
+      if (order == 1) {
+        std::reverse(nodes.begin(), nodes.end());
+        std::reverse(pods.begin(), pods.end());
+      } else if (order == 2) {
+        std::rotate(nodes.begin(), nodes.begin() + 1, nodes.end());
+        std::rotate(pods.begin(), pods.begin() + 1, pods.end());
+      }
+      EXPECT_EQ(ShowClass(Build(nodes, pods)), c.expected) << c.name << ", order " << order;
+    }
+  }
+}
+
+TEST(QueueCapacityTest, ANodeListedTwiceInOnePoolCountsAsFirstListed) {
+  struct Case {
+    std::vector<NodeInfo> nodes;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{TpuNode("dup", "pool-a", 8), TpuNode("a", "pool-a", 4), TpuNode("dup", "pool-a", 4)},
+       {"pool-a:a=4", "pool-a:dup=6"}},
+      {{TpuNode("dup", "pool-a", 4), TpuNode("a", "pool-a", 4), TpuNode("dup", "pool-a", 8)},
+       {"pool-a:a=4", "pool-a:dup=2"}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ShowClass(Build(c.nodes, {PodOn("p", "dup", 2)})), c.expected);
+  }
+}
+
+TEST(QueueCapacityTest, ManyNodesEachGetTheirOwnPods) {
+  // Enough names that some share a bucket of the name index; every node's pods are its own.
+  std::vector<NodeInfo> nodes;
+  std::vector<PodInfo> pods;
+  std::map<std::string, int64_t> expected;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string name = "pool-" + std::to_string(i % 37) + "-node-" + std::to_string(i);
+    nodes.push_back(TpuNode(name, "pool-" + std::to_string(i % 37), 8));
+    const int64_t used = i % 9;
+    for (int64_t p = 0; p < used; ++p)
+      pods.push_back(PodOn(name + "-" + std::to_string(p), name, 1));
+    expected[name] = 8 - std::min<int64_t>(used, 8);
+  }
+  std::shuffle(pods.begin(), pods.end(), std::mt19937(7));
+  EXPECT_EQ(FreeByNode(Build(nodes, pods)), expected);
+}
+
 TEST(QueueCapacityTest, PoolsAndNodesInNameOrderUnlabelledNodesInPoolEmpty) {
   const std::vector<NodeInfo> nodes = {TpuNode("z", "pool-b", 4),
                                        TpuNode("y", "", 4),
