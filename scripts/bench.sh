@@ -321,6 +321,25 @@ run_operator() {
 
 "$bench" create-nodes --kubeconfig "$kubeconfig" --count 20 >/dev/null
 
+# tpu_nodes NAME_PREFIX COUNT TOPOLOGY POOL [LABELS]: the YAML of COUNT KWOK nodes of 16 chips
+# (four 4-chip workers each) of one tpu-v5-lite-podslice pool; LABELS (", key: value") adds labels.
+tpu_nodes() {
+  for i in $(seq 0 $(($2 - 1))); do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1-$i
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice, cloud.google.com/gke-tpu-topology: $3, cloud.google.com/gke-nodepool: $4${5:-}}
+status:
+  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
+  allocatable: *r
+EOF
+  done
+}
+
 if section gang; then
 echo "== gang creation: a 64-worker TPUJob (16x16 slice, 4 chips per worker), 5 runs"
 for i in $(seq 0 15); do
@@ -366,22 +385,6 @@ if section multislice; then
 echo "== multislice gang creation: 4 slices x 16 hosts and 4 x 64 beside one slice of 64 and of 256, 3 runs each, interleaved"
 # KWOK nodes of 16 chips (four 4-chip workers each): four pools of 4 (8x8 slices of 16 hosts),
 # four pools of 16 (16x16 slices of 64 hosts), and 64 nodes for one 32x32 slice of 256 hosts.
-tpu_nodes() {  # tpu_nodes NAME_PREFIX COUNT TOPOLOGY POOL
-  for i in $(seq 0 $(($2 - 1))); do
-    cat <<EOF
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: $1-$i
-  annotations: {kwok.x-k8s.io/node: fake}
-  labels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice, cloud.google.com/gke-tpu-topology: $3, cloud.google.com/gke-nodepool: $4}
-status:
-  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
-  allocatable: *r
-EOF
-  done
-}
 {
   for p in a b c d; do tpu_nodes "ms8-$p" 4 8x8 "ms8-$p"; tpu_nodes "ms16-$p" 16 16x16 "ms16-$p"; done
   tpu_nodes big-host 64 32x32 big-pool
@@ -549,22 +552,7 @@ echo "== the largest job: 64 slices x 64 hosts (4,096 workers), creation beside 
 # at 64 x 64 with restart InPlace: 65 pools of 64 nodes (4,160), a fault on slice 1.
 # The API server (one process on the same 2 cores as everything else) is the limit: B0 is what
 # it accepts.
-for p in $(seq 0 63); do
-  for i in $(seq 0 15); do
-    cat <<EOF
----
-apiVersion: v1
-kind: Node
-metadata:
-  name: lg-$p-$i
-  annotations: {kwok.x-k8s.io/node: fake}
-  labels: {cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice, cloud.google.com/gke-tpu-topology: 16x16, cloud.google.com/gke-nodepool: lg-$p, tpujob.dev/bench: largest}
-status:
-  capacity: &r {cpu: "64", memory: 256Gi, pods: "110", google.com/tpu: "16"}
-  allocatable: *r
-EOF
-  done
-done | kubectl create -f - >/dev/null
+for p in $(seq 0 63); do tpu_nodes "lg-$p" 16 16x16 "lg-$p" ", tpujob.dev/bench: largest"; done | kubectl create -f - >/dev/null
 kubectl wait --for=condition=Ready node -l tpujob.dev/bench=largest --timeout=300s >/dev/null
 kubectl create namespace largest >/dev/null
 kubectl create namespace largest-plain >/dev/null
