@@ -696,6 +696,8 @@ TEST_F(CrdE2E, KubectlExplainDocumentsTheFields) {
       {"tpujob.spec.preemptible", "queues again by its priority"},
       {"tpujob.status.preemptedBy", "the job (namespace/name) that last preempted this one"},
       {"tpujob.spec.tpu.slices", "<name>-worker-<slice>-<host>"},
+      {"tpujob.spec.tpu.minSlices", "renumbered"},
+      {"tpujob.spec.faultTolerance.elastic", "scaleUp\t<string>"},
       {"tpujob.status.nodePools", "one per slice in slice order"},
       {"tpujob.spec.tpu.type", "v6e-1, v6e-4, v6e-8, v6e-16"},
   };

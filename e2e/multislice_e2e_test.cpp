@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "e2e_env.h"
+#include "multislice_env.h"
 #include "operator_env.h"
 #include "tpujob_env.h"
 
@@ -26,72 +27,7 @@ namespace {
 
 using nlohmann::json;
 
-class MultisliceE2E : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { InstallCrd(); }
-
-  void SetUp() override {
-    static int counter = 0;
-    prefix_ = "ms" + std::to_string(::getpid() % 10000) + "-" + std::to_string(++counter);
-    accelerator_ = "tpu-" + prefix_;
-  }
-  void TearDown() override {
-    for (const std::string& set : node_sets_) DeleteTpuNodes(set);
-  }
-
-  // `pools` node pools ("pool-<prefix>-a", ...) of `hosts` KWOK nodes with 4 chips each.
-  void CreatePools(int pools, int hosts, const std::string& topology) {
-    for (int p = 0; p < pools; ++p) {
-      const std::string set = prefix_ + "-" + std::string(1, static_cast<char>('a' + p));
-      node_sets_.push_back(set);
-      CreateTpuNodes(set, hosts, accelerator_, topology, "pool-" + set);
-    }
-  }
-  std::string Pool(char letter) const { return "pool-" + prefix_ + "-" + letter; }
-
-  // A TPUJob of `slices` slices of `hosts` workers with 4 chips each.
-  std::string Job(const std::string& name, int slices, int hosts, const std::string& topology,
-                  const std::string& extra_spec = "") const {
-    return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
-           "\nspec:\n  tpu: {accelerator: " + accelerator_ + ", topology: " + topology +
-           ", chipsPerWorker: 4, slices: " + std::to_string(slices) +
-           "}\n  replicaSpecs:\n    Worker:\n      replicas: " + std::to_string(hosts) +
-           "\n      template:\n        spec:\n          containers:\n"
-           "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n" +
-           extra_spec;
-  }
-
-  // Nodes of this test that are cordoned.
-  std::string CordonedNodes() const {
-    std::string out;
-    for (const std::string& set : node_sets_) {
-      const std::string nodes = UnschedulableNodes(set);
-      if (!nodes.empty()) out += (out.empty() ? "" : " ") + nodes;
-    }
-    return out;
-  }
-
-  static std::vector<std::string> NodePools(const std::string& ns, const std::string& job) {
-    const json status = JobJson(ns, job).value("status", json::object());
-    return status.value("nodePools", std::vector<std::string>{});
-  }
-
-  static std::string Worker(const std::string& job, int slice, int host) {
-    return job + "-worker-" + std::to_string(slice) + "-" + std::to_string(host);
-  }
-
-  std::string prefix_;
-  std::string accelerator_;
-  std::vector<std::string> node_sets_;
-};
-
-std::map<std::string, std::string> EnvOf(const json& pod) {
-  std::map<std::string, std::string> env;
-  for (const json& var : pod["spec"]["containers"][0].value("env", json::array())) {
-    env[var.value("name", "")] = var.value("value", "");
-  }
-  return env;
-}
+using MultisliceE2E = MultisliceTest;
 
 TEST_F(MultisliceE2E, ThreeSlicesOfFourRunOnThreeDistinctPoolsWithTheirEnvironment) {
   CreatePools(4, 4, "2x8");
@@ -293,21 +229,6 @@ TEST_F(MultisliceE2E, RecoveryJobMaintenanceOnSliceTwoReissuesWithoutUsingARetry
 // --- Slice recovery (spec.faultTolerance.recovery Slice, the default) --------------------------
 
 // Pod name -> node, for every pod of a job.
-std::map<std::string, std::string> NodesByPod(const std::string& ns, const std::string& job) {
-  std::map<std::string, std::string> out;
-  for (const std::string& pod : JobPods(ns, job)) out[pod] = NodeOf(ns, pod);
-  return out;
-}
-
-std::string PodEnv(const std::string& ns, const std::string& pod, const std::string& name) {
-  const json object = json::parse(
-      Kubectl("get pod " + pod + " -n " + ns + " -o json", false).output, nullptr, false);
-  if (!object.is_object()) return "<no pod " + pod + ">";
-  const auto env = EnvOf(object);
-  auto it = env.find(name);
-  return it == env.end() ? "<unset>" : it->second;
-}
-
 constexpr char kFault0[] =
     "{.status.faults[0].kind}/{.status.faults[0].action}/{.status.faults[0].slice}/"
     "{.status.faults[0].node}";

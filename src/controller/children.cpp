@@ -68,7 +68,7 @@ std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpe
     // What libtpu's multislice runtime (and JAX on it) reads to join the slices over the
     // data-center network: slice 0's first worker coordinates.
     env.push_back(EnvVar("MEGASCALE_COORDINATOR_ADDRESS", CoordinatorAddress(job.name, spec)));
-    env.push_back(EnvVar("MEGASCALE_NUM_SLICES", std::to_string(spec.tpu.slices)));
+    env.push_back(EnvVar("MEGASCALE_NUM_SLICES", std::to_string(spec.ActiveSlices())));
     if (worker) env.push_back(EnvVar("MEGASCALE_SLICE_ID", std::to_string(slice)));
     env.push_back(EnvVar("MEGASCALE_PORT", std::to_string(kMegascalePort)));
   }
@@ -87,7 +87,7 @@ std::vector<Json> OperatorEnv(const cache::TPUJobInfo& job, const policy::JobSpe
               {"attempt", attempt}};
   if (worker) config["worker_id"] = worker_id;
   if (spec.Multislice()) {
-    config["num_slices"] = spec.tpu.slices;
+    config["num_slices"] = spec.ActiveSlices();
     if (worker) config["slice_id"] = slice;
     config["coordinator_address"] = CoordinatorAddress(job.name, spec);
     config["megascale_port"] = kMegascalePort;

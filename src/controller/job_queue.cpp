@@ -6,6 +6,7 @@
 
 #include "base/logging.h"
 #include "controller/children.h"
+#include "policy/elastic.h"
 #include "policy/preemption.h"
 
 namespace tpujob::controller {
@@ -135,29 +136,40 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     const std::string key = job->Key();
     // An admitted job keeps its pods even when its spec has become invalid.
     if (admitted) admitted_jobs[key].attempt = status.attempt;
-    const auto spec = policy::ParseJobSpec(*job);
-    if (!spec) continue;
-    if (spec->suspend && waiting) continue;  // out of the queue until resumed
-    if (waiting) {
-      const PriorityInfo priority = Priority(*spec);
-      waiting_jobs.insert(key);
-      if (status.phase == policy::Phase::kRestarting) restarting.insert(key);
+    const auto declared = policy::ParseJobSpec(*job);
+    if (!declared) continue;
+    if (declared->suspend && waiting) continue;  // out of the queue until resumed
+    // An elastic job that shrank asks for, and holds, the slices it runs on (policy/elastic.h).
+    const int32_t active = policy::ActiveSlicesOf(*declared, status);
+    const std::optional<policy::JobSpec> degraded =
+        active < declared->tpu.slices ? std::optional(policy::WithActiveSlices(*declared, active))
+                                      : std::nullopt;
+    const policy::JobSpec* spec = degraded ? &*degraded : &*declared;
+    // What every request of this job asks for: slices of its shape.
+    auto request = [&] {
       policy::GangRequest r;
       r.job = key;
       r.accelerator = spec->tpu.accelerator;
       r.topology = spec->tpu.topology;
       r.workers = spec->worker.replicas;
       r.chips_per_worker = spec->tpu.chips_per_worker;
-      r.slices = spec->tpu.slices;
+      return r;
+    };
+    if (waiting) {
+      const PriorityInfo priority = Priority(*spec);
+      waiting_jobs.insert(key);
+      if (status.phase == policy::Phase::kRestarting) restarting.insert(key);
+      policy::GangRequest r = request();
+      r.slices = spec->ActiveSlices();
       r.reissued = status.reissued;
       r.priority = priority.value;
       r.queued_at = status.queued_at.value_or(job->creation_timestamp.value_or(WallTime{}));
-      if (status.slice_recovery && spec->tpu.slices > 1) {
+      if (status.slice_recovery && !status.slice_recovery->slices.empty() && spec->Multislice()) {
         // Slice recovery: a pool for each replaced slice only; the pools the other slices keep
         // stay reserved for the job and are never offered to it twice.
         r.slice_ids = status.slice_recovery->slices;
         r.slices = static_cast<int32_t>(r.slice_ids.size());
-        for (int32_t slice = 0; slice < spec->tpu.slices; ++slice) {
+        for (int32_t slice = 0; slice < spec->ActiveSlices(); ++slice) {
           const size_t at = static_cast<size_t>(slice);
           if (at >= status.node_pools.size() || status.node_pools[at].empty() ||
               std::find(r.slice_ids.begin(), r.slice_ids.end(), slice) != r.slice_ids.end()) {
@@ -190,11 +202,31 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
       a.gang.admitted_at = status.admitted_at.value_or(WallTime{});
       // The chips of its workers not bound yet are reserved in its pools, slice by slice
       // (filled in below).
-      for (int32_t slice = 0; slice < spec->tpu.slices; ++slice) {
+      for (int32_t slice = 0; slice < spec->ActiveSlices(); ++slice) {
         const size_t at = static_cast<size_t>(slice);
         reservations.push_back({key, spec->tpu.accelerator, spec->tpu.topology,
                                 at < status.node_pools.size() ? status.node_pools[at] : "",
                                 spec->worker.replicas, spec->tpu.chips_per_worker, slice});
+      }
+      // Elastic slices, running degraded: pools for the missing slices are asked for with a
+      // re-issue's place (first in the class), never by preemption (policy/elastic.h).
+      if (degraded && status.phase == policy::Phase::kRunning &&
+          declared->fault_tolerance.elastic.scale_up != policy::ScaleUp::kNever) {
+        policy::GangRequest r = request();
+        r.reissued = true;
+        r.priority = Priority(*declared).value;
+        r.queued_at = status.elastic && status.elastic->degraded_since
+                          ? *status.elastic->degraded_since
+                          : status.admitted_at.value_or(WallTime{});
+        for (int32_t slice = active; slice < declared->tpu.slices; ++slice) {
+          r.slice_ids.push_back(slice);
+        }
+        r.slices = static_cast<int32_t>(r.slice_ids.size());
+        for (const std::string& pool : status.node_pools) {
+          if (!pool.empty()) r.held_pools.push_back(pool);
+        }
+        queued.push_back(std::move(r));
+        preemptors[key].may_preempt = false;
       }
     }
   }

@@ -44,6 +44,11 @@ OperatorMetrics* Declare() {
           "stallSeconds (startupSeconds before its first step) and was stopped, by the job's "
           "namespace.",
           {"job_namespace"}),
+      .job_slice_scaling = r.AddCounter(
+          "tpujob_job_slice_scaling_total",
+          "Elastic slices: jobs that shrank to run on the slices they hold (direction down) or "
+          "grew back to more (direction up), by the job's namespace.",
+          {"job_namespace", "direction"}),
       .progress_refreshes = r.AddCounter(
           "tpujob_progress_refreshes_total",
           "Reads of a running job's worker 0 log tail that keep status.progress current (at most "
@@ -211,6 +216,18 @@ void RecordStalls(std::string_view ns, const policy::JobStatus& before,
   if (after.stalls > before.stalls) {
     Metrics().job_stalls.With({ns}).Inc(after.stalls - before.stalls);
   }
+}
+
+void RecordSliceScaling(std::string_view ns, const policy::JobStatus& before,
+                        const policy::JobStatus& after) {
+  if (!before.tpu || !after.tpu || before.tpu->active_slices == 0 ||
+      after.tpu->active_slices == before.tpu->active_slices) {
+    return;
+  }
+  Metrics()
+      .job_slice_scaling
+      .With({ns, after.tpu->active_slices < before.tpu->active_slices ? "down" : "up"})
+      .Inc();
 }
 
 void RecordGoodput(std::string_view ns, const policy::JobStatus& before,

@@ -23,6 +23,7 @@ struct OperatorMetrics {
   metrics::CounterFamily& job_failures;                // {reason}
   metrics::CounterFamily& job_preemptions;             // {job_namespace}
   metrics::CounterFamily& job_stalls;                  // {job_namespace}
+  metrics::CounterFamily& job_slice_scaling;           // {job_namespace, direction}
   metrics::CounterFamily& progress_refreshes;          // {result}
   metrics::CounterFamily& node_cordons;                // {reason}
   metrics::CounterFamily& cordons_refused;             // {reason}: cap | rate | breaker
@@ -74,6 +75,10 @@ void RecordPreemptions(std::string_view ns, const policy::JobStatus& before,
 // Adds the stalls (status.stalls) a successful status write recorded for a job of namespace `ns`.
 void RecordStalls(std::string_view ns, const policy::JobStatus& before,
                   const policy::JobStatus& after);
+
+// Elastic slices: a job that shrank to fewer slices or grew back (status.tpu.activeSlices).
+void RecordSliceScaling(std::string_view ns, const policy::JobStatus& before,
+                        const policy::JobStatus& after);
 
 // Adds what a successful status write folded into status.goodput (see policy/goodput.h) to
 // the chip-second counters of the job's namespace.

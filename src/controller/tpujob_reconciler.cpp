@@ -8,6 +8,7 @@
 
 #include "base/logging.h"
 #include "controller/metrics.h"
+#include "policy/elastic.h"
 #include "policy/progress_log.h"
 #include "policy/queue.h"
 #include "preflight/report.h"
@@ -270,6 +271,13 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
         }
         input.admit_pools = admission.pools;
         input.queue_position = admission.position;
+      } else if (options_.admission && current.phase == policy::Phase::kRunning &&
+                 current.ConditionTrue(policy::condition::kAdmitted) && spec->Elastic() &&
+                 spec->fault_tolerance.elastic.scale_up != policy::ScaleUp::kNever &&
+                 policy::ActiveSlicesOf(*spec, current) < spec->tpu.slices) {
+        // Elastic slices, degraded: the queue's answer for the missing slices' pools.
+        AdmissionDecision grow = options_.admission(*job, *spec, current);
+        if (grow.admit) input.grow_pools = grow.pools;
       }
     }
   }
@@ -370,7 +378,13 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
 
   if (spec && (plan.ensure_service || !plan.create.empty())) {
-    if (auto created = CreatePods(*job, *spec, plan, expect); !created && result) {
+    // An elastic job on fewer slices: its pods are those of the slices it runs on.
+    const int32_t active = policy::ActiveSlicesOf(*spec, plan.status);
+    const std::optional<policy::JobSpec> degraded =
+        active < spec->tpu.slices ? std::optional(policy::WithActiveSlices(*spec, active))
+                                  : std::nullopt;
+    if (auto created = CreatePods(*job, degraded ? *degraded : *spec, plan, expect);
+        !created && result) {
       result = created;
     }
   }
@@ -565,6 +579,7 @@ kube::Status TPUJobReconciler::WriteStatus(const cache::TPUJobInfo& job, const p
   RecordGoodput(job.ns.view(), before, plan.status);
   RecordPreemptions(job.ns.view(), before, plan.status);
   RecordStalls(job.ns.view(), before, plan.status);
+  RecordSliceScaling(job.ns.view(), before, plan.status);
   return {};
 }
 

@@ -12,6 +12,7 @@
 //   3. deadlines.cpp       the queue timeout, activeDeadlineSeconds and the finished job's TTL.
 //   4. in_place.cpp        the in-place restart's program generations and barrier.
 //   5. slice_recovery.cpp  re-issue, of the whole job or of the one slice a fault is confined to.
+//   6. elastic.cpp         elastic slices: the shrink to the slices held, the grow back.
 // Two generations appear here and are never mixed: spec_generation_ is the job's
 // metadata.generation (what conditions record as observedGeneration); a program generation is
 // status.inPlace.generation, what the in-place supervisor runs.
@@ -29,6 +30,7 @@
 #include "base/clock.h"
 #include "cache/objects.h"
 #include "policy/deadlines.h"
+#include "policy/elastic.h"
 #include "policy/fault_rules.h"
 #include "policy/fault_table.h"
 #include "policy/in_place.h"
@@ -245,11 +247,30 @@ class Decider {
   // slice the attempt keeps, not being deleted: it stays, and its program restarts in place.
   bool KeptInPlace(const ObservedPod& p) const;
 
+  // --- elastic.cpp (policy/elastic.h) ---
+  // The attempt runs on `active` slices from now on: spec_ and status.tpu say so.
+  void SetActiveSlices(int32_t active);
+  // When the slices waiting for a pool are given up; nullopt: never (not elastic, nothing
+  // waiting, or fewer than minSlices would be left).
+  std::optional<WallTime> ShrinkDue() const;
+  // What the not-admitted message of a waiting slice adds: when the job shrinks, or why not
+  // (the Degraded condition of a job that shrank already says so too).
+  std::string ElasticWaitNote();
+  // Admits the attempt on the slices it holds once ShrinkDue has passed; what it did, for the
+  // Admitted condition ("" = nothing).
+  std::string Shrink();
+  // A degraded, running job grows back when the queue has the pools (per scaleUp). Returns
+  // whether it did (the plan is complete).
+  bool Grow(const CurrentPods& current);
+
   const LifecycleInput& in_;
   const cache::TPUJobInfo& job_;
   const int64_t spec_generation_;  // the job's metadata.generation
   const WallTime now_;
+  // The spec as the current attempt runs it: the job's, or while an elastic job runs on fewer
+  // slices, active_spec_ (WithActiveSlices).
   const JobSpec* spec_ = nullptr;
+  std::optional<JobSpec> active_spec_;
   Plan plan_;
   // The uids in plan_.remove: DeletePod asks once per pod, and a scan of plan_.remove each time
   // made a decision that deletes every pod of a 4,096-worker job quadratic (~20 ms).

@@ -122,6 +122,18 @@ std::string_view LowerName(ReplicaType type) {
 std::string_view ToString(SuccessPolicy policy) {
   return policy == SuccessPolicy::kMaster ? "Master" : "AllWorkers";
 }
+std::string_view ToString(ScaleUp s) {
+  switch (s) {
+    case ScaleUp::kImmediate:
+      return "Immediate";
+    case ScaleUp::kAfterCheckpoint:
+      return "AfterCheckpoint";
+    case ScaleUp::kNever:
+      return "Never";
+  }
+  return "";
+}
+
 std::string_view ToString(ExitClass c) {
   return c == ExitClass::kPermanent ? "permanent" : "retryable";
 }
@@ -252,6 +264,54 @@ std::optional<std::string> ReadProgress(const Json& p, std::optional<ProgressSpe
   return std::nullopt;
 }
 
+// spec.faultTolerance.elastic.
+std::optional<std::string> ReadElastic(const Json& e, ElasticSpec& out) {
+  constexpr std::string_view kPath = "spec.faultTolerance.elastic";
+  if (!e.is_object()) return std::string(kPath) + ": must be an object";
+  if (auto err = ReadInt(e, "waitSeconds", std::string(kPath) + ".waitSeconds", 0, 86400,
+                         out.wait_seconds)) {
+    return err;
+  }
+  std::string scale_up = "Immediate";
+  if (auto err = ReadString(e, "scaleUp", std::string(kPath) + ".scaleUp", scale_up)) return err;
+  if (scale_up == "Immediate") {
+    out.scale_up = ScaleUp::kImmediate;
+  } else if (scale_up == "AfterCheckpoint") {
+    out.scale_up = ScaleUp::kAfterCheckpoint;
+  } else if (scale_up == "Never") {
+    out.scale_up = ScaleUp::kNever;
+  } else {
+    return std::string(kPath) + ".scaleUp: \"" + scale_up +
+           "\" is not Immediate, AfterCheckpoint or Never";
+  }
+  return std::nullopt;
+}
+
+// What elastic slices rely on: slice recovery (a shrink keeps the slices that hold their pools),
+// and for scaleUp AfterCheckpoint, the program's checkpoint lines.
+std::optional<std::string> ElasticNeeds(const JobSpec& spec) {
+  if (!spec.Elastic()) return std::nullopt;
+  if (spec.fault_tolerance.recovery != Recovery::kSlice) {
+    return "spec.tpu.minSlices: " + std::to_string(spec.tpu.min_slices) +
+           " needs spec.faultTolerance.recovery Slice: with recovery Job a fault stops every "
+           "slice, so there are no slices left to keep running on";
+  }
+  if (spec.fault_tolerance.restart == RestartMode::kInPlace) {
+    return "spec.tpu.minSlices: " + std::to_string(spec.tpu.min_slices) +
+           " is not supported with spec.faultTolerance.restart InPlace: a shrink renumbers the "
+           "slices it keeps, which pods that stay cannot follow; use restart Recreate";
+  }
+  const std::optional<ProgressSpec>& progress = spec.fault_tolerance.progress;
+  if (spec.fault_tolerance.elastic.scale_up == ScaleUp::kAfterCheckpoint &&
+      (!progress || progress->checkpoint_pattern.empty() || progress->log_pattern.empty())) {
+    return std::string(
+        "spec.faultTolerance.elastic.scaleUp: AfterCheckpoint waits for the "
+        "program's next checkpoint line, which the operator reads from its log: "
+        "it needs spec.faultTolerance.progress.logPattern and checkpointPattern");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> CheckStepPattern(std::string_view pattern) {
@@ -373,6 +433,15 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   value = 1;
   if (auto e = ReadInt(*tpu, "slices", "spec.tpu.slices", 1, kMaxSlices, value)) return Error(*e);
   out.tpu.slices = static_cast<int32_t>(value);
+  value = out.tpu.slices;
+  if (auto e = ReadInt(*tpu, "minSlices", "spec.tpu.minSlices", 1, kMaxSlices, value)) {
+    return Error(*e);
+  }
+  if (value > out.tpu.slices) {
+    return Error("spec.tpu.minSlices: " + std::to_string(value) +
+                 " is more than spec.tpu.slices (" + std::to_string(out.tpu.slices) + ")");
+  }
+  out.tpu.min_slices = static_cast<int32_t>(value);
 
   // Replicas.
   const Json* specs = Member(spec, "replicaSpecs");
@@ -498,6 +567,15 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
     if (const Json* progress = Member(*f, "progress"); progress != nullptr) {
       if (auto e = ReadProgress(*progress, ft.progress)) return Error(*e);
     }
+    if (const Json* elastic = Member(*f, "elastic"); elastic != nullptr) {
+      if (auto e = ReadElastic(*elastic, ft.elastic)) return Error(*e);
+      if (!out.Elastic()) {
+        return Error(
+            "spec.faultTolerance.elastic: has no effect unless spec.tpu.minSlices is "
+            "below spec.tpu.slices (" +
+            std::to_string(out.tpu.slices) + "); set minSlices or leave elastic out");
+      }
+    }
     if (const Json* pre = Member(*f, "preflight"); pre != nullptr) {
       if (!pre->is_object()) return Error("spec.faultTolerance.preflight: must be an object");
       if (Member(*pre, "enabled") != nullptr) {
@@ -545,6 +623,7 @@ std::expected<JobSpec, std::string> ParseJobSpec(const cache::TPUJobInfo& job) {
   ft.preflight_enabled = spec_preflight.value_or(annotation_retries.value_or(0) > 0);
   if (auto e = PreflightFailsEverywhere(out)) return Error(*e);
   if (auto e = InPlaceNeedsCommands(out)) return Error(*e);
+  if (auto e = ElasticNeeds(out)) return Error(*e);
 
   if (const Json* cp = Member(spec, "checkpoint"); cp != nullptr) {
     if (!cp->is_object()) return Error("spec.checkpoint: must be an object");

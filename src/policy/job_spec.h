@@ -104,6 +104,31 @@ struct ProgressSpec {
 // (RE2's own message for a pattern that does not compile), without the field's name.
 std::optional<std::string> CheckStepPattern(std::string_view pattern);
 
+// spec.faultTolerance.elastic.scaleUp: when a job running on fewer slices than spec.tpu.slices
+// grows back once node pools are free again (docs/api.md#elastic-slices).
+enum class ScaleUp {
+  kImmediate,        // as soon as the queue has the pools
+  kAfterCheckpoint,  // at the program's next checkpoint line once the pools are free
+  kNever,            // stays on the slices it has until the job ends or is re-admitted whole
+};
+std::string_view ToString(ScaleUp s);
+
+// The default of spec.faultTolerance.elastic.waitSeconds: how long a slice that lost its node
+// pool waits for another before the job shrinks to the slices it holds. A shrink and the grow
+// that follows cost every slice two restarts from a checkpoint (minutes each), so a pool that
+// comes back within about that long is worth waiting for: a pool freed by a preemption already
+// ordered (its pods have the 300 s maintenance grace period) or a spare that is being brought
+// up. A pool that takes longer (a node repaired or recreated: tens of minutes) is not.
+inline constexpr int64_t kDefaultElasticWaitSeconds = 300;
+
+// spec.faultTolerance.elastic: how a job with spec.tpu.minSlices below spec.tpu.slices shrinks
+// and grows (docs/api.md#elastic-slices).
+struct ElasticSpec {
+  int64_t wait_seconds = kDefaultElasticWaitSeconds;
+  ScaleUp scale_up = ScaleUp::kImmediate;
+  friend bool operator==(const ElasticSpec&, const ElasticSpec&) = default;
+};
+
 struct FaultTolerance {
   int32_t max_job_retries = 0;  // re-issues of the whole job; 0 = off
   Recovery recovery = Recovery::kSlice;
@@ -125,6 +150,8 @@ struct FaultTolerance {
   Json preflight_thresholds = Json::object();
   // Stall detection; unset: off.
   std::optional<ProgressSpec> progress;
+  // Elastic slices (spec.tpu.minSlices below spec.tpu.slices); the defaults otherwise.
+  ElasticSpec elastic;
 };
 
 // spec.tpu.slices bounds, and the most worker pods a job may have across its slices (see
@@ -143,6 +170,13 @@ struct TpuSpec {
   // Identical slices of `topology`, each replicaSpecs.Worker.replicas hosts in a node pool of
   // its own, joined over the data-center network (multislice). 1: a single slice, as before.
   int32_t slices = 1;
+  // The fewest slices the job may run on while a slice waits for a node pool (elastic slices,
+  // docs/api.md#elastic-slices); = slices (the default, also 0 here): the job runs on all of
+  // them or waits.
+  int32_t min_slices = 0;
+  // The slices the current attempt runs on, when fewer than `slices` (status.tpu.activeSlices of
+  // an elastic job that shrank; set by policy::WithActiveSlices, never parsed); 0: all of them.
+  int32_t active_slices = 0;
   // The workers use a high-speed network (RDMA, multi-NIC); its libraries need locked memory
   // and many open files, so pre-flight checks the ulimits, for such jobs only (docs/api.md,
   // tpu.highSpeedNetwork).
@@ -171,15 +205,24 @@ struct JobSpec {
   FaultTolerance fault_tolerance;
   std::string checkpoint_path;
 
-  // Pods of the replica type in one attempt: for workers, every slice's (slices * hosts).
+  // The slices the current attempt runs on: spec.tpu.slices, or fewer while an elastic job runs
+  // degraded (slice ids 0..ActiveSlices()-1).
+  int32_t ActiveSlices() const {
+    return tpu.active_slices > 0 && tpu.active_slices < tpu.slices ? tpu.active_slices : tpu.slices;
+  }
+  // Pods of the replica type in one attempt: for workers, every active slice's (slices * hosts).
   // Worker pods are numbered job-wide: worker i is host i % HostsPerSlice() of slice
   // i / HostsPerSlice().
   int32_t Replicas(ReplicaType type) const {
     return type == ReplicaType::kMaster ? (master ? master->replicas : 0)
-                                        : worker.replicas * tpu.slices;
+                                        : worker.replicas * ActiveSlices();
   }
   int32_t HostsPerSlice() const { return worker.replicas; }
+  // Declared with several slices (an elastic job that shrank to one is still multislice: its pods
+  // keep their names and MEGASCALE_* environment).
   bool Multislice() const { return tpu.slices > 1; }
+  // Whether the job may run on fewer slices than spec.tpu.slices.
+  bool Elastic() const { return tpu.min_slices > 0 && tpu.min_slices < tpu.slices; }
   int32_t SliceOf(int32_t worker_index) const {
     return worker.replicas > 0 ? worker_index / worker.replicas : 0;
   }

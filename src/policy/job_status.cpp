@@ -195,7 +195,9 @@ JobStatus JobStatus::FromJson(const Json& j) {
                       .topology = ReadString(*it, "topology"),
                       .chips_per_worker = ReadInt<int32_t>(*it, "chipsPerWorker"),
                       .hosts_per_slice = ReadInt<int32_t>(*it, "hostsPerSlice"),
-                      .slices = ReadInt<int32_t>(*it, "slices")};
+                      .slices = ReadInt<int32_t>(*it, "slices"),
+                      .active_slices = ReadInt<int32_t>(*it, "activeSlices"),
+                      .slices_summary = ReadString(*it, "slicesSummary")};
   }
   if (auto it = j.find("replicaStatuses"); it != j.end() && it->is_object()) {
     for (const auto& [type, counts] : it->items()) s.replica_statuses[type] = ReadCounts(counts);
@@ -232,7 +234,16 @@ JobStatus JobStatus::FromJson(const Json& j) {
     }
     if (auto b = it->find("inPlace"); b != it->end() && b->is_boolean())
       r.in_place = b->get<bool>();
-    if (!r.slices.empty()) s.slice_recovery = std::move(r);
+    if (!r.slices.empty() || !r.nodes.empty()) s.slice_recovery = std::move(r);
+  }
+  if (auto it = j.find("elastic"); it != j.end() && it->is_object()) {
+    ElasticStatus e{.degraded_since = ReadTime(*it, "degradedSince"),
+                    .scale_up_offered_at = ReadTime(*it, "scaleUpOfferedAt"),
+                    .checkpoint_at_offer = std::nullopt};
+    if (auto c = it->find("checkpointAtOffer"); c != it->end() && c->is_number_integer()) {
+      e.checkpoint_at_offer = c->get<int64_t>();
+    }
+    if (e.degraded_since || e.scale_up_offered_at) s.elastic = e;
   }
   if (auto it = j.find("inPlace"); it != j.end() && it->is_object()) {
     InPlaceStatus p{.generation = ReadInt<int32_t>(*it, "generation"),
@@ -324,6 +335,8 @@ Json JobStatus::ToJson() const {
     if (tpu->chips_per_worker != 0) t["chipsPerWorker"] = tpu->chips_per_worker;
     if (tpu->hosts_per_slice != 0) t["hostsPerSlice"] = tpu->hosts_per_slice;
     if (tpu->slices != 0) t["slices"] = tpu->slices;
+    if (tpu->active_slices != 0) t["activeSlices"] = tpu->active_slices;
+    PutString(t, "slicesSummary", tpu->slices_summary);
     out["tpu"] = std::move(t);
   }
   if (!replica_statuses.empty()) {
@@ -363,6 +376,13 @@ Json JobStatus::ToJson() const {
     if (!slice_recovery->nodes.empty()) r["nodes"] = slice_recovery->nodes;
     if (slice_recovery->in_place) r["inPlace"] = true;
     out["sliceRecovery"] = std::move(r);
+  }
+  if (elastic) {
+    Json e = Json::object();
+    PutTime(e, "degradedSince", elastic->degraded_since);
+    PutTime(e, "scaleUpOfferedAt", elastic->scale_up_offered_at);
+    if (elastic->checkpoint_at_offer) e["checkpointAtOffer"] = *elastic->checkpoint_at_offer;
+    out["elastic"] = std::move(e);
   }
   if (in_place) {
     Json p = {{"generation", in_place->generation},

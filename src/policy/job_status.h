@@ -50,6 +50,9 @@ inline constexpr std::string_view kPreempted = "Preempted";
 // spec.faultTolerance.progress: True from a stall (the program made no progress and was
 // stopped) until the restarted attempt runs again.
 inline constexpr std::string_view kStalled = "Stalled";
+// Elastic slices: True while the job runs, or is admitted to run, on fewer slices than
+// spec.tpu.slices (reason RunningOnFewerSlices).
+inline constexpr std::string_view kDegraded = "Degraded";
 }  // namespace condition
 
 struct Condition {
@@ -133,8 +136,23 @@ struct TpuStatus {
   int32_t chips_per_worker = 0;
   int32_t hosts_per_slice = 0;
   int32_t slices = 0;
+  // Elastic slices: the slices the job runs on now (spec.tpu.minSlices..slices), and
+  // `slices_summary` ("3/4", column Slices). 0 when not read.
+  int32_t active_slices = 0;
+  std::string slices_summary;
 
   friend bool operator==(const TpuStatus&, const TpuStatus&) = default;
+};
+
+// status.elastic (spec.tpu.minSlices below spec.tpu.slices, policy/elastic.h): set while the job
+// runs, or waits to run, on fewer slices than its spec asks for.
+struct ElasticStatus {
+  std::optional<WallTime> degraded_since;  // when it last shrank
+  // The queue first had pools to grow back to (scaleUp AfterCheckpoint waits for a checkpoint
+  // line after this), and the last checkpoint step known then.
+  std::optional<WallTime> scale_up_offered_at;
+  std::optional<int64_t> checkpoint_at_offer;
+  friend bool operator==(const ElasticStatus&, const ElasticStatus&) = default;
 };
 
 // status.sliceRecovery: the current attempt replaces some slices of a multislice job and
@@ -150,6 +168,8 @@ struct SliceRecovery {
   // In-place restart: the kept slices' pods stay (moved to the new attempt once the replaced
   // slice's old pods are gone) and their program waits at the barrier; `nodes` is then empty.
   bool in_place = false;
+  // `slices` is empty once an elastic job shrank to the slices it holds: nothing waits for a
+  // pool, and `nodes` binds the kept workers again.
   friend bool operator==(const SliceRecovery&, const SliceRecovery&) = default;
 };
 inline constexpr size_t kMaxRecoveryNodes = 4096;
@@ -206,6 +226,7 @@ struct JobStatus {
   // status.nodePools, and for a single slice also as status.nodePool (its older form).
   std::vector<std::string> node_pools;
   std::optional<SliceRecovery> slice_recovery;
+  std::optional<ElasticStatus> elastic;
   std::optional<InPlaceStatus> in_place;
   std::optional<ProgressStatus> progress;
   int32_t stalls = 0;  // stalls acted on, every attempt

@@ -64,6 +64,13 @@ bool Decider::AcceptSpec() {
   }
   const JobSpec& spec = **in_.spec;
   spec_ = &spec;
+  if (spec.Elastic() && !in_.replace_slices) {
+    Invalid("spec.tpu.minSlices: " + std::to_string(spec.tpu.min_slices) +
+            " is not supported for a job Kueue admits: its Workload is admitted as a whole, "
+            "so it cannot run on fewer slices; leave minSlices out or the queue-name label off");
+    return false;
+  }
+  const int32_t active = ActiveSlicesOf(spec, s);  // read before status.tpu is written again
   const Condition* valid = s.FindCondition(condition::kValid);
   if (valid != nullptr && valid->status == "False") {
     RecordEvent(false, "SpecValid", "the spec is valid again");
@@ -78,7 +85,14 @@ bool Decider::AcceptSpec() {
       .chips_per_worker = spec.tpu.chips_per_worker,
       .hosts_per_slice = spec.HostsPerSlice(),
       .slices = spec.tpu.slices,
+      .active_slices = 0,
+      .slices_summary = "",
   };
+  SetActiveSlices(active);
+  if (!spec.Elastic()) {
+    s.elastic.reset();
+    s.RemoveCondition(condition::kDegraded);
+  }
   if (s.phase == Phase::kFailed) {
     const Condition* failed = s.FindCondition(condition::kFailed);
     if (failed != nullptr && failed->reason == "InvalidSpec") {
@@ -176,11 +190,12 @@ bool Decider::WaitOrAdmit(bool others_left) {
     if (s.slice_recovery) {
       // Only the replaced slices wait for pools; the others keep theirs (reserved).
       const std::string replaced = SliceList(s.slice_recovery->slices);
-      s.SetCondition(
-          condition::kAdmitted, false, "Reissued",
-          attempt + ": " + replaced + (s.slice_recovery->slices.size() == 1 ? " waits" : " wait") +
-              " for a node pool with first priority; " + KeptSlices() + " keep their node pools",
-          now_, spec_generation_);
+      s.SetCondition(condition::kAdmitted, false, "Reissued",
+                     attempt + ": " + replaced +
+                         (s.slice_recovery->slices.size() == 1 ? " waits" : " wait") +
+                         " for a node pool with first priority; " + KeptSlices() +
+                         " keep their node pools" + ElasticWaitNote(),
+                     now_, spec_generation_);
       RecordEvent(false, "Queued", attempt + ": " + replaced + " queued with first priority");
       return false;
     }
@@ -200,21 +215,27 @@ bool Decider::WaitOrAdmit(bool others_left) {
   if (QueueTimedOut()) {
     return false;
   }
+  std::string shrunk;  // elastic: the slices given up, when the job runs on the others
   if (!in_.admit) {
-    s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason, in_.not_admitted_message,
-                   now_, spec_generation_);
-    s.queue_position = in_.queue_position;
-    return false;
+    shrunk = Shrink();
+    if (shrunk.empty()) {
+      s.SetCondition(condition::kAdmitted, false, in_.not_admitted_reason,
+                     in_.not_admitted_message + ElasticWaitNote(), now_, spec_generation_);
+      s.queue_position = in_.queue_position;
+      return false;
+    }
   }
   std::string placed;  // slice recovery: where the replaced slices go
-  if (s.slice_recovery) {
+  if (!shrunk.empty()) {
+    // Shrink set the pools: the kept slices', renumbered.
+  } else if (s.slice_recovery) {
     const std::vector<int32_t>& slices = s.slice_recovery->slices;
     if (in_.admit_pools.size() != slices.size()) {
       // An answer for another request (made before this attempt asked for its slices):
       // the next plan has the right one.
       return false;
     }
-    s.node_pools.resize(static_cast<size_t>(spec.tpu.slices));
+    s.node_pools.resize(static_cast<size_t>(spec.ActiveSlices()));
     for (size_t i = 0; i < slices.size(); ++i) {
       s.node_pools[static_cast<size_t>(slices[i])] = in_.admit_pools[i];
       placed += std::string(i == 0 ? "" : ", ") + "slice " + std::to_string(slices[i]) +
@@ -237,12 +258,13 @@ bool Decider::WaitOrAdmit(bool others_left) {
   s.admitted_at = now_;
   if (!s.start_time) s.start_time = now_;
   s.queue_position.reset();
-  const int total = spec.Replicas(ReplicaType::kMaster) + spec.Replicas(ReplicaType::kWorker);
+  const int total = spec_->Replicas(ReplicaType::kMaster) + spec_->Replicas(ReplicaType::kWorker);
   s.SetCondition(condition::kAdmitted, true, "Admitted",
                  "attempt " + std::to_string(s.attempt) + " admitted" +
-                     (placed.empty() ? ""
-                                     : ": " + placed + "; " + KeptSlices() +
-                                           " restart on the nodes they hold") +
+                     (!shrunk.empty()  ? " " + shrunk + "; they restart on the nodes they hold"
+                      : placed.empty() ? ""
+                                       : ": " + placed + "; " + KeptSlices() +
+                                             " restart on the nodes they hold") +
                      after,
                  now_, spec_generation_);
   if (s.ConditionTrue(condition::kPreempted)) {
@@ -582,6 +604,12 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
     s.phase = Phase::kRestarting;
   }
   if (in_place && InPlaceBarrier(current)) {
+    UpdateCounts();
+    return;
+  }
+
+  // Elastic slices: a degraded job that runs grows back when the pools are free.
+  if (s.phase == Phase::kRunning && !restarted && !gang_restart && held.empty() && Grow(current)) {
     UpdateCounts();
     return;
   }

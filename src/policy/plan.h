@@ -68,6 +68,9 @@ struct LifecycleInput {
   // Admitted: what the queue adds to the Admitted condition's message, e.g. "after preempting
   // team/low (priority 1) in node pool p" ("" = nothing).
   std::string admitted_message;
+  // Elastic slices, running degraded: the queue has these pools for the missing slices (one per
+  // slice, for slices ActiveSlices()..spec.tpu.slices-1); empty: none (policy/elastic.h).
+  std::vector<std::string> grow_pools;
   // Waiting: the job's place in the queue (status.queuePosition).
   std::optional<int32_t> queue_position;
   // The queue preempts this admitted job for a waiting job of higher priority

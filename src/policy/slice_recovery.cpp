@@ -23,7 +23,7 @@ std::string Decider::KeptSlices() const {
   const std::vector<int32_t> none;
   const std::vector<int32_t>& replaced =
       plan_.status.slice_recovery ? plan_.status.slice_recovery->slices : none;
-  for (int32_t slice = 0; slice < spec_->tpu.slices; ++slice) {
+  for (int32_t slice = 0; slice < spec_->ActiveSlices(); ++slice) {
     if (std::find(replaced.begin(), replaced.end(), slice) == replaced.end()) {
       kept.push_back(slice);
     }
@@ -37,7 +37,7 @@ std::string Decider::KeptSlices() const {
 std::vector<int32_t> ConfinedSlices(const JobSpec& spec, bool replace_slices, size_t node_pools,
                                     const std::vector<const ObservedPod*>& touched) {
   if (!spec.Multislice() || spec.fault_tolerance.recovery != Recovery::kSlice || !replace_slices ||
-      touched.empty() || node_pools != static_cast<size_t>(spec.tpu.slices)) {
+      touched.empty() || node_pools != static_cast<size_t>(spec.ActiveSlices())) {
     return {};
   }
   std::vector<int32_t> slices;
@@ -46,7 +46,7 @@ std::vector<int32_t> ConfinedSlices(const JobSpec& spec, bool replace_slices, si
     const int32_t of = spec.SliceOf(p->index);
     if (std::find(slices.begin(), slices.end(), of) == slices.end()) slices.push_back(of);
   }
-  if (slices.size() >= static_cast<size_t>(spec.tpu.slices)) return {};  // none left to keep
+  if (slices.size() >= static_cast<size_t>(spec.ActiveSlices())) return {};  // none left to keep
   std::sort(slices.begin(), slices.end());
   return slices;
 }
@@ -249,7 +249,7 @@ bool Decider::FaultsInFlight() {
     if (std::find(slices.begin(), slices.end(), slice) == slices.end()) slices.push_back(slice);
   }
   std::sort(slices.begin(), slices.end());
-  whole = whole || slices.size() >= static_cast<size_t>(spec_->tpu.slices);
+  whole = whole || slices.size() >= static_cast<size_t>(spec_->ActiveSlices());
   const int32_t max_retries = spec_->fault_tolerance.max_job_retries;
   const bool exhausted = s.job_retries >= max_retries;  // node faults use a retry
   const FaultAction action = exhausted ? FaultAction::kFailJob

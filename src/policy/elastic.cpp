@@ -1,0 +1,243 @@
+#include "policy/elastic.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "policy/decider.h"
+
+namespace tpujob::policy {
+
+int32_t ActiveSlicesOf(const JobSpec& spec, const JobStatus& status) {
+  if (!spec.Elastic() || !status.tpu) return spec.tpu.slices;
+  const int32_t active = status.tpu->active_slices;
+  return active >= 1 && active < spec.tpu.slices ? active : spec.tpu.slices;
+}
+
+JobSpec WithActiveSlices(const JobSpec& spec, int32_t active) {
+  JobSpec out = spec;
+  out.tpu.active_slices = active < spec.tpu.slices ? active : 0;
+  return out;
+}
+
+std::string SlicesSummary(int32_t active, int32_t slices) {
+  return std::to_string(active) + "/" + std::to_string(slices);
+}
+
+// The attempt runs on `active` slices from now on: the spec this plan decides with, and
+// status.tpu, say so.
+void Decider::SetActiveSlices(int32_t active) {
+  JobStatus& s = plan_.status;
+  const JobSpec& declared = **in_.spec;
+  if (active < declared.tpu.slices) {
+    active_spec_ = WithActiveSlices(declared, active);
+    spec_ = &*active_spec_;
+  } else {
+    active_spec_.reset();
+    spec_ = &declared;
+  }
+  if (s.tpu) {
+    s.tpu->active_slices = spec_->ActiveSlices();
+    s.tpu->slices_summary = SlicesSummary(spec_->ActiveSlices(), declared.tpu.slices);
+  }
+}
+
+// When a slice waiting for a pool gives up its place and the job runs on the others: queuedAt
+// has whole seconds, so counted from the end of its second (never early).
+std::optional<WallTime> Decider::ShrinkDue() const {
+  const JobStatus& s = plan_.status;
+  if (!spec_->Elastic() || !s.slice_recovery || s.slice_recovery->slices.empty() || !s.queued_at) {
+    return std::nullopt;
+  }
+  const int32_t left =
+      spec_->ActiveSlices() - static_cast<int32_t>(s.slice_recovery->slices.size());
+  if (left < spec_->tpu.min_slices) return std::nullopt;
+  return *s.queued_at + std::chrono::seconds(1 + spec_->fault_tolerance.elastic.wait_seconds);
+}
+
+// What the not-admitted message of a slice waiting for a pool adds for an elastic job: when it
+// gives up, or why it cannot.
+// A degraded job's Degraded condition says what it waits for too.
+std::string Decider::ElasticWaitNote() {
+  JobStatus& s = plan_.status;
+  if (!spec_->Elastic() || !s.slice_recovery || s.slice_recovery->slices.empty()) return "";
+  const std::vector<int32_t>& lost = s.slice_recovery->slices;
+  const int32_t left = spec_->ActiveSlices() - static_cast<int32_t>(lost.size());
+  std::string note;
+  if (const std::optional<WallTime> due = ShrinkDue()) {
+    note = "; without one by " + cache::FormatRfc3339(*due) + " the job runs on the other " +
+           std::to_string(left) + (left == 1 ? " slice" : " slices") + " (elastic waitSeconds " +
+           std::to_string(spec_->fault_tolerance.elastic.wait_seconds) + ")";
+  } else {
+    note = "; the job cannot run on " + std::to_string(left) + (left == 1 ? " slice" : " slices") +
+           " (minSlices " + std::to_string(spec_->tpu.min_slices) + "), so it waits";
+  }
+  if (s.ConditionTrue(condition::kDegraded)) {
+    s.SetCondition(
+        condition::kDegraded, true, "RunningOnFewerSlices",
+        "attempt " + std::to_string(s.attempt) + " on " + std::to_string(spec_->ActiveSlices()) +
+            " of " + std::to_string((*in_.spec)->tpu.slices) + " slices waits: " + SliceList(lost) +
+            (lost.size() == 1 ? " lost its node pool" : " lost their node pools") + note,
+        now_, spec_generation_);
+  }
+  return note;
+}
+
+// Step 1 of policy/elastic.h: the slices waiting for a pool are given up once waitSeconds have
+// passed, and the attempt is admitted on the slices that hold theirs, renumbered in their order.
+// Returns what happened, for the Admitted condition ("" = nothing: not due, or not elastic).
+std::string Decider::Shrink() {
+  JobStatus& s = plan_.status;
+  const std::optional<WallTime> due = ShrinkDue();
+  if (!due) return "";
+  if (now_ < *due) {
+    Requeue(std::chrono::duration_cast<Duration>(*due - now_));
+    return "";
+  }
+  SliceRecovery& recovery = *s.slice_recovery;
+  const std::vector<int32_t> lost = recovery.slices;
+  const int32_t active = spec_->ActiveSlices();
+  const int32_t hosts = spec_->HostsPerSlice();
+  std::vector<std::string> pools, nodes;
+  std::vector<int32_t> kept;
+  for (int32_t slice = 0; slice < active; ++slice) {
+    if (std::find(lost.begin(), lost.end(), slice) != lost.end()) continue;
+    kept.push_back(slice);
+    const size_t at = static_cast<size_t>(slice);
+    pools.push_back(at < s.node_pools.size() ? s.node_pools[at] : "");
+    if (recovery.nodes.empty()) continue;
+    for (int32_t h = 0; h < hosts; ++h) {
+      const size_t i = static_cast<size_t>(slice * hosts + h);
+      nodes.push_back(i < recovery.nodes.size() ? recovery.nodes[i] : "");
+    }
+  }
+  const int32_t left = static_cast<int32_t>(kept.size());
+  const int32_t declared = (*in_.spec)->tpu.slices;
+  std::string renumbered;  // "slice 3 runs as slice 2"
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] == static_cast<int32_t>(i)) continue;
+    renumbered += std::string(renumbered.empty() ? "" : ", ") + "slice " + std::to_string(kept[i]) +
+                  " runs as slice " + std::to_string(i);
+  }
+  s.node_pools = std::move(pools);
+  recovery.slices.clear();
+  recovery.nodes = std::move(nodes);
+  if (recovery.nodes.empty()) s.slice_recovery.reset();
+  SetActiveSlices(left);
+  if (!s.elastic) s.elastic.emplace();
+  s.elastic->degraded_since = now_;
+  s.elastic->scale_up_offered_at.reset();
+  s.elastic->checkpoint_at_offer.reset();
+  const std::string what = "running on " + std::to_string(left) + " of " +
+                           std::to_string(declared) + " slices: " + SliceList(lost) +
+                           (lost.size() == 1 ? " found no node pool" : " found no node pools") +
+                           " within " +
+                           std::to_string(spec_->fault_tolerance.elastic.wait_seconds) + "s";
+  const std::string waits =
+      spec_->fault_tolerance.elastic.scale_up == ScaleUp::kNever
+          ? "; it stays on " + std::to_string(left) + " slices (scaleUp Never)"
+          : "; it grows back to " + std::to_string(declared) + " when " +
+                (lost.size() == 1 ? "a node pool is" : "node pools are") + " free (scaleUp " +
+                std::string(ToString(spec_->fault_tolerance.elastic.scale_up)) + ")";
+  s.SetCondition(condition::kDegraded, true, "RunningOnFewerSlices", what + waits, now_,
+                 spec_generation_);
+  RecordEvent(true, "RunningOnFewerSlices",
+              "attempt " + std::to_string(s.attempt) + " " + what +
+                  (renumbered.empty() ? "" : " (" + renumbered + ")") +
+                  "; every program restarts with MEGASCALE_NUM_SLICES=" + std::to_string(left));
+  return "on " + std::to_string(left) + " of " + std::to_string(declared) + " slices, " +
+         SliceList(lost) + " given up after waiting " +
+         std::to_string(spec_->fault_tolerance.elastic.wait_seconds) + "s for a node pool" +
+         (renumbered.empty() ? "" : " (" + renumbered + ")");
+}
+
+// Step 3 of policy/elastic.h: a degraded job that runs grows back to all its slices when the
+// queue has pools for the missing ones (and, for AfterCheckpoint, once a checkpoint line came
+// after they were first free). Returns whether it decided to grow (the plan is then complete).
+bool Decider::Grow(const CurrentPods& current) {
+  JobStatus& s = plan_.status;
+  const JobSpec& declared = **in_.spec;
+  const int32_t active = spec_->ActiveSlices();
+  const ScaleUp scale_up = declared.fault_tolerance.elastic.scale_up;
+  if (!declared.Elastic() || active >= declared.tpu.slices || scale_up == ScaleUp::kNever) {
+    return false;
+  }
+  const int32_t missing = declared.tpu.slices - active;
+  if (in_.grow_pools.size() != static_cast<size_t>(missing) ||
+      std::any_of(in_.grow_pools.begin(), in_.grow_pools.end(),
+                  [](const std::string& pool) { return pool.empty(); })) {
+    if (s.elastic) {
+      s.elastic->scale_up_offered_at.reset();
+      s.elastic->checkpoint_at_offer.reset();
+    }
+    return false;
+  }
+  if (!s.elastic) s.elastic.emplace();
+  const std::optional<int64_t> checkpoint =
+      s.progress ? s.progress->checkpoint_step : std::optional<int64_t>();
+  if (scale_up == ScaleUp::kAfterCheckpoint) {
+    if (!s.elastic->scale_up_offered_at) {
+      s.elastic->scale_up_offered_at = now_;
+      s.elastic->checkpoint_at_offer = checkpoint;
+      RecordEvent(false, "ScaleUpWaiting",
+                  std::string(missing == 1 ? "a node pool is" : "node pools are") +
+                      " free to grow back to " + std::to_string(declared.tpu.slices) +
+                      " slices; waiting for the program's next checkpoint line (scaleUp "
+                      "AfterCheckpoint)");
+      return false;
+    }
+    if (!checkpoint ||
+        (s.elastic->checkpoint_at_offer && *checkpoint <= *s.elastic->checkpoint_at_offer)) {
+      return false;
+    }
+  }
+  // Where the running workers are: bound there again in the grown attempt.
+  const int32_t hosts = spec_->HostsPerSlice();
+  const int32_t workers = declared.worker.replicas * declared.tpu.slices;
+  SliceRecovery recovery;
+  for (int32_t slice = active; slice < declared.tpu.slices; ++slice) {
+    recovery.slices.push_back(slice);
+  }
+  if (static_cast<size_t>(workers) <= kMaxRecoveryNodes) {
+    recovery.nodes.resize(static_cast<size_t>(workers));
+    bool any = false;
+    for (const auto& [id, p] : current) {
+      if (id.first != ReplicaType::kWorker || p->pod->node_name.empty() || id.second < 0 ||
+          id.second >= active * hosts) {
+        continue;
+      }
+      recovery.nodes[static_cast<size_t>(id.second)] = std::string(p->pod->node_name.view());
+      any = true;
+    }
+    if (!any) recovery.nodes.clear();
+  }
+  std::vector<std::string> pools = s.node_pools;
+  const std::string why = "growing back from " + std::to_string(active) + " to " +
+                          std::to_string(declared.tpu.slices) + " slices" +
+                          (scale_up == ScaleUp::kAfterCheckpoint && checkpoint
+                               ? " after the checkpoint of step " + std::to_string(*checkpoint)
+                               : "");
+  NextAttempt(/*reissued=*/true, "ScalingUp", why);
+  pools.resize(static_cast<size_t>(declared.tpu.slices));
+  s.node_pools = std::move(pools);
+  s.slice_recovery = std::move(recovery);
+  SetActiveSlices(declared.tpu.slices);
+  s.elastic.reset();
+  s.SetCondition(condition::kDegraded, false, "ScalingUp",
+                 why + " as attempt " + std::to_string(s.attempt), now_, spec_generation_);
+  RecordEvent(false, "ScalingUp",
+              why + " as attempt " + std::to_string(s.attempt) +
+                  " (no retry used): " + SliceList(s.slice_recovery->slices) +
+                  (missing == 1 ? " takes a free node pool" : " take free node pools") +
+                  ", every program restarts with MEGASCALE_NUM_SLICES=" +
+                  std::to_string(declared.tpu.slices));
+  // The programs stop as for maintenance, with time to save a checkpoint.
+  const int64_t grace = declared.fault_tolerance.maintenance_grace_period_seconds;
+  for (const ObservedPod& p : in_.pods) {
+    if (p.pod->deleting()) continue;
+    DeletePod(*p.pod, OnLostNode(*p.pod, grace), "the job grows back to all its slices");
+  }
+  return true;
+}
+
+}  // namespace tpujob::policy
