@@ -849,7 +849,10 @@ Json FullStatus() {
     "jobRetries": 1,
     "readyWorkers": "1/2",
     "tpu": {"summary": "tpu-v5-lite-podslice 2x4", "accelerator": "tpu-v5-lite-podslice",
-            "topology": "2x4", "chipsPerWorker": 4, "hostsPerSlice": 2, "slices": 1},
+            "topology": "2x4", "chipsPerWorker": 4, "hostsPerSlice": 2, "slices": 1,
+            "activeSlices": 1, "slicesSummary": "1/1"},
+    "elastic": {"degradedSince": "2026-01-02T03:02:30Z", "scaleUpOfferedAt": "2026-01-02T03:03:30Z",
+                "checkpointAtOffer": 1200},
     "replicaStatuses": {
       "Master": {"active": 1, "ready": 1, "succeeded": 0, "failed": 0, "restarts": 0},
       "Worker": {"active": 2, "ready": 1, "succeeded": 0, "failed": 1, "restarts": 4}
@@ -885,7 +888,8 @@ Json FullStatus() {
                       "suspended": 8, "uncheckpointed": 9.125},
       "lostChipSeconds": {"queued": 480, "requeued": 12, "preflight": 16, "starting": 26,
                           "restarting": 32, "reissue": 40, "maintenance": 48, "preemption": 56,
-                          "suspended": 64, "uncheckpointed": 73},
+                          "suspended": 64, "uncheckpointed": 73, "degraded": 80},
+      "missingChips": 8, "degradedSeconds": 10.5,
       "ratio": "0.533"
     }
 })json");
@@ -936,6 +940,7 @@ TEST_F(CrdE2E, StatusSchemaKeepsEveryFieldTheOperatorWrites) {
   }
   const CommandResult narrow = Kubectl("get tj full -n " + ns.name());
   EXPECT_FALSE(Contains(narrow.output, "PermanentError")) << narrow.output;
+  EXPECT_TRUE(Contains(narrow.output, "1/1")) << narrow.output;  // column SLICES
 }
 
 TEST_F(CrdE2E, StatusSchemaRejectsValuesOutsideItsEnums) {

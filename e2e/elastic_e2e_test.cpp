@@ -118,6 +118,9 @@ TEST_F(ElasticE2E, WithoutASparePoolTheJobRunsOnThreeSlicesThenGrowsBackToFourOn
   }
   EXPECT_EQ(EventsWith(JobEvents(n, "el"), "ScalingUp", "growing back from 3 to 4 slices").size(),
             1u);
+  // Goodput: the time on 3 slices was productive, slice 3's chips were lost meanwhile.
+  EXPECT_NE(JobField(n, "el", "{.status.goodput.degradedSeconds}"), "");
+  EXPECT_NE(JobField(n, "el", "{.status.goodput.lostChipSeconds.degraded}"), "");
   const std::string metrics =
       RunCommand("curl -sf http://127.0.0.1:" + std::to_string(op.metrics_port()) + "/metrics",
                  false)

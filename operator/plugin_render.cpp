@@ -176,6 +176,12 @@ std::string RenderGoodput(const json& job, WallTime now) {
     rows.push_back({std::string(cause), seconds(it->second),
                     seconds(chip == g.lost_chip_ms.end() ? 0 : chip->second), share(it->second)});
   }
+  // Elastic slices: productive time on fewer slices; the chips it ran without were lost.
+  if (auto chip = g.lost_chip_ms.find(policy::goodput_cause::kDegraded);
+      g.degraded_ms > 0 && chip != g.lost_chip_ms.end()) {
+    rows.push_back({std::string(policy::goodput_cause::kDegraded) + " (within Productive)",
+                    seconds(g.degraded_ms), seconds(chip->second), share(g.degraded_ms)});
+  }
   return out + Table(rows, "  ");
 }
 

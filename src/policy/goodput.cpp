@@ -22,6 +22,10 @@ void Accrue(Goodput& g, std::string_view state, int64_t ms) {
   if (state == kGoodputProductive) {
     g.productive_ms += ms;
     g.productive_chip_ms += ms * g.chips;
+    if (g.missing_chips > 0) {  // running on fewer slices than the spec asks for
+      g.degraded_ms += ms;
+      g.lost_chip_ms[std::string(goodput_cause::kDegraded)] += ms * g.missing_chips;
+    }
     return;
   }
   g.lost_ms[std::string(state)] += ms;
@@ -94,6 +98,7 @@ void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInpu
     g.state_since = g.accounted_until;
     g.state = std::string(state);
     g.chips = input.chips;
+    g.missing_chips = input.missing_chips;
   }
   if (g.accounted_until && now > *g.accounted_until) {
     Accrue(g, g.state, std::chrono::duration_cast<milliseconds>(now - *g.accounted_until).count());
@@ -130,6 +135,7 @@ void AccountGoodput(const JobStatus& before, JobStatus& after, const GoodputInpu
   g.state = std::string(state);
   g.accounted_until = std::max(now, g.accounted_until.value_or(now));
   g.chips = input.chips;
+  g.missing_chips = input.missing_chips;
   after.goodput = std::move(g);
 }
 

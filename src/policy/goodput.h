@@ -44,17 +44,22 @@ inline constexpr std::string_view kUncheckpointed = "Uncheckpointed";
 // A stall (condition Stalled): from the program's last progress until it runs again after the
 // restart (the time between its last progress and the stall's report moves out of productive).
 inline constexpr std::string_view kStalled = "Stalled";
+// Elastic slices: chip-seconds of the slices a job ran without while it ran on the others. Not
+// a state (the time was productive): chip-seconds only, the time in Goodput::degraded_ms.
+inline constexpr std::string_view kDegraded = "Degraded";
 }  // namespace goodput_cause
-inline constexpr std::array<std::string_view, 11> kGoodputCauses = {
+inline constexpr std::array<std::string_view, 12> kGoodputCauses = {
     goodput_cause::kQueued,         goodput_cause::kRequeued,   goodput_cause::kPreflight,
     goodput_cause::kStarting,       goodput_cause::kRestarting, goodput_cause::kReissue,
     goodput_cause::kMaintenance,    goodput_cause::kPreemption, goodput_cause::kSuspended,
-    goodput_cause::kUncheckpointed, goodput_cause::kStalled};
+    goodput_cause::kUncheckpointed, goodput_cause::kStalled,    goodput_cause::kDegraded};
 
 struct GoodputInput {
   WallTime now{};
   // Chips the attempt holds (workers x chips per worker): chip-seconds accrue at this rate.
   int64_t chips = 0;
+  // Elastic slices: chips of the slices the job runs without (0 when it runs on all).
+  int64_t missing_chips = 0;
   // A pre-flight init container of the current attempt is running.
   bool preflight_running = false;
   // The job's kLastCheckpointAnnotation, when set and readable.

@@ -80,6 +80,8 @@ Goodput ReadGoodput(const Json& j) {
   g.state_since = ReadMillis(j, "stateSince");
   g.accounted_until = ReadMillis(j, "accountedUntil");
   g.chips = ReadInt<int64_t>(j, "chips");
+  g.missing_chips = ReadInt<int64_t>(j, "missingChips");
+  g.degraded_ms = ReadSecondsAsMillis(j, "degradedSeconds");
   g.productive_ms = ReadSecondsAsMillis(j, "productiveSeconds");
   g.productive_chip_ms = ReadSecondsAsMillis(j, "productiveChipSeconds");
   for (const auto& [field, target] :
@@ -101,6 +103,8 @@ Json WriteGoodput(const Goodput& g) {
   PutMillis(out, "stateSince", g.state_since);
   PutMillis(out, "accountedUntil", g.accounted_until);
   out["chips"] = g.chips;
+  if (g.missing_chips != 0) out["missingChips"] = g.missing_chips;
+  if (g.degraded_ms != 0) out["degradedSeconds"] = MillisAsSeconds(g.degraded_ms);
   out["productiveSeconds"] = MillisAsSeconds(g.productive_ms);
   out["productiveChipSeconds"] = MillisAsSeconds(g.productive_chip_ms);
   for (const auto& [field, source] :

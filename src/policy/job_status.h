@@ -117,6 +117,11 @@ struct Goodput {
   int64_t productive_chip_ms = 0;
   std::map<std::string, int64_t, std::less<>> lost_ms;  // by cause; only causes with time
   std::map<std::string, int64_t, std::less<>> lost_chip_ms;
+  // Elastic slices: chips of the slices the job runs without (spec.tpu.slices less the active
+  // ones). While it runs (Productive) they accrue to lost chip-seconds, cause Degraded, and the
+  // time to `degraded_ms`; the time itself was productive, so lost_ms has no Degraded.
+  int64_t missing_chips = 0;
+  int64_t degraded_ms = 0;
   int64_t TotalMs() const;
   int64_t LostChipMs() const;  // all causes
   friend bool operator==(const Goodput&, const Goodput&) = default;

@@ -732,9 +732,13 @@ Plan Decide(const LifecycleInput& input) {
   GoodputInput goodput;
   goodput.now = input.now;
   if (input.spec->has_value()) {
+    // Chips of the slices the attempt runs on; an elastic job running on fewer runs without the
+    // others' (policy/elastic.h).
     const JobSpec& spec = **input.spec;
-    goodput.chips =
-        static_cast<int64_t>(spec.Replicas(ReplicaType::kWorker)) * spec.tpu.chips_per_worker;
+    const int64_t per_slice = int64_t{spec.worker.replicas} * spec.tpu.chips_per_worker;
+    const int32_t active = ActiveSlicesOf(spec, plan.status);
+    goodput.chips = per_slice * active;
+    goodput.missing_chips = per_slice * (spec.tpu.slices - active);
   }
   for (const ObservedPod& p : input.pods) {
     if (p.attempt != plan.status.attempt || p.pod->deleting()) continue;

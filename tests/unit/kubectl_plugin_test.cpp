@@ -213,6 +213,24 @@ TEST(KubectlPluginTest, DescribeShowsTheGoodputBreakdownUpToNow) {
               HasSubstr("Goodput: <not counted yet>"));
 }
 
+TEST(KubectlPluginTest, DescribeShowsTheTimeAnElasticJobRanOnFewerSlices) {
+  json job = Job("llm", "Running", 0, 0);
+  job["status"]["goodput"] = {{"state", "Productive"},
+                              {"stateSince", "2026-01-01T11:58:00.000Z"},
+                              {"accountedUntil", "2026-01-01T11:59:00.000Z"},
+                              {"chips", 48},
+                              {"missingChips", 16},
+                              {"degradedSeconds", 60},
+                              {"productiveSeconds", 60},
+                              {"productiveChipSeconds", 2880},
+                              {"lostSeconds", json::object()},
+                              {"lostChipSeconds", {{"degraded", 960}}}};
+  const std::string out = RenderDescribe(job, {}, kNow);
+  // 60 s more on 3 of 4 slices since accountedUntil: 120 s without 16 chips.
+  EXPECT_THAT(out, HasSubstr("  Degraded (within Productive)   120.0     1920.0         100.0%\n"))
+      << out;
+}
+
 TEST(KubectlPluginTest, DescribeShowsJobControlOnlyWhenSet) {
   json job = Job("llm", "Suspended", 0, 0);
   job["spec"]["suspend"] = true;

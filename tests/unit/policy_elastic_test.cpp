@@ -206,10 +206,18 @@ TEST(PolicyElasticTest, ItGrowsBackWithoutARetryWhenTheQueueHasAPool) {
   sim.AllReady();
   ASSERT_EQ(StepWith(sim, a).status.phase, Phase::kRunning);
 
+  sim.Advance(std::chrono::seconds(100));
   a.grow = {"pool-e"};
   const Plan grow = StepWith(sim, a);
   EXPECT_EQ(grow.status.attempt, 3);
   EXPECT_EQ(grow.status.job_retries, 1);  // no retry used
+  // Goodput: the 101 s on 3 slices (the simulator's clock moves 1 s a step) were productive on
+  // 24 chips and ran without slice 3's 8.
+  ASSERT_TRUE(grow.status.goodput.has_value());
+  EXPECT_EQ(grow.status.goodput->degraded_ms, 101'000);
+  EXPECT_EQ(grow.status.goodput->lost_chip_ms.at("Degraded"), 101'000 * 8);
+  EXPECT_EQ(grow.status.goodput->missing_chips, 0);  // from now on, all 4 slices'
+  EXPECT_EQ(grow.status.goodput->chips, 32);
   EXPECT_EQ(grow.status.phase, Phase::kRestarting);
   EXPECT_TRUE(grow.status.reissued);  // first in line for its new pool
   EXPECT_EQ(grow.status.tpu->active_slices, 4);

@@ -129,6 +129,44 @@ TEST(PolicyGoodputTest, TheClockAloneCausesNoWrite) {
   EXPECT_EQ(after, before);
 }
 
+// Elastic slices: an attempt on 3 of 4 slices is productive on its 24 chips and runs without 8;
+// those count as lost chip-seconds (cause Degraded) and the time as degradedSeconds, not as lost
+// time (which would count the same seconds twice).
+TEST(PolicyGoodputTest, RunningOnFewerSlicesLosesTheMissingChipsNotTheTime) {
+  JobStatus before = StatusIn(Phase::kRunning);
+  before.goodput = Goodput{"Productive", T(0), T(1000), 24, 0, 0, {}, {}, 8, 0};
+  JobStatus after = before;
+  after.ready_workers = "6/6";
+  GoodputInput in = Now(T(11'000), 24);
+  in.missing_chips = 8;
+  AccountGoodput(before, after, in);
+  ASSERT_TRUE(after.goodput.has_value());
+  EXPECT_EQ(after.goodput->productive_ms, 10'000);
+  EXPECT_EQ(after.goodput->productive_chip_ms, 10'000 * 24);
+  EXPECT_EQ(after.goodput->degraded_ms, 10'000);
+  EXPECT_EQ(after.goodput->lost_chip_ms.at("Degraded"), 10'000 * 8);
+  EXPECT_FALSE(after.goodput->lost_ms.contains("Degraded"));
+  EXPECT_EQ(after.goodput->TotalMs(), 10'000);  // still the wall time
+  EXPECT_EQ(GoodputRatio(*after.goodput), 1.0);
+  // The JSON keeps both, and reads them back.
+  const Json j = after.ToJson();
+  EXPECT_EQ(j["goodput"]["missingChips"], 8);
+  EXPECT_EQ(j["goodput"]["degradedSeconds"], 10.0);
+  EXPECT_EQ(j["goodput"]["lostChipSeconds"]["degraded"], 80.0);
+  EXPECT_EQ(JobStatus::FromJson(j).goodput, after.goodput);
+  // Grown back (no chips missing): nothing more is lost.
+  JobStatus grown = after;
+  grown.ready_workers = "8/8";
+  AccountGoodput(after, grown, Now(T(21'000), 32));
+  EXPECT_EQ(grown.goodput->degraded_ms, 20'000);  // the interval folded ran degraded still
+  JobStatus later = grown;
+  later.ready_workers = "x";
+  AccountGoodput(grown, later, Now(T(31'000), 32));
+  EXPECT_EQ(later.goodput->degraded_ms, 20'000);
+  EXPECT_EQ(later.goodput->lost_chip_ms.at("Degraded"), 20'000 * 8);
+  EXPECT_EQ(later.goodput->productive_chip_ms, 20'000 * 24 + 10'000 * 32);
+}
+
 TEST(PolicyGoodputTest, AWriteMadeAnywayFoldsTheOpenInterval) {
   JobStatus before = StatusIn(Phase::kStarting);
   before.goodput = Goodput{"Starting", T(0), T(1000), 8, 0, 0, {}, {}};
