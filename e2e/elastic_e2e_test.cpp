@@ -183,5 +183,70 @@ TEST_F(ElasticE2E, BelowMinSlicesASecondFaultWaitsAndTheQueueTimeoutEndsTheJob) 
   ExpectNothingLeftBehind(n, node_sets_);
 }
 
+// A degraded job's pools are anyone's to preempt as before: a job of higher priority takes one
+// (the degraded job queues again on the slices it ran on), and a degraded job never preempts a
+// job of equal priority to grow back.
+TEST_F(ElasticE2E, ADegradedJobNeverPreemptsToGrowAndAHigherPriorityJobMayTakeItsPool) {
+  CreatePools(4, 2, "2x4");
+  TestNamespace ns("el-preempt");
+  const std::string n = ns.name();
+  OperatorProcess op({"--namespace", n});
+  ASSERT_EQ(ApplyYaml(n, Job("el", 3, 2, "2x4",
+                             "  faultTolerance: {maxJobRetries: 2, maintenanceGracePeriodSeconds: "
+                             "5, elastic: {waitSeconds: 2}}\n",
+                             ", minSlices: 2"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(JobFieldBecomes(n, "el", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  // A job of the same priority, not preemptible by anyone, holds the fourth pool.
+  ASSERT_EQ(ApplyYaml(n, Job("eq", 1, 2, "2x4", "  preemptible: false\n")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "eq", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::string eq_pool = NodePools(n, "eq").at(0);
+
+  // A fault on slice 1: no spare pool, so the job runs on 2 of 3 after waitSeconds.
+  const std::string node = NodeOf(n, Worker("el", 1, 0));
+  ASSERT_EQ(SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chip 0").exit_code, 0);
+  ASSERT_TRUE(
+      JobFieldBecomes(n, "el", "{.status.tpu.slicesSummary}", "2/3", std::chrono::seconds(60)))
+      << op.Log();
+  ASSERT_TRUE(JobFieldBecomes(n, "el", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const std::vector<std::string> degraded_pools = NodePools(n, "el");
+  ASSERT_EQ(degraded_pools.size(), 2u);
+  // Its grow would need eq's pool (the faulty pool has one healthy host left): the queue, which
+  // decides preemptions in the same plan, says it cannot grow, and eq is left alone.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return JobField(n, "el", "{.status.conditions[?(@.type==\"Degraded\")].message}")
+                   .find("to grow back it needs a node pool with 2 hosts") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << JobField(n, "el", "{.status.conditions}") << op.Log();
+  EXPECT_NE(JobField(n, "el", "{.status.conditions[?(@.type==\"Degraded\")].message}")
+                .find("to add slice 2"),
+            std::string::npos);
+  EXPECT_EQ(JobField(n, "eq", "{.status.phase}/{.status.attempt}/{.status.preemptions}"),
+            "Running/1/");
+  EXPECT_EQ(JobField(n, "el", "{.status.tpu.slicesSummary}/{.status.phase}"), "2/3/Running");
+  EXPECT_TRUE(EventsWith(JobEvents(n, "eq"), "Preempted", "").empty());
+
+  // A job of higher priority with no free pool preempts the degraded job (eq is not preemptible):
+  // the degraded job queues again for the 2 slices it ran on, by its priority.
+  ASSERT_EQ(ApplyYaml(n, Job("hi", 1, 2, "2x4", "  priority: 1000\n")).exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(n, "hi", "{.status.phase}", "Running", std::chrono::seconds(90)))
+      << op.Log();
+  const std::string hi_pool = NodePools(n, "hi").at(0);
+  EXPECT_NE(std::find(degraded_pools.begin(), degraded_pools.end(), hi_pool), degraded_pools.end())
+      << hi_pool;
+  EXPECT_EQ(JobField(n, "el", "{.status.conditions[?(@.type==\"Preempted\")].status}"), "True");
+  EXPECT_EQ(JobField(n, "el", "{.status.tpu.slicesSummary}"), "2/3");
+  EXPECT_EQ(JobField(n, "el", "{.status.preemptedBy}"), n + "/hi");
+  EXPECT_EQ(JobField(n, "eq", "{.status.phase}/{.status.attempt}"), "Running/1");
+  ASSERT_EQ(Kubectl("delete tpujob eq hi -n " + n).exit_code, 0);
+  ExpectNothingLeftBehind(n, node_sets_);
+}
+
 }  // namespace
 }  // namespace tpujob::e2e

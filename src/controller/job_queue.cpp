@@ -214,6 +214,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
           declared->fault_tolerance.elastic.scale_up != policy::ScaleUp::kNever) {
         policy::GangRequest r = request();
         r.reissued = true;
+        r.grow = true;
         r.priority = Priority(*declared).value;
         r.queued_at = status.elastic && status.elastic->degraded_since
                           ? *status.elastic->degraded_since

@@ -277,7 +277,11 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
                  policy::ActiveSlicesOf(*spec, current) < spec->tpu.slices) {
         // Elastic slices, degraded: the queue's answer for the missing slices' pools.
         AdmissionDecision grow = options_.admission(*job, *spec, current);
-        if (grow.admit) input.grow_pools = grow.pools;
+        if (grow.admit) {
+          input.grow_pools = grow.pools;
+        } else {
+          input.grow_message = grow.message;
+        }
       }
     }
   }

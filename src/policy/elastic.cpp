@@ -170,6 +170,14 @@ bool Decider::Grow(const CurrentPods& current) {
       s.elastic->scale_up_offered_at.reset();
       s.elastic->checkpoint_at_offer.reset();
     }
+    // What the queue says of the missing slices' pools, for whoever wonders why it stays small.
+    if (!in_.grow_message.empty() && s.ConditionTrue(condition::kDegraded)) {
+      s.SetCondition(condition::kDegraded, true, "RunningOnFewerSlices",
+                     "running on " + std::to_string(active) + " of " +
+                         std::to_string(declared.tpu.slices) + " slices; to grow back it " +
+                         in_.grow_message + " (scaleUp " + std::string(ToString(scale_up)) + ")",
+                     now_, spec_generation_);
+    }
     return false;
   }
   if (!s.elastic) s.elastic.emplace();

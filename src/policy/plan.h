@@ -71,6 +71,8 @@ struct LifecycleInput {
   // Elastic slices, running degraded: the queue has these pools for the missing slices (one per
   // slice, for slices ActiveSlices()..spec.tpu.slices-1); empty: none (policy/elastic.h).
   std::vector<std::string> grow_pools;
+  // ... and when it has none, why (the Degraded condition shows it).
+  std::string grow_message;
   // Waiting: the job's place in the queue (status.queuePosition).
   std::optional<int32_t> queue_position;
   // The queue preempts this admitted job for a waiting job of higher priority

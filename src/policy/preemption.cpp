@@ -147,6 +147,7 @@ std::vector<Preemption> PlanPreemptions(const Capacity& after_release,
     const Admission& answer = plan.at(head.job);
     if (answer.admit) continue;
     if (head.workers <= 0 || head.chips_per_worker <= 0) continue;  // holds up no one
+    if (head.grow) continue;  // a running job's grow never preempts, and holds up no one
     Capacity::Class key{head.accelerator, head.topology};
     if (!seen.insert(key).second) continue;  // behind the class's head: waits in line
     PreemptorInfo info;

@@ -258,8 +258,8 @@ std::string DescribeNeeds(const GangRequest& job) {
                            : std::to_string(job.slice_ids.size()) + " node pools each") +
                       " with " + std::to_string(job.workers) +
                       (job.workers == 1 ? " host" : " hosts") + " of " + Describe(job) + " (" +
-                      std::to_string(job.chips_per_worker) + " chips each) to replace slice" +
-                      (one ? " " : "s ") + ids;
+                      std::to_string(job.chips_per_worker) + " chips each) to " +
+                      (job.grow ? "add slice" : "replace slice") + (one ? " " : "s ") + ids;
     if (!job.held_pools.empty()) {
       out += " (its other slices keep ";
       for (size_t i = 0; i < job.held_pools.size() && i < 8; ++i) {
@@ -543,6 +543,14 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
       }
       if (fit.size() > 8) message += ", ...";
       if (!fit.empty()) message += ")";
+      if (job.grow) {
+        // A running job's grow takes pools first when they are free, and holds up no one when
+        // they are not: the job runs meanwhile, and the jobs behind it may need far less.
+        admission.reason = "WaitingForCapacity";
+        admission.message = message + AvoidedMessage(capacity, key);
+        out.insert_or_assign(job.job, std::move(admission));
+        continue;
+      }
       state.blocked = true;
       state.head_job = job.job;
       state.head_position = admission.position;

@@ -32,6 +32,9 @@
 //
 // Order. Re-issued attempts first (their job was already running and lost its place to a
 // fault), then priority, higher first, then the time queued, earlier first, then the job's key.
+// An elastic job running on fewer slices asks for its missing slices' pools in a re-issue's
+// place (GangRequest::grow), but only takes what is free: it holds up no one when it does not
+// fit.
 //
 // Head of line. Jobs are grouped into classes by (accelerator, topology): jobs of different
 // classes never compete for nodes, so one class's wait never holds up another. Within a class
@@ -77,6 +80,10 @@ struct GangRequest {
   // attempt, and none of `held_pools`, which its other slices keep (reserved for it meanwhile).
   std::vector<int32_t> slice_ids;
   std::vector<std::string> held_pools;
+  // Elastic slices: the slices asked for are added to a running job that shrank
+  // (policy/elastic.h). Planned in its place (a re-issue's: first), but when it does not fit it
+  // holds up no one behind it, and it never preempts.
+  bool grow = false;
 };
 
 // "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool"; "needs 3 node

@@ -31,6 +31,7 @@ struct Answer {
   bool admit = false;
   std::vector<std::string> pools;
   std::vector<std::string> grow;
+  std::string grow_message;
   bool replace_slices = true;
 };
 
@@ -39,6 +40,7 @@ Plan StepWith(PodSim& sim, const Answer& a) {
   in.node_health = a.nodes.Fn();
   in.admit_pools = a.pools;
   in.grow_pools = a.grow;
+  in.grow_message = a.grow_message;
   in.replace_slices = a.replace_slices;
   in.not_admitted_reason = "WaitingForCapacity";
   in.not_admitted_message = "needs a node pool";
@@ -196,6 +198,14 @@ TEST(PolicyElasticTest, ASliceWithoutAPoolIsGivenUpAfterWaitSecondsAndTheOthersR
   // The status survives its round trip: the next decision sees the same 3 slices.
   EXPECT_EQ(ActiveSlicesOf(*sim.spec(), sim.Status()), 3);
   EXPECT_EQ(StepWith(sim, a).status.ready_workers, running.status.ready_workers);
+  // What the queue says of the missing slice's pool shows in Degraded.
+  a.grow_message = "needs a node pool with 2 hosts of tpu-v5-lite-podslice 2x4 to add slice 3";
+  const Plan told = StepWith(sim, a);
+  const Condition* why = told.status.FindCondition(condition::kDegraded);
+  ASSERT_NE(why, nullptr);
+  EXPECT_EQ(why->message,
+            "running on 3 of 4 slices; to grow back it needs a node pool with 2 hosts of "
+            "tpu-v5-lite-podslice 2x4 to add slice 3 (scaleUp Immediate)");
 }
 
 TEST(PolicyElasticTest, ItGrowsBackWithoutARetryWhenTheQueueHasAPool) {
@@ -302,7 +312,8 @@ TEST(PolicyElasticTest, BelowMinSlicesTheSliceWaitsUntilItsQueueTimeout) {
             std::string::npos)
       << admitted->message;
   sim.Advance(std::chrono::seconds(1));
-  admitted = StepWith(sim, a).status.FindCondition(condition::kAdmitted);
+  const Plan again = StepWith(sim, a);
+  admitted = again.status.FindCondition(condition::kAdmitted);
   EXPECT_NE(admitted->message.find("the job cannot run on 2 slices (minSlices 3)"),
             std::string::npos)
       << admitted->message;

@@ -354,6 +354,30 @@ TEST(MultislicePreemptionTest, MultisliceHeadTakesVictimsAcrossPools) {
   EXPECT_THAT(plan[0].message, HasSubstr("in node pools pool-b, pool-c: needs 2 node pools"));
 }
 
+// Elastic slices: a degraded job's grow never preempts, even for the lowest priority, and the job
+// of higher priority behind it in the same class is the head that may.
+TEST(MultislicePreemptionTest, AGrowNeverPreemptsAndTheJobBehindItMay) {
+  const Capacity capacity = CapacityOf({{"pool-a", {{"a1", 0}, {"a2", 0}}},
+                                        {"pool-c", {{"c1", 0}, {"c2", 0}}},
+                                        {"pool-e", {{"e1", 0}, {"e2", 0}}}});
+  GangRequest grow = Head("ns/el", 2, 100);
+  grow.reissued = true;
+  grow.grow = true;
+  grow.slice_ids = {2};
+  grow.held_pools = {"pool-a", "pool-c"};
+  const std::vector<RunningGang> running = {Running("ns/low", 1, 1, {"e1", "e2"})};
+  EXPECT_TRUE(PlanPreemptions(capacity, {grow}, {}, running).empty());
+  // Without `grow` the same request (a replaced slice) is a head that takes ns/low's pool.
+  GangRequest replace = grow;
+  replace.grow = false;
+  EXPECT_EQ(Victims(PlanPreemptions(capacity, {replace}, {}, running)).at("ns/el"),
+            std::vector<std::string>{"ns/low"});
+  // Behind the grow, a job of higher priority than ns/low preempts it.
+  const auto plan = PlanPreemptions(capacity, {grow, Head("ns/high", 2, 50)}, {}, running);
+  EXPECT_EQ(Victims(plan),
+            (std::map<std::string, std::vector<std::string>>{{"ns/high", {"ns/low"}}}));
+}
+
 TEST(MultislicePreemptionTest, AReplacedSliceTakesALowerPriorityJobsPoolNotOneItHolds) {
   // Hot swap: a job of priority 100 lost slice 1; its slices 0 and 2 hold pool-a and pool-c
   // (reserved: no free chips). The only other pool runs a 1-slice job of priority 10.

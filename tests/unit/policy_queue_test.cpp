@@ -1214,6 +1214,48 @@ TEST(MultisliceAdmissionTest, AReplacedSliceGetsAPoolItsOtherSlicesDoNotHold) {
   EXPECT_EQ(Outcome(plan.at("ns/ms")), "admit pool-e");
 }
 
+// Elastic slices: a running job that shrank asks for its missing slices first, as a re-issue;
+// when they are not free it holds up no one behind it.
+TEST(MultisliceAdmissionTest, AGrowTakesAFreePoolFirstAndHoldsUpNoOneWhenNoneIsFree) {
+  GangRequest grow = Replacing(Gang("ns/el", 2), {2}, {"pool-a", "pool-b"});
+  grow.grow = true;
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 2, 4);
+  AddPool(nodes, "pool-b", 2, 4);
+  AddPool(nodes, "pool-c", 2, 4);
+  std::vector<Reservation> held;
+  for (const auto& [pool, slice] : {std::pair{"pool-a", 0}, std::pair{"pool-b", 1}}) {
+    held.push_back({.job = "ns/el",
+                    .accelerator = kV5e,
+                    .topology = "2x4",
+                    .pool = pool,
+                    .workers = 2,
+                    .chips_per_worker = 4,
+                    .slice = slice});
+  }
+  auto plan = PlanAdmissions(Build(nodes, {}, held), {With(Gang("ns/high", 2), 100, 0), grow});
+  EXPECT_EQ(Outcome(plan.at("ns/el")), "admit pool-c");
+  EXPECT_TRUE(Outcome(plan.at("ns/high")).starts_with("wait WaitingForCapacity"))
+      << Outcome(plan.at("ns/high"));
+  // No pool free for it: the jobs behind it are planned as if it were not there.
+  AddPool(nodes, "pool-d", 1, 4);  // one host: too small for a slice, enough for a small job
+  std::vector<NodeInfo> without_c;
+  for (const NodeInfo& n : nodes) {
+    if (!n.name.starts_with("pool-c")) without_c.push_back(n);
+  }
+  plan = PlanAdmissions(Build(without_c, {}, held), {grow, With(Gang("ns/small", 1), 0, 5)});
+  EXPECT_EQ(Outcome(plan.at("ns/el")),
+            "wait WaitingForCapacity: needs a node pool with 2 hosts of tpu-v5-lite-podslice 2x4 "
+            "(4 chips each) to add slice 2 (its other slices keep pool-a, pool-b); 0 pools have "
+            "room");
+  EXPECT_EQ(Outcome(plan.at("ns/small")), "admit ");  // a single host: not pinned
+  // The same request without `grow` (a replaced slice) holds the line.
+  grow.grow = false;
+  plan = PlanAdmissions(Build(without_c, {}, held), {grow, With(Gang("ns/small", 1), 0, 5)});
+  EXPECT_TRUE(Outcome(plan.at("ns/small")).starts_with("wait WaitingInLine"))
+      << Outcome(plan.at("ns/small"));
+}
+
 TEST(MultisliceAdmissionTest, DescribeNeedsNamesSlicesAndHosts) {
   EXPECT_EQ(DescribeNeeds(Slices(Gang("ns/ms", 1), 4)),
             "needs 4 node pools with 1 host each of tpu-v5-lite-podslice 2x4 (4 chips each), one "
