@@ -42,6 +42,14 @@
 //     preempts it). Prints medians and the ratios Slice/Job. With --restart InPlace the recovery
 //     Slice jobs restart in place: the kept slices' pods stay, timed until every program of the
 //     next generation runs (their supervisors played, as in `in-place`).
+//   tpujob-bench elastic --kubeconfig K --namespace NS [--slices 8] [--hosts 2] [--pool-after 60]
+//       [--window 600] [--wait-seconds 0] [--grace 0]
+//     creates S node pools of H fake TPU nodes (no spare); a TPUJob of S slices with minSlices
+//     S - 1 runs, TPUUnhealthy=True is written on a node of slice 1, and a pool is created T s
+//     later; times, through a pod watch, the job running on S - 1 slices, its stop to grow back
+//     and all S running again; then the same job without minSlices (it waits whole). Prints the
+//     times and the useful chip-seconds of the first W s after the fault, each as a share of the
+//     no-fault figure.
 //   tpujob-bench in-place --kubeconfig K --namespace NS --workers W --runs R --metrics-url URL
 //     creates W fake TPU nodes, then R times each, restart InPlace and Recreate interleaved:
 //     runs a W-worker TPUJob (grace 0) until Running, then a program exit, and times until every
@@ -113,6 +121,7 @@ struct Flags {
   int in_place_workers = 64, in_place_runs = 3;
   int slice_count = 4, slice_hosts = 16, slice_runs = 3, hot_swap_runs = 0, slice_grace = 0;
   std::string slice_restart = "Recreate";
+  int elastic_slices = 8, elastic_hosts = 2, pool_after = 60, window = 600, elastic_wait = 0;
   // admission, preemption, cache-memory
   int admission_nodes = 5000, admission_jobs = 1000, runs = 21;
   unsigned seed = 1;
@@ -275,6 +284,32 @@ void SliceRecoveryFlags(CLI::App& cmd, Flags& f) {
   MetricsUrl(cmd, f);
 }
 
+void ElasticFlags(CLI::App& cmd, Flags& f) {
+  FaultCluster(cmd, f);
+  cmd.add_option("--slices", f.elastic_slices, "Slices of the TPUJob; minSlices is one fewer.")
+      ->check(CLI::Range(2, 64))
+      ->capture_default_str();
+  cmd.add_option("--hosts", f.elastic_hosts, "Hosts (workers) per slice.")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd.add_option("--pool-after", f.pool_after,
+                 "Seconds from the fault until a node pool comes free.")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  cmd.add_option("--window", f.window,
+                 "Seconds after the fault over which the useful work is reckoned.")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  cmd.add_option("--wait-seconds", f.elastic_wait,
+                 "spec.faultTolerance.elastic.waitSeconds of the elastic job (0: the mechanism "
+                 "alone; add the production value to its figure).")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  cmd.add_option("--grace", f.slice_grace, "The pods' grace period, seconds.")
+      ->check(CLI::Range(0, 300))
+      ->capture_default_str();
+}
+
 void PreemptionFlags(CLI::App& cmd, Flags& f) {
   InMemory(cmd, f);
   cmd.add_option("--running", f.preemption_running, "Running gangs (whole nodes).")
@@ -355,6 +390,14 @@ constexpr Subcommand kSubcommands[] = {
        return SliceRecovery(f.kubeconfig, f.ns, f.prefix, f.slice_count, f.slice_hosts,
                             f.slice_runs, f.hot_swap_runs, f.slice_grace, f.metrics_url,
                             f.condition, f.slice_restart == "InPlace");
+     }},
+    {"elastic",
+     "Time a fault on one of S slices with no spare pool, a pool free T s later: the job "
+     "running on S - 1 (minSlices) beside waiting whole; the useful work of the first W s.",
+     ElasticFlags,
+     [](Flags& f) {
+       return Elastic(f.kubeconfig, f.ns, f.prefix, f.elastic_slices, f.elastic_hosts, f.pool_after,
+                      f.window, f.elastic_wait, f.slice_grace);
      }},
     {"admission", "Time the queue's admission plan on a random in-memory cluster (no cluster).",
      InMemory,

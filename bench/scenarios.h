@@ -51,6 +51,12 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
                   int slices, int hosts, int runs, int hot_swap_runs, int grace,
                   const std::string& metrics_url, const std::string& condition, bool in_place);
 
+// elastic.cpp: a job of S slices loses one with no spare pool, a pool frees T s later: running on
+// S - 1 meanwhile (minSlices S - 1) beside waiting whole, and the useful work of the first W s.
+int Elastic(const std::string& kubeconfig, const std::string& ns, const std::string& prefix,
+            int slices, int hosts, int pool_after_seconds, int window_seconds, int wait_seconds,
+            int grace);
+
 // admission.cpp, preemption.cpp: the queue's planning on a random cluster in memory.
 int AdmissionBench(int node_count, int job_count, int runs, unsigned seed);
 int PreemptionBench(int node_count, int running_count, int job_count, int runs, unsigned seed);

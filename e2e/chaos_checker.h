@@ -39,7 +39,16 @@
 //                        unless its furthest step is past the previous counted stall's;
 //   stall-hardware       no stall is counted (restart or Failed/Stalled) while a node of one of
 //                        its stalled workers shows a hardware fault since 2 s before the end of
-//                        the attribution window and before the decision: the hardware case wins.
+//                        the attribution window and before the decision: the hardware case wins;
+//   retries-counted      status.jobRetries never goes up in a write that records no new fault
+//                        (the last of status.faults[] unchanged): a shrink or a grow of an
+//                        elastic job, a preemption or a released admission uses none;
+//   elastic-min          a Running job never runs on fewer slices than spec.tpu.minSlices, nor
+//                        on more than spec.tpu.slices (status.tpu.activeSlices);
+//   slice-ids            every live worker pod of a job's current attempt has a slice id below
+//                        the slices the job runs on and was told that count
+//                        (MEGASCALE_NUM_SLICES = status.tpu.activeSlices): with worker ids
+//                        unique (duplicate-worker), the slice ids are 0..k-1, contiguous.
 //
 // Time: the history has no clock of its own, so the checker keeps the latest time the objects
 // carry (creation times, managedFields times, condition transition and heartbeat times,
@@ -287,6 +296,17 @@ class Checker {
     int exit_code = 0;
     double exit_finished = -1;
     double stall_finished = -1;  // the last stalled report's finishedAt
+    int slice = -1;              // label tpujob.dev/slice-index; -1 without one
+    int num_slices = -1;         // MEGASCALE_NUM_SLICES of its first container; -1 without one
+  };
+  // What slice-ids compares a job's pods with: its current attempt and how many slices it runs
+  // on (status.tpu.activeSlices; 0 when the status does not say).
+  struct SliceJob {
+    std::string uid;
+    std::string attempt;
+    int active = 0;
+    int retries = 0;
+    nlohmann::json last_fault;
   };
   struct NodeState {
     bool fault_cordon = false;  // unschedulable and tainted tpujob.dev/faulty
@@ -334,6 +354,22 @@ class Checker {
     pod.attempt = labels.value("tpujob.dev/attempt", "");
     pod.node = event.object.value("spec", nlohmann::json::object()).value("nodeName", "");
     pod.live = live;
+    const std::string slice = labels.value("tpujob.dev/slice-index", "");
+    pod.slice = !slice.empty() && slice.find_first_not_of("0123456789") == std::string::npos
+                    ? std::stoi(slice)
+                    : -1;
+    pod.num_slices = -1;
+    const nlohmann::json containers = event.object.value("spec", nlohmann::json::object())
+                                          .value("containers", nlohmann::json::array());
+    if (containers.is_array() && !containers.empty()) {
+      for (const auto& var : containers[0].value("env", nlohmann::json::array())) {
+        const std::string value = Text(var, "value");
+        if (Text(var, "name") == "MEGASCALE_NUM_SLICES" && !value.empty() &&
+            value.find_first_not_of("0123456789") == std::string::npos) {
+          pod.num_slices = std::stoi(value);
+        }
+      }
+    }
     if (first) pod.created = event.revision;
     const nlohmann::json statuses = Member(event.object, "status")["containerStatuses"];
     for (const auto& c : statuses.is_array() ? statuses : nlohmann::json::array()) {
@@ -376,6 +412,10 @@ class Checker {
                                      Describe(other, other_uid) + " and " + Describe(pod, uid));
         }
       }
+    }
+    if (live && (!was_live || old_attempt != pod.attempt)) {
+      auto job_it = slice_jobs_.find(pod.job);
+      if (job_it != slice_jobs_.end()) CheckSliceIds(job_it->second, uid, pod);
     }
     // Placed: bound to a node now, not before.
     if (!pod.node.empty() && pod.node != old_node) {
@@ -520,6 +560,10 @@ class Checker {
       // Gone: its stall binds no one any more.
       auto it = stall_jobs_.find(Text(meta, "name"));
       if (it != stall_jobs_.end() && it->second.uid == Text(meta, "uid")) stall_jobs_.erase(it);
+      auto slices = slice_jobs_.find(Text(meta, "name"));
+      if (slices != slice_jobs_.end() && slices->second.uid == Text(meta, "uid")) {
+        slice_jobs_.erase(slices);
+      }
       return;
     }
     const nlohmann::json spec = event.object.value("spec", nlohmann::json::object());
@@ -540,11 +584,71 @@ class Checker {
     ApplyJobStalls(meta, spec, ft, status);
     ++checks_["retries"];
     const int retries = status.value("jobRetries", 0);
+    ApplyJobSlices(event, meta, spec, status);
     if (retries > max_retries) {
       Report("retries", "job " + meta.value("name", "") + " (uid " + meta.value("uid", "") +
                             ") has jobRetries " + std::to_string(retries) + " > maxJobRetries " +
                             std::to_string(max_retries) + " at revision " +
                             std::to_string(event.revision));
+    }
+  }
+
+  // retries-counted, elastic-min, and slice-ids for the job's live pods when what it runs on
+  // changes.
+  void ApplyJobSlices(const Event& event, const nlohmann::json& meta, const nlohmann::json& spec,
+                      const nlohmann::json& status) {
+    const std::string name = meta.value("name", "");
+    const std::string uid = meta.value("uid", "");
+    auto [it, first] = slice_jobs_.try_emplace(name);
+    SliceJob& job = it->second;
+    if (!first && job.uid != uid) job = SliceJob{};  // a new job of the same name
+    const bool known = job.uid == uid;
+    job.uid = uid;
+    const int retries = status.value("jobRetries", 0);
+    const nlohmann::json faults = status.value("faults", nlohmann::json::array());
+    const nlohmann::json last_fault =
+        faults.is_array() && !faults.empty() ? faults.back() : nlohmann::json();
+    ++checks_["retries-counted"];
+    if (known && retries > job.retries && last_fault == job.last_fault) {
+      Report("retries-counted", "job " + name + " (uid " + uid + ") went from jobRetries " +
+                                    std::to_string(job.retries) + " to " + std::to_string(retries) +
+                                    " with no new fault recorded, at revision " +
+                                    std::to_string(event.revision));
+    }
+    job.retries = retries;
+    job.last_fault = last_fault;
+
+    const nlohmann::json tpu = Member(spec, "tpu");
+    const int slices = tpu.contains("slices") ? static_cast<int>(Number(tpu, "slices")) : 1;
+    const int min_slices =
+        tpu.contains("minSlices") ? static_cast<int>(Number(tpu, "minSlices")) : slices;
+    const int active = static_cast<int>(Number(Member(status, "tpu"), "activeSlices"));
+    if (Text(status, "phase") == "Running" && active > 0) {
+      ++checks_["elastic-min"];
+      if (active < min_slices || active > slices) {
+        Report("elastic-min",
+               "job " + name + " (uid " + uid + ") Running on " + std::to_string(active) +
+                   " slices (minSlices " + std::to_string(min_slices) + ", slices " +
+                   std::to_string(slices) + ") at revision " + std::to_string(event.revision));
+      }
+    }
+    const std::string attempt = std::to_string(static_cast<int64_t>(Number(status, "attempt")));
+    if (attempt == job.attempt && active == job.active) return;
+    job.attempt = attempt;
+    job.active = active;
+    for (const auto& [pod_uid, pod] : pods_) {
+      if (pod.job == name && pod.live) CheckSliceIds(job, pod_uid, pod);
+    }
+  }
+
+  void CheckSliceIds(const SliceJob& job, const std::string& uid, const Pod& pod) {
+    if (job.active <= 0 || pod.attempt != job.attempt || pod.slice < 0) return;
+    ++checks_["slice-ids"];
+    if (pod.slice >= job.active || (pod.num_slices >= 0 && pod.num_slices != job.active)) {
+      Report("slice-ids", Describe(pod, uid) + " of slice " + std::to_string(pod.slice) +
+                              " told MEGASCALE_NUM_SLICES=" + std::to_string(pod.num_slices) +
+                              " while the job runs attempt " + job.attempt + " on " +
+                              std::to_string(job.active) + " slices");
     }
   }
 
@@ -783,6 +887,7 @@ class Checker {
   std::set<std::string> failed_jobs_;              // uids of jobs checked by CheckAttribution
   std::map<std::string, uint64_t> last_revision_;  // by uid
   std::map<std::string, Pod> pods_;                // by uid
+  std::map<std::string, SliceJob> slice_jobs_;     // by job name
   std::map<std::string, NodeState> nodes_;         // by name
   std::vector<std::pair<int64_t, std::string>> cordon_times_;
   static constexpr int64_t kBreakerWindowSeconds = 600;

@@ -3,8 +3,9 @@
 //
 // On the local control plane with KWOK pools (24 nodes: 2 single-host pools of 4, 8 two-host
 // pools), two operator replicas with leader election run a mix of jobs (TPUJOB_CHAOS_JOBS,
-// default 60: single-host, multi-host, 2-slice multislice; priorities 0-200, some not
-// preemptible; a third with pre-flight; deadlines, TTLs, some created suspended). The schedule
+// default 60: single-host, multi-host, 2-slice multislice, half of those elastic (minSlices 1);
+// priorities 0-200, some not preemptible; a third with pre-flight; deadlines, TTLs, some created
+// suspended). The schedule
 // (e2e/chaos_schedule.h, from TPUJOB_CHAOS_SEED, printed first) runs for TPUJOB_CHAOS_SECONDS
 // (default 120): hardware conditions set and cleared, nodes reporting NotReady, nodes lost
 // (deleted, registering again 10 s later), maintenance taints and scheduled-maintenance labels
@@ -129,13 +130,17 @@ std::string ChaosJobYaml(const std::string& name, const std::string& accelerator
   // and two in a row without progress fail the job.
   const bool progress = real == nullptr && (choice >> 52) % 3 == 0;
   const int stall_seconds = 5 + static_cast<int>((choice >> 54) % 6);
+  // Half the multislice jobs are elastic: a slice that finds no pool within 2-5 s is given up
+  // and the job runs on the other; it grows back when a pool is free.
+  const bool elastic = slices > 1 && (choice >> 59) % 2 == 0;
+  const int elastic_wait = 2 + static_cast<int>((choice >> 60) % 4);
   std::ostringstream y;
   y << "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " << name
     << "\nspec:\n  priority: " << priority
     << "\n  preemptible: " << (preemptible ? "true" : "false")
     << "\n  tpu: {accelerator: " << (real != nullptr ? real->accelerator : accelerator)
     << ", topology: " << topology << ", chipsPerWorker: " << (real != nullptr ? real->chips : "4")
-    << ", slices: " << slices << "}\n";
+    << ", slices: " << slices << (elastic ? ", minSlices: 1" : "") << "}\n";
   if (real != nullptr) y << "  checkpoint: {path: /ckpt}\n";
   if (deadline) y << "  activeDeadlineSeconds: " << 30 + (choice >> 36) % 90 << "\n";
   if (ttl) y << "  ttlSecondsAfterFinished: " << (choice >> 40) % 20 << "\n";
@@ -143,6 +148,7 @@ std::string ChaosJobYaml(const std::string& name, const std::string& accelerator
   y << "  faultTolerance:\n    maxJobRetries: " << retries
     << "\n    faultAttributionSeconds: 3\n    maintenanceGracePeriodSeconds: 2\n";
   if (preflight) y << "    preflight: {enabled: true, checks: [accelerator]}\n";
+  if (elastic) y << "    elastic: {waitSeconds: " << elastic_wait << "}\n";
   if (progress) {
     y << "    progress: {logPattern: 'step (\\d+)', stallSeconds: " << stall_seconds
       << ", maxStalls: 2}\n";

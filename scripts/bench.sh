@@ -22,6 +22,11 @@
 #     and the operator's API writes, recovery Slice beside recovery Job (SLICE_RUNS, 3, each,
 #     interleaved; medians and ratios); hot swap (HOT_SWAP_RUNS, 3): the replaced slice preempts
 #     a lower-priority job's pool;
+#   - elastic slices: a TPUJob of 8 slices x 2 hosts (ELASTIC_SLICES, ELASTIC_HOSTS) loses a
+#     slice with no spare pool, a pool frees 60 s later: with minSlices 7 (waitSeconds 0, the
+#     mechanism alone) the fault to running on 7, and to all 8 again, beside the job without
+#     minSlices (fault to all 8 once the pool frees); the useful chip-seconds of the first 600 s
+#     after the fault as a share of the no-fault figure, each way (goal >= 0.8 elastic);
 #   - in-place restart (scripts/bench-inplace.sh, alone: `make bench-inplace`): a TPUJob of 64
 #     and of 256 workers, a program exit until every program of the next generation runs, restart
 #     InPlace beside Recreate (INPLACE_RUNS, 3, each, interleaved; medians, the ratio, and the
@@ -63,7 +68,7 @@
 #     the same minute: the ratio is the operator's cost per event against client-go's.
 # BENCH_SECTIONS, when set, runs only the sections it names (space-separated): admission,
 # cache-memory, preemption, curves, gang, multislice, ceiling, faults, reissue, attribution,
-# slice-recovery, supervisor, in-place, largest, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
+# slice-recovery, elastic, supervisor, in-place, largest, caches, scale-faults, idle. The nodes and pods of SCALE_SIZES are created whenever caches,
 # scale-faults or idle runs, since the last two are measured with them cached; e.g.
 #   BENCH_SECTIONS="scale-faults idle" scripts/bench.sh
 # The Go peers (a client-go informer program, the JobSet controller) are built by
@@ -527,6 +532,19 @@ if section slice-recovery; then
 echo "== slice recovery beside whole-job re-issue, and hot swap"
 TPUJOB_BENCH_DIR="$dir" bash "$root/scripts/bench-slice.sh" "$build" "$kubeconfig" ||
   echo "  (failed: see the error above)"
+echo
+fi
+
+if section elastic; then
+echo "== elastic slices: 8 slices lose one with no spare pool, a pool frees 60 s later"
+kubectl create namespace elastic >/dev/null
+run_operator "$dir/operator-elastic.log" --namespace elastic --max-cordoned-nodes 1000 \
+  --max-cordoned-fraction 1 --cordon-rate 0 --cordon-breaker-nodes 0
+op_pid=$started_pid
+"$bench" elastic --kubeconfig "$kubeconfig" --namespace elastic --prefix elastic \
+  --slices "${ELASTIC_SLICES:-8}" --hosts "${ELASTIC_HOSTS:-2}" --pool-after 60 --window 600 ||
+  echo "  (failed: see the error above)"
+stop_operator
 echo
 fi
 

@@ -94,6 +94,13 @@ std::string Decider::Shrink() {
     Requeue(std::chrono::duration_cast<Duration>(*due - now_));
     return "";
   }
+  // Only on the queue's own word that no pool is free: not before it answered the request (a
+  // grow's pools, free a moment ago, would be given up unasked), nor while it preempts for it (a
+  // pool is on its way).
+  if (in_.not_admitted_reason != "WaitingForCapacity" &&
+      in_.not_admitted_reason != "WaitingInLine") {
+    return "";
+  }
   SliceRecovery& recovery = *s.slice_recovery;
   const std::vector<int32_t> lost = recovery.slices;
   const int32_t active = spec_->ActiveSlices();

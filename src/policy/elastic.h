@@ -4,7 +4,8 @@
 //
 //   1. Shrink. A slice replaced by slice recovery (policy/slice_recovery.h) that finds no pool
 //      within spec.faultTolerance.elastic.waitSeconds of queueing, with at least minSlices
-//      slices left, gives up its place: the attempt is admitted on the slices that hold their
+//      slices left, gives up its place once the queue says no pool is free (WaitingForCapacity
+//      or WaitingInLine: not before it answered, nor while it preempts for the slice): the attempt is admitted on the slices that hold their
 //      pools, renumbered 0..k-1 in their order (slice ids stay contiguous, slice 0's first worker
 //      stays the coordinator), each worker bound to the node it ran on. Every program restarts
 //      with MEGASCALE_NUM_SLICES = k. No retry beyond the re-issue's own: the fault counted it.

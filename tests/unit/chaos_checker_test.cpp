@@ -154,12 +154,18 @@ TEST(ChaosChecker, PlacementsTheOperatorCouldNotHaveAvoidedAreLawful) {
                   .empty());
 }
 
+// Job `name` whose last recorded fault is `fault` (a retry comes with one).
+json WithFault(json job, const std::string& fault) {
+  job["status"]["faults"] = {{{"kind", "NodeUnhealthy"}, {"node", fault}}};
+  return job;
+}
+
 TEST(ChaosChecker, JobRetriesAboveTheMaximumAreReported) {
-  EXPECT_TRUE(
-      Replay({{"tpujobs", "ADDED", Job("a", 2, 0)}, {"tpujobs", "MODIFIED", Job("a", 2, 2)}})
-          .empty());
-  const auto violations =
-      Replay({{"tpujobs", "ADDED", Job("a", 2, 0)}, {"tpujobs", "MODIFIED", Job("a", 2, 3)}});
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", Job("a", 2, 0)},
+                      {"tpujobs", "MODIFIED", WithFault(Job("a", 2, 2), "n1")}})
+                  .empty());
+  const auto violations = Replay({{"tpujobs", "ADDED", Job("a", 2, 0)},
+                                  {"tpujobs", "MODIFIED", WithFault(Job("a", 2, 3), "n1")}});
   ASSERT_EQ(violations.size(), 1u);
   EXPECT_EQ(violations[0].invariant, "retries");
   EXPECT_NE(violations[0].detail.find("job a"), std::string::npos);
@@ -170,6 +176,82 @@ TEST(ChaosChecker, JobRetriesAboveTheMaximumAreReported) {
   EXPECT_TRUE(Replay({{"tpujobs", "ADDED", annotated}}).empty());
   annotated["metadata"].erase("annotations");
   EXPECT_EQ(Replay({{"tpujobs", "ADDED", annotated}}).size(), 1u);
+}
+
+TEST(ChaosChecker, ARetryWithoutANewFaultIsReported) {
+  // A shrink or a grow of an elastic job uses no retry: jobRetries up with the same last fault.
+  const auto violations = Replay({{"tpujobs", "ADDED", WithFault(Job("a", 3, 1), "n1")},
+                                  {"tpujobs", "MODIFIED", WithFault(Job("a", 3, 2), "n1")}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "retries-counted");
+  EXPECT_NE(violations[0].detail.find("job a (uid uid-a) went from jobRetries 1 to 2"),
+            std::string::npos)
+      << violations[0].detail;
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", WithFault(Job("a", 3, 1), "n1")},
+                      {"tpujobs", "MODIFIED", WithFault(Job("a", 3, 2), "n2")},
+                      {"tpujobs", "MODIFIED", WithFault(Job("a", 3, 2), "n2")}})
+                  .empty());
+}
+
+// Elastic job "e": `slices` slices, minSlices `min`, running attempt `attempt` on `active`.
+json ElasticJob(int slices, int min, int attempt, int active, const std::string& phase) {
+  json job = Job("e", 3, 0);
+  job["spec"]["tpu"] = {{"slices", slices}, {"minSlices", min}};
+  job["status"]["phase"] = phase;
+  job["status"]["attempt"] = attempt;
+  job["status"]["tpu"] = {{"activeSlices", active}};
+  return job;
+}
+
+// Worker `index` of job "e" (2 hosts a slice) in `attempt`, told `num_slices`.
+json SlicePod(const std::string& uid, int index, int attempt, int num_slices) {
+  json pod = Pod("e-worker-" + std::to_string(index), uid, "e", index, attempt);
+  pod["metadata"]["labels"]["tpujob.dev/slice-index"] = std::to_string(index / 2);
+  pod["spec"]["containers"] = {
+      {{"name", "trainer"},
+       {"env", {{{"name", "MEGASCALE_NUM_SLICES"}, {"value", std::to_string(num_slices)}}}}}};
+  return pod;
+}
+
+TEST(ChaosChecker, RunningBelowMinSlicesIsReported) {
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", ElasticJob(4, 2, 1, 4, "Running")},
+                      {"tpujobs", "MODIFIED", ElasticJob(4, 2, 2, 2, "Running")}})
+                  .empty());
+  const auto violations = Replay({{"tpujobs", "ADDED", ElasticJob(4, 2, 2, 1, "Running")}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "elastic-min");
+  // Waiting (not Running) on fewer is lawful: the slice waits, as the queue timeout allows.
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", ElasticJob(4, 2, 2, 1, "Queued")}}).empty());
+}
+
+TEST(ChaosChecker, APodOfTheCurrentAttemptOutsideTheSlicesTheJobRunsOnIsReported) {
+  // Shrunk to 1 slice in attempt 2: its pods are slice 0's, told 1; attempt 1's pods of two
+  // slices went before.
+  EXPECT_TRUE(Replay({{"tpujobs", "ADDED", ElasticJob(2, 1, 1, 2, "Running")},
+                      {"pods", "ADDED", SlicePod("u1", 0, 1, 2)},
+                      {"pods", "ADDED", SlicePod("u2", 2, 1, 2)},
+                      {"pods", "DELETED", SlicePod("u1", 0, 1, 2)},
+                      {"pods", "DELETED", SlicePod("u2", 2, 1, 2)},
+                      {"tpujobs", "MODIFIED", ElasticJob(2, 1, 2, 1, "Starting")},
+                      {"pods", "ADDED", SlicePod("u3", 0, 2, 1)},
+                      {"pods", "ADDED", SlicePod("u4", 1, 2, 1)}})
+                  .empty());
+  // A pod of slice 1 while the job runs on one slice.
+  auto violations = Replay({{"tpujobs", "ADDED", ElasticJob(2, 1, 2, 1, "Starting")},
+                            {"pods", "ADDED", SlicePod("u3", 2, 2, 1)}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "slice-ids");
+  // A pod told 2 slices while the job runs on 1.
+  violations = Replay({{"tpujobs", "ADDED", ElasticJob(2, 1, 2, 1, "Starting")},
+                       {"pods", "ADDED", SlicePod("u3", 0, 2, 2)}});
+  ASSERT_EQ(violations.size(), 1u) << Invariants(violations);
+  EXPECT_EQ(violations[0].invariant, "slice-ids");
+  // The job shrinking under a live pod of its attempt.
+  violations = Replay({{"tpujobs", "ADDED", ElasticJob(2, 1, 2, 2, "Running")},
+                       {"pods", "ADDED", SlicePod("u3", 2, 2, 2)},
+                       {"tpujobs", "MODIFIED", ElasticJob(2, 1, 2, 1, "Running")}});
+  ASSERT_FALSE(violations.empty());
+  EXPECT_EQ(violations[0].invariant, "slice-ids");
 }
 
 // A worker of attempt 1 on `node` whose container exited with `code` at `finished`.

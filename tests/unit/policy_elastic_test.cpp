@@ -269,6 +269,25 @@ TEST(PolicyElasticTest, ItGrowsBackWithoutARetryWhenTheQueueHasAPool) {
   EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
 }
 
+// With waitSeconds 0 a grow's added slice must not be given up before the queue answered its
+// request (the pool was free a moment ago), nor while the queue preempts for a replaced slice.
+TEST(PolicyElasticTest, TheSliceIsGivenUpOnlyOnTheQueuesWordThatNoPoolIsFree) {
+  PodSim sim(ElasticSpec(2, {{"waitSeconds", 0}}));
+  Answer a = RunThenLoseSliceTwo(sim);
+  sim.Advance(std::chrono::seconds(5));
+  for (const char* reason : {"Queued", "Reissued", "Preempting"}) {
+    SCOPED_TRACE(reason);
+    LifecycleInput in = sim.Input(false);
+    in.node_health = a.nodes.Fn();
+    in.not_admitted_reason = reason;
+    in.not_admitted_message = "no answer";
+    const Plan plan = Decide(in);
+    EXPECT_EQ(plan.status.phase, Phase::kQueued);
+    EXPECT_TRUE(plan.create.empty());
+  }
+  EXPECT_EQ(StepWith(sim, a).status.phase, Phase::kStarting);  // WaitingForCapacity
+}
+
 TEST(PolicyElasticTest, AGrowThatFindsNoPoolShrinksAgainAfterWaitSeconds) {
   PodSim sim(ElasticSpec(2, {{"waitSeconds", 60}}));
   Answer a = RunThenLoseSliceTwo(sim);
