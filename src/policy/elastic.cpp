@@ -170,7 +170,7 @@ bool Decider::Grow(const CurrentPods& current) {
     return false;
   }
   const int32_t missing = declared.tpu.slices - active;
-  if (in_.grow_pools.size() != static_cast<size_t>(missing) ||
+  if (in_.grow_pools.empty() || in_.grow_pools.size() > static_cast<size_t>(missing) ||
       std::any_of(in_.grow_pools.begin(), in_.grow_pools.end(),
                   [](const std::string& pool) { return pool.empty(); })) {
     if (s.elastic) {
@@ -195,8 +195,10 @@ bool Decider::Grow(const CurrentPods& current) {
       s.elastic->scale_up_offered_at = now_;
       s.elastic->checkpoint_at_offer = checkpoint;
       RecordEvent(false, "ScaleUpWaiting",
-                  std::string(missing == 1 ? "a node pool is" : "node pools are") +
-                      " free to grow back to " + std::to_string(declared.tpu.slices) +
+                  std::string(in_.grow_pools.size() == 1 ? "a node pool is" : "node pools are") +
+                      " free to grow to " +
+                      std::to_string(active + static_cast<int32_t>(in_.grow_pools.size())) +
+                      " of " + std::to_string(declared.tpu.slices) +
                       " slices; waiting for the program's next checkpoint line (scaleUp "
                       "AfterCheckpoint)");
       return false;
@@ -206,13 +208,13 @@ bool Decider::Grow(const CurrentPods& current) {
       return false;
     }
   }
+  // As many slices as the queue has pools for: all the missing ones, or some of them.
+  const int32_t grown = active + static_cast<int32_t>(in_.grow_pools.size());
   // Where the running workers are: bound there again in the grown attempt.
   const int32_t hosts = spec_->HostsPerSlice();
-  const int32_t workers = declared.worker.replicas * declared.tpu.slices;
+  const int32_t workers = declared.worker.replicas * grown;
   SliceRecovery recovery;
-  for (int32_t slice = active; slice < declared.tpu.slices; ++slice) {
-    recovery.slices.push_back(slice);
-  }
+  for (int32_t slice = active; slice < grown; ++slice) recovery.slices.push_back(slice);
   if (static_cast<size_t>(workers) <= kMaxRecoveryNodes) {
     recovery.nodes.resize(static_cast<size_t>(workers));
     bool any = false;
@@ -227,30 +229,43 @@ bool Decider::Grow(const CurrentPods& current) {
     if (!any) recovery.nodes.clear();
   }
   std::vector<std::string> pools = s.node_pools;
-  const std::string why = "growing back from " + std::to_string(active) + " to " +
-                          std::to_string(declared.tpu.slices) + " slices" +
-                          (scale_up == ScaleUp::kAfterCheckpoint && checkpoint
-                               ? " after the checkpoint of step " + std::to_string(*checkpoint)
-                               : "");
+  const bool whole = grown == declared.tpu.slices;
+  const std::string why =
+      (whole ? "growing back from " + std::to_string(active) + " to " +
+                   std::to_string(declared.tpu.slices) + " slices"
+             : "growing from " + std::to_string(active) + " to " + std::to_string(grown) + " of " +
+                   std::to_string(declared.tpu.slices) + " slices") +
+      (scale_up == ScaleUp::kAfterCheckpoint && checkpoint
+           ? " after the checkpoint of step " + std::to_string(*checkpoint)
+           : "");
   NextAttempt(/*reissued=*/true, "ScalingUp", why);
-  pools.resize(static_cast<size_t>(declared.tpu.slices));
+  pools.resize(static_cast<size_t>(grown));
   s.node_pools = std::move(pools);
   s.slice_recovery = std::move(recovery);
-  SetActiveSlices(declared.tpu.slices);
-  s.elastic.reset();
-  s.SetCondition(condition::kDegraded, false, "ScalingUp",
-                 why + " as attempt " + std::to_string(s.attempt), now_, spec_generation_);
+  SetActiveSlices(grown);
+  if (whole) {
+    s.elastic.reset();
+    s.SetCondition(condition::kDegraded, false, "ScalingUp",
+                   why + " as attempt " + std::to_string(s.attempt), now_, spec_generation_);
+  } else {
+    s.elastic->scale_up_offered_at.reset();
+    s.elastic->checkpoint_at_offer.reset();
+    s.SetCondition(condition::kDegraded, true, "RunningOnFewerSlices",
+                   why + " as attempt " + std::to_string(s.attempt) + "; the other " +
+                       std::to_string(declared.tpu.slices - grown) + " when free",
+                   now_, spec_generation_);
+  }
   RecordEvent(false, "ScalingUp",
               why + " as attempt " + std::to_string(s.attempt) +
                   " (no retry used): " + SliceList(s.slice_recovery->slices) +
-                  (missing == 1 ? " takes a free node pool" : " take free node pools") +
-                  ", every program restarts with MEGASCALE_NUM_SLICES=" +
-                  std::to_string(declared.tpu.slices));
+                  (s.slice_recovery->slices.size() == 1 ? " takes a free node pool"
+                                                        : " take free node pools") +
+                  ", every program restarts with MEGASCALE_NUM_SLICES=" + std::to_string(grown));
   // The programs stop as for maintenance, with time to save a checkpoint.
   const int64_t grace = declared.fault_tolerance.maintenance_grace_period_seconds;
   for (const ObservedPod& p : in_.pods) {
     if (p.pod->deleting()) continue;
-    DeletePod(*p.pod, OnLostNode(*p.pod, grace), "the job grows back to all its slices");
+    DeletePod(*p.pod, OnLostNode(*p.pod, grace), "the job grows to more slices");
   }
   return true;
 }

@@ -16,10 +16,10 @@
 //      environment and count, and the queue's reservations.
 //   3. Grow. While degraded and running, the queue is asked for pools for the missing slices
 //      with a re-issue's place (first in the job's class) and never by preemption. When it has
-//      them (LifecycleInput::grow_pools), per scaleUp (Immediate; AfterCheckpoint: once a
-//      checkpoint line newer than the one known when the pools were first free is reported;
-//      Never: not at all) the job moves to a new attempt on all its slices without using a
-//      retry: the running pods stop with the maintenance grace period (time to checkpoint),
+//      them, or some of them (LifecycleInput::grow_pools: as many as are free), per scaleUp
+//      (Immediate; AfterCheckpoint: once a checkpoint line newer than the one known when the
+//      pools were first free is reported; Never: not at all) the job moves to a new attempt on
+//      that many more slices without using a retry: the running pods stop with the maintenance grace period (time to checkpoint),
 //      the added slices wait for their pools first in line (the kept ones keep theirs, bound
 //      to their nodes), and a grow that then finds no pool within waitSeconds shrinks again.
 // A whole-job re-issue, a preemption or a suspension keeps the count: the job queues again for

@@ -521,8 +521,9 @@ std::map<std::string, Admission> PlanAdmissions(const Capacity& capacity,
         const bool b_faulty = job.reissued && b.second->faulty();
         return std::tie(a_faulty, a.first) < std::tie(b_faulty, b.first);
       });
-      if (fit.size() >= static_cast<size_t>(job.slices)) {
-        fit.resize(static_cast<size_t>(job.slices));
+      // A running job's grow takes as many of its missing slices as have pools free now.
+      if (fit.size() >= static_cast<size_t>(job.slices) || (job.grow && !fit.empty())) {
+        fit.resize(std::min(fit.size(), static_cast<size_t>(job.slices)));
         std::sort(fit.begin(), fit.end(),
                   [](const auto& a, const auto& b) { return a.second->name() < b.second->name(); });
         admission.admit = true;

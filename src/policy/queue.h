@@ -33,8 +33,8 @@
 // Order. Re-issued attempts first (their job was already running and lost its place to a
 // fault), then priority, higher first, then the time queued, earlier first, then the job's key.
 // An elastic job running on fewer slices asks for its missing slices' pools in a re-issue's
-// place (GangRequest::grow), but only takes what is free: it holds up no one when it does not
-// fit.
+// place (GangRequest::grow), but only takes what is free (as many of them as are): it holds up
+// no one when none is.
 //
 // Head of line. Jobs are grouped into classes by (accelerator, topology): jobs of different
 // classes never compete for nodes, so one class's wait never holds up another. Within a class
@@ -81,8 +81,9 @@ struct GangRequest {
   std::vector<int32_t> slice_ids;
   std::vector<std::string> held_pools;
   // Elastic slices: the slices asked for are added to a running job that shrank
-  // (policy/elastic.h). Planned in its place (a re-issue's: first), but when it does not fit it
-  // holds up no one behind it, and it never preempts.
+  // (policy/elastic.h). Planned in its place (a re-issue's: first); admitted with as many pools
+  // as are free (at least one; Admission::pools may then be fewer than `slice_ids`, for the
+  // first of them); when none is, it holds up no one behind it; it never preempts.
   bool grow = false;
 };
 

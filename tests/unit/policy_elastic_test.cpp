@@ -288,6 +288,64 @@ TEST(PolicyElasticTest, TheSliceIsGivenUpOnlyOnTheQueuesWordThatNoPoolIsFree) {
   EXPECT_EQ(StepWith(sim, a).status.phase, Phase::kStarting);  // WaitingForCapacity
 }
 
+// Two slices lost at once, then one pool free: the job grows by one, still degraded, and by the
+// other when a second pool is free.
+TEST(PolicyElasticTest, ItGrowsByAsManySlicesAsHavePools) {
+  PodSim sim(ElasticSpec(2, {{"waitSeconds", 0}}));
+  Answer a;
+  StepWith(sim, a);
+  a.admit = true;
+  a.pools = {"pool-a", "pool-b", "pool-c", "pool-d"};
+  StepWith(sim, a);
+  sim.AllReady();
+  ASSERT_EQ(StepWith(sim, a).status.phase, Phase::kRunning);
+  a = Answer{};
+  a.nodes.Set("node-3", NodeVerdict::kUnhealthy, "TPUUnhealthy");  // slice 1
+  a.nodes.Set("node-5", NodeVerdict::kUnhealthy, "TPUUnhealthy");  // slice 2
+  ASSERT_EQ(StepWith(sim, a).status.slice_recovery->slices, (std::vector<int32_t>{1, 2}));
+  sim.FinishDeletions();
+  StepWith(sim, a);
+  sim.Advance(std::chrono::seconds(1));
+  const Plan shrunk = StepWith(sim, a);
+  ASSERT_EQ(shrunk.status.tpu->active_slices, 2);
+  EXPECT_EQ(shrunk.status.node_pools, (std::vector<std::string>{"pool-a", "pool-d"}));
+  sim.AllReady();
+  ASSERT_EQ(StepWith(sim, a).status.phase, Phase::kRunning);
+
+  // The faulty nodes are repaired (the simulator puts a new worker i on node-i).
+  a.nodes = Nodes{};
+  a.grow = {"pool-e"};  // one of the two missing slices' pools
+  const Plan grow = StepWith(sim, a);
+  EXPECT_EQ(grow.status.attempt, 3);
+  EXPECT_EQ(grow.status.job_retries, 1);
+  EXPECT_EQ(grow.status.tpu->active_slices, 3);
+  EXPECT_EQ(grow.status.tpu->slices_summary, "3/4");
+  EXPECT_EQ(grow.status.slice_recovery->slices, std::vector<int32_t>{2});
+  EXPECT_EQ(grow.status.node_pools, (std::vector<std::string>{"pool-a", "pool-d", ""}));
+  const Condition* degraded = grow.status.FindCondition(condition::kDegraded);
+  ASSERT_NE(degraded, nullptr);
+  EXPECT_EQ(degraded->status, "True");
+  EXPECT_EQ(degraded->message,
+            "growing from 2 to 3 of 4 slices as attempt 3; the other 1 when free");
+  sim.FinishDeletions();
+  a.grow.clear();
+  StepWith(sim, a);
+  a.admit = true;
+  a.pools = {"pool-e"};
+  const Plan started = StepWith(sim, a);
+  EXPECT_EQ(started.status.phase, Phase::kStarting);
+  EXPECT_EQ(started.create.size(), 6u);
+  sim.AllReady();
+  ASSERT_EQ(StepWith(sim, a).status.phase, Phase::kRunning);
+  // The fourth pool: all 4.
+  a = Answer{};
+  a.grow = {"pool-f"};
+  const Plan whole = StepWith(sim, a);
+  EXPECT_EQ(whole.status.tpu->active_slices, 4);
+  EXPECT_EQ(whole.status.FindCondition(condition::kDegraded)->status, "False");
+  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+}
+
 TEST(PolicyElasticTest, AGrowThatFindsNoPoolShrinksAgainAfterWaitSeconds) {
   PodSim sim(ElasticSpec(2, {{"waitSeconds", 60}}));
   Answer a = RunThenLoseSliceTwo(sim);

@@ -1249,6 +1249,11 @@ TEST(MultisliceAdmissionTest, AGrowTakesAFreePoolFirstAndHoldsUpNoOneWhenNoneIsF
             "(4 chips each) to add slice 2 (its other slices keep pool-a, pool-b); 0 pools have "
             "room");
   EXPECT_EQ(Outcome(plan.at("ns/small")), "admit ");  // a single host: not pinned
+  // Two slices missing, one pool free: it takes that one.
+  GangRequest two = Replacing(Gang("ns/el", 2), {2, 3}, {"pool-a", "pool-b"});
+  two.grow = true;
+  plan = PlanAdmissions(Build(nodes, {}, held), {two});
+  EXPECT_EQ(Outcome(plan.at("ns/el")), "admit pool-c");
   // The same request without `grow` (a replaced slice) holds the line.
   grow.grow = false;
   plan = PlanAdmissions(Build(without_c, {}, held), {grow, With(Gang("ns/small", 1), 0, 5)});
