@@ -140,10 +140,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
     if (!declared) continue;
     if (declared->suspend && waiting) continue;  // out of the queue until resumed
     // An elastic job that shrank asks for, and holds, the slices it runs on (policy/elastic.h).
-    const int32_t active = policy::ActiveSlicesOf(*declared, status);
-    const std::optional<policy::JobSpec> degraded =
-        active < declared->tpu.slices ? std::optional(policy::WithActiveSlices(*declared, active))
-                                      : std::nullopt;
+    const std::optional<policy::JobSpec> degraded = policy::DegradedSpec(*declared, status);
     const policy::JobSpec* spec = degraded ? &*degraded : &*declared;
     // What every request of this job asks for: slices of its shape.
     auto request = [&] {
@@ -219,7 +216,7 @@ std::map<std::string, policy::Admission> JobQueue::ComputePlan(
         r.queued_at = status.elastic && status.elastic->degraded_since
                           ? *status.elastic->degraded_since
                           : status.admitted_at.value_or(WallTime{});
-        for (int32_t slice = active; slice < declared->tpu.slices; ++slice) {
+        for (int32_t slice = spec->ActiveSlices(); slice < declared->tpu.slices; ++slice) {
           r.slice_ids.push_back(slice);
         }
         r.slices = static_cast<int32_t>(r.slice_ids.size());

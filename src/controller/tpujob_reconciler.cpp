@@ -272,7 +272,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
         input.admit_pools = admission.pools;
         input.queue_position = admission.position;
       } else if (options_.admission && current.phase == policy::Phase::kRunning &&
-                 current.ConditionTrue(policy::condition::kAdmitted) && spec->Elastic() &&
+                 current.ConditionTrue(policy::condition::kAdmitted) &&
                  spec->fault_tolerance.elastic.scale_up != policy::ScaleUp::kNever &&
                  policy::ActiveSlicesOf(*spec, current) < spec->tpu.slices) {
         // Elastic slices, degraded: the queue's answer for the missing slices' pools.
@@ -383,10 +383,7 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
 
   if (spec && (plan.ensure_service || !plan.create.empty())) {
     // An elastic job on fewer slices: its pods are those of the slices it runs on.
-    const int32_t active = policy::ActiveSlicesOf(*spec, plan.status);
-    const std::optional<policy::JobSpec> degraded =
-        active < spec->tpu.slices ? std::optional(policy::WithActiveSlices(*spec, active))
-                                  : std::nullopt;
+    const std::optional<policy::JobSpec> degraded = policy::DegradedSpec(*spec, plan.status);
     if (auto created = CreatePods(*job, degraded ? *degraded : *spec, plan, expect);
         !created && result) {
       result = created;

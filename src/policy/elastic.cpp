@@ -20,6 +20,12 @@ JobSpec WithActiveSlices(const JobSpec& spec, int32_t active) {
   return out;
 }
 
+std::optional<JobSpec> DegradedSpec(const JobSpec& spec, const JobStatus& status) {
+  const int32_t active = ActiveSlicesOf(spec, status);
+  if (active >= spec.tpu.slices) return std::nullopt;
+  return WithActiveSlices(spec, active);
+}
+
 std::string SlicesSummary(int32_t active, int32_t slices) {
   return std::to_string(active) + "/" + std::to_string(slices);
 }

@@ -5,11 +5,12 @@
 //   1. Shrink. A slice replaced by slice recovery (policy/slice_recovery.h) that finds no pool
 //      within spec.faultTolerance.elastic.waitSeconds of queueing, with at least minSlices
 //      slices left, gives up its place once the queue says no pool is free (WaitingForCapacity
-//      or WaitingInLine: not before it answered, nor while it preempts for the slice): the attempt is admitted on the slices that hold their
-//      pools, renumbered 0..k-1 in their order (slice ids stay contiguous, slice 0's first worker
-//      stays the coordinator), each worker bound to the node it ran on. Every program restarts
-//      with MEGASCALE_NUM_SLICES = k. No retry beyond the re-issue's own: the fault counted it.
-//      Below minSlices the slice waits as any other, queue timeout included.
+//      or WaitingInLine: not before it answered, nor while it preempts for the slice): the attempt
+//      is admitted on the slices that hold their pools, renumbered 0..k-1 in their order (slice ids
+//      stay contiguous, slice 0's first worker stays the coordinator), each worker bound to the
+//      node it ran on. Every program restarts with MEGASCALE_NUM_SLICES = k. No retry beyond the
+//      re-issue's own: the fault counted it. Below minSlices the slice waits as any other, queue
+//      timeout included.
 //   2. Degraded. status.tpu.activeSlices (and the Slices column, "3/4") say what it runs on,
 //      condition Degraded=True (RunningOnFewerSlices) what it waits for; the spec the attempt
 //      runs is the job's with ActiveSlices() = k (WithActiveSlices), for the pods' names,
@@ -19,9 +20,10 @@
 //      them, or some of them (LifecycleInput::grow_pools: as many as are free), per scaleUp
 //      (Immediate; AfterCheckpoint: once a checkpoint line newer than the one known when the
 //      pools were first free is reported; Never: not at all) the job moves to a new attempt on
-//      that many more slices without using a retry: the running pods stop with the maintenance grace period (time to checkpoint),
-//      the added slices wait for their pools first in line (the kept ones keep theirs, bound
-//      to their nodes), and a grow that then finds no pool within waitSeconds shrinks again.
+//      that many more slices without using a retry: the running pods stop with the maintenance
+//      grace period (time to checkpoint), the added slices wait for their pools first in line (the
+//      kept ones keep theirs, bound to their nodes), and a grow that then finds no pool within
+//      waitSeconds shrinks again.
 // A whole-job re-issue, a preemption or a suspension keeps the count: the job queues again for
 // the slices it ran on, and grows from there.
 // Not supported yet, and refused: restart InPlace with minSlices (by the spec's validation: its
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
@@ -42,6 +45,10 @@ int32_t ActiveSlicesOf(const JobSpec& spec, const JobStatus& status);
 
 // `spec` as an attempt on `active` slices runs it (JobSpec::ActiveSlices() == active).
 JobSpec WithActiveSlices(const JobSpec& spec, int32_t active);
+
+// The spec the current attempt of a job that runs on fewer slices than `spec` asks for runs
+// (WithActiveSlices of ActiveSlicesOf); nullopt when it runs on all of them: use `spec`.
+std::optional<JobSpec> DegradedSpec(const JobSpec& spec, const JobStatus& status);
 
 // "3/4": the Slices column.
 std::string SlicesSummary(int32_t active, int32_t slices);

@@ -227,7 +227,7 @@ bool Decider::WaitOrAdmit(bool others_left) {
   }
   std::string placed;  // slice recovery: where the replaced slices go
   if (!shrunk.empty()) {
-    // Shrink set the pools: the kept slices', renumbered.
+    // Shrink set the pools already: the kept slices', renumbered.
   } else if (s.slice_recovery) {
     const std::vector<int32_t>& slices = s.slice_recovery->slices;
     if (in_.admit_pools.size() != slices.size()) {

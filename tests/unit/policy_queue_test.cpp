@@ -1174,6 +1174,22 @@ GangRequest Replacing(GangRequest g, std::vector<int32_t> slices, std::vector<st
   return g;
 }
 
+// The reservations JobQueue makes for a job's kept slices: 2 workers of 4 chips in each pool.
+std::vector<Reservation> Held(const std::string& job,
+                              const std::vector<std::pair<std::string, int32_t>>& pools) {
+  std::vector<Reservation> held;
+  for (const auto& [pool, slice] : pools) {
+    held.push_back({.job = job,
+                    .accelerator = kV5e,
+                    .topology = "2x4",
+                    .pool = pool,
+                    .workers = 2,
+                    .chips_per_worker = 4,
+                    .slice = slice});
+  }
+  return held;
+}
+
 TEST(MultisliceAdmissionTest, AReplacedSliceGetsAPoolItsOtherSlicesDoNotHold) {
   std::vector<NodeInfo> nodes;
   AddPool(nodes, "pool-a", 2, 4);  // held by slice 0, whose pods are gone: free again
@@ -1182,16 +1198,7 @@ TEST(MultisliceAdmissionTest, AReplacedSliceGetsAPoolItsOtherSlicesDoNotHold) {
   AddPool(nodes, "pool-d", 2, 4);
   const GangRequest r = Replacing(Gang("ns/ms", 2), {1}, {"pool-a", "pool-b"});
   // The queue reserves the held pools for the job (JobQueue: a Reservation per kept slice).
-  std::vector<Reservation> held;
-  for (const auto& [pool, slice] : {std::pair{"pool-a", 0}, std::pair{"pool-b", 2}}) {
-    held.push_back({.job = "ns/ms",
-                    .accelerator = kV5e,
-                    .topology = "2x4",
-                    .pool = pool,
-                    .workers = 2,
-                    .chips_per_worker = 4,
-                    .slice = slice});
-  }
+  const std::vector<Reservation> held = Held("ns/ms", {{"pool-a", 0}, {"pool-b", 2}});
   // Best fit among the pools not held: pool-d (no host left over), pinned by name; the job of
   // higher priority behind it gets what is left.
   auto plan = PlanAdmissions(Build(nodes, {}, held), {With(Gang("ns/high", 2), 100, 0), r});
@@ -1223,16 +1230,7 @@ TEST(MultisliceAdmissionTest, AGrowTakesAFreePoolFirstAndHoldsUpNoOneWhenNoneIsF
   AddPool(nodes, "pool-a", 2, 4);
   AddPool(nodes, "pool-b", 2, 4);
   AddPool(nodes, "pool-c", 2, 4);
-  std::vector<Reservation> held;
-  for (const auto& [pool, slice] : {std::pair{"pool-a", 0}, std::pair{"pool-b", 1}}) {
-    held.push_back({.job = "ns/el",
-                    .accelerator = kV5e,
-                    .topology = "2x4",
-                    .pool = pool,
-                    .workers = 2,
-                    .chips_per_worker = 4,
-                    .slice = slice});
-  }
+  const std::vector<Reservation> held = Held("ns/el", {{"pool-a", 0}, {"pool-b", 1}});
   auto plan = PlanAdmissions(Build(nodes, {}, held), {With(Gang("ns/high", 2), 100, 0), grow});
   EXPECT_EQ(Outcome(plan.at("ns/el")), "admit pool-c");
   EXPECT_TRUE(Outcome(plan.at("ns/high")).starts_with("wait WaitingForCapacity"))
