@@ -45,6 +45,11 @@ inline std::string PortsEnv(const std::string& key) {
 
 inline std::string RealNode() { return PortsEnv("REAL_NODE"); }
 
+// The second real node, the spare (cordoned until a test takes it; "" when the cluster has
+// none), and how many real nodes the cluster has: a DaemonSet runs a pod on each.
+inline std::string SpareNode() { return PortsEnv("REAL_NODE_1"); }
+inline int RealNodeCount() { return RealNode().empty() ? 0 : SpareNode().empty() ? 1 : 2; }
+
 // The directory of the node's fake TPU device plugin (dev/, unhealthy, hidden).
 inline std::string TpuDir() { return PortsEnv("REAL_TPU_DIR"); }
 
@@ -68,9 +73,13 @@ inline std::string JaxWorkerImage() {
 }
 
 // Writes a chip list into one of the device plugin's files (unhealthy, hidden): "" for none,
-// "0" or "1,3".
+// "0" or "1,3". SetChipsOf: of the device plugin of `node` (the real node or the spare).
+inline void SetChipsOf(const std::string& node, const std::string& file, const std::string& chips) {
+  const std::string dir = node == SpareNode() ? PortsEnv("REAL_TPU_DIR_1") : TpuDir();
+  std::ofstream(dir + "/" + file) << chips << "\n";
+}
 inline void SetChips(const std::string& file, const std::string& chips) {
-  std::ofstream(TpuDir() + "/" + file) << chips << "\n";
+  SetChipsOf(RealNode(), file, chips);
 }
 
 // The project image's archive: $TPUJOB_E2E_IMAGE_ARCHIVE, else the one the fixture imported

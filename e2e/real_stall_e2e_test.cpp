@@ -41,6 +41,7 @@
 
 #include "e2e_env.h"
 #include "operator_env.h"
+#include "real_jax_env.h"
 #include "real_node_env.h"
 #include "tpujob_env.h"
 
@@ -128,73 +129,10 @@ class TerminationWatch {
   int pid_ = -1;
 };
 
-// The operator (one replica) and the node agent, installed once for the suite, and the
-// jax-worker image on the node.
-class RealStallE2E : public ::testing::Test {
+// The stall tests' jobs: a Master (process 0, the coordinator) and one Worker of the jax-worker
+// program on the one real node.
+class RealStallE2E : public RealJaxTest {
  protected:
-  static void SetUpTestSuite() {
-    if (RealNode().empty() || ImageArchive().empty()) return;
-    // Built once and cached (about 3 minutes the first time), imported once per cluster (about
-    // 20 s): `e2e/cluster up` does not import it.
-    const std::string image = JaxWorkerImage();
-    if (image.empty()) return;
-    const std::string ctr = "ctr --address " + PortsEnv("CONTAINERD_SOCKET") + " -n k8s.io ";
-    if (RunCommand(ctr + "images ls -q | grep -qxF '" + image + "'", false).exit_code != 0) {
-      const auto load = RunCommand(std::string(TPUJOB_SOURCE_DIR) + "/e2e/cluster load-image " +
-                                       JaxWorkerArchive() + " --dir " + ClusterDir(),
-                                   false);
-      if (load.exit_code != 0) {
-        std::cerr << "could not import " << JaxWorkerArchive() << ":\n" << load.output;
-        return;
-      }
-    }
-    jax_image_ = image;
-    ops_ = std::make_unique<TestNamespace>("real-stall");
-    agents_ = std::make_unique<TestNamespace>("real-stall-agent");  // hostPath: privileged
-    release_ = std::make_unique<Release>(
-        ops_->name(), "--set replicaCount=1 --set nodeAgent.namespace=" + agents_->name() +
-                          " --set nodeAgent.devPath=" + TpuDir() +
-                          "/dev --set nodeAgent.intervalSeconds=2 --set nodeAgent.passAfter=1"
-                          // status.progress from worker 0's log tail every 2 s, not 60.
-                          " --set operator.progressRefreshSeconds=2");
-  }
-  static void TearDownTestSuite() {
-    release_.reset();
-    agents_.reset();
-    ops_.reset();
-  }
-
-  void SetUp() override {
-    ASSERT_FALSE(RealNode().empty())
-        << ClusterDir() << " has no real node: start it with e2e/cluster up --real-node";
-    ASSERT_FALSE(jax_image_.empty())
-        << "no jax-worker image on the node (e2e/tools/jax-worker/build.sh, then "
-           "e2e/cluster load-image)";
-    ASSERT_NE(release_, nullptr) << "no image archive: set TPUJOB_E2E_IMAGE_ARCHIVE to the one "
-                                    "make image wrote, or write its path to "
-                                 << ClusterDir() << "/image-archive";
-    ASSERT_EQ(release_->install().exit_code, 0) << release_->install().output;
-    ASSERT_TRUE(PodsBecomeReady(ops_->name(), kOperatorSelector, 1));
-    ASSERT_TRUE(PodsBecomeReady(agents_->name(), kAgentSelector, 1));
-    node_ = RealNode();
-    Kubectl("uncordon " + node_, false);
-    // The chips are free: no job pod of an earlier test is left on the node.
-    ASSERT_TRUE(Eventually(
-        [&] {
-          return Trim(Kubectl("get pods -A -l tpujob.dev/job-name --field-selector spec.nodeName=" +
-                                  node_ + " -o name",
-                              false)
-                          .output)
-              .empty();
-        },
-        seconds(90), std::chrono::milliseconds(250)))
-        << Kubectl("get pods -A -l tpujob.dev/job-name -o wide").output;
-  }
-
-  static std::string OperatorLogs() {
-    return Kubectl("logs -n " + ops_->name() + " -l " + kOperatorSelector + " --tail=40").output;
-  }
-
   // A replica of the job: one pod running `command` in the jax-worker image as container
   // `trainer`, with the job's checkpoint directory at /ckpt and a memory-backed /dev/shm.
   std::string Replica(const std::string& type, const std::string& command,
@@ -233,31 +171,9 @@ class RealStallE2E : public ::testing::Test {
            "\n  replicaSpecs:\n";
   }
 
-  std::string MakeCheckpointDir(const std::string& name) {
-    const std::string dir = ClusterDir() + "/ckpt-" + name + "-" + std::to_string(::getpid());
-    RunCommand("rm -rf " + dir + " && mkdir -p " + dir);
-    dirs_.push_back(dir);
-    return dir;
-  }
-  void TearDown() override {
-    for (const std::string& dir : dirs_) RunCommand("rm -rf " + dir, false);
-  }
-
   void RunHang(const std::string& mode);
   void RunSuspectTwice(bool cap_full);
-
-  static std::unique_ptr<TestNamespace> ops_;
-  static std::unique_ptr<TestNamespace> agents_;
-  static std::unique_ptr<Release> release_;
-  static std::string jax_image_;
-  std::string node_;
-  std::vector<std::string> dirs_;
 };
-
-std::unique_ptr<TestNamespace> RealStallE2E::ops_;
-std::unique_ptr<TestNamespace> RealStallE2E::agents_;
-std::unique_ptr<Release> RealStallE2E::release_;
-std::string RealStallE2E::jax_image_;
 
 // The job's faults[] entry of `kind` ({} when absent).
 Json FaultOf(const std::string& ns, const std::string& job, const std::string& kind) {
@@ -695,10 +611,10 @@ TEST_F(RealStallE2E, TheStepInTheStatusFollowsTheRunningProgram) {
 // the Worker is alone behind, the sole suspect, in both stalls (each run resumes from the
 // checkpoint at step 4 and behaves the same). Its node is cordoned with reason Stalled, naming
 // both stalls, when the cap allows it; the job is re-issued either way (maxJobRetries 1).
-// `cap_full`: a second node the operator holds cordoned fills the default cap (one node of two),
-// so the cordon is refused (CapReached), the re-issued job runs on the same node again, hangs
-// again and fails after its third stall in a row. (On this one-node cluster the default cap
-// alone never refuses: one node is always allowed, CordonLimit.)
+// `cap_full`: another node the operator holds cordoned fills the default cap (one node on a
+// cluster this small), so the cordon is refused (CapReached), the re-issued job runs on the same
+// node again, hangs again and fails after its third stall in a row. (On a cluster of a few nodes
+// the default cap alone never refuses: one node is always allowed, CordonLimit.)
 // About 70 s (cap_full: about 100 s, a third run): two runs of the pair (JAX's start about 10 s
 // each, the stall 6 s, the attribution window 8 s, long enough for the Master's report, which comes
 // a grace period after the Worker's), then the re-issue.
@@ -710,7 +626,7 @@ void RealStallE2E::RunSuspectTwice(bool cap_full) {
   const std::string other = "tpujob-e2e-held-" + std::to_string(::getpid());
   if (cap_full) {
     // A node the operator cordoned before (unschedulable, under its annotation): the default cap
-    // (--max-cordoned-nodes 10, --max-cordoned-fraction 0.1) allows max(1, 0.1 x 2) = 1 node.
+    // (--max-cordoned-nodes 10, --max-cordoned-fraction 0.1) allows max(1, 0.1 x 3) = 1 node.
     const std::string node_yaml =
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: " + other +
         "\n  annotations: {tpujob.dev/cordoned-by: tpujob-operator, tpujob.dev/cordon-reason: "
@@ -801,7 +717,7 @@ void RealStallE2E::RunSuspectTwice(bool cap_full) {
       [&] {
         events = JobEvents(n, name);
         return !EventsWith(events, "NodeNotCordoned",
-                           "node " + node_ + " not cordoned: 1 nodes already cordoned (cap 1 of 2")
+                           "node " + node_ + " not cordoned: 1 nodes already cordoned (cap 1 of ")
                     .empty();
       },
       seconds(30)))

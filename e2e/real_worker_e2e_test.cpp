@@ -227,7 +227,8 @@ class RealWorkerE2E : public ::testing::Test {
                                  << ClusterDir() << "/image-archive";
     ASSERT_EQ(release_->install().exit_code, 0) << release_->install().output;
     ASSERT_TRUE(PodsBecomeReady(ops_->name(), kOperatorSelector, 1));
-    ASSERT_TRUE(PodsBecomeReady(agents_->name(), kAgentSelector, 1));
+    // One on each real node.
+    ASSERT_TRUE(PodsBecomeReady(agents_->name(), kAgentSelector, RealNodeCount()));
     RestoreNode();
     node_ = RealNode();
     // The chips are free: no job pod of an earlier test (whose namespace may still be going) is
@@ -702,7 +703,8 @@ TEST_F(RealWorkerE2E, AChipMarkedUnhealthyIsSeenByTheNodeAgentPodAndTheJobMovesO
   TestNamespace ns("real-chip");
   // The agent's liveness probe answers at the pod's address, as the kubelet asks it.
   const std::string agent_ip =
-      Get(agents_->name(), "pods -l " + kAgentSelector, "{.items[0].status.podIP}");
+      Get(agents_->name(), "pods -l " + kAgentSelector + " --field-selector spec.nodeName=" + node_,
+          "{.items[0].status.podIP}");
   const std::string daemonset = "daemonset " + std::string(kFullname) + "-node-agent";
   const std::string agent_port =
       Get(agents_->name(), daemonset,

@@ -6,6 +6,7 @@
 # containerd and the kubelet, `up` brings the node back; the node is a one-host TPU pool (GKE's
 # labels and taint) whose fake device plugin hands a container four /dev/accel<N> and GKE's
 # variables, reports a chip marked unhealthy and registers again after the kubelet restarts;
+# a second node, the spare (cordoned, its own pool), runs pods that reach the first one's;
 # `down` leaves no process, mount, cgroup, netns, veth, bridge or iptables rule behind and restores
 # net.ipv4.ip_forward.
 #
@@ -165,6 +166,34 @@ wait_for 30 "allocatable google.com/tpu to drop to 3" sh -c "[ \"\$('$KUBECTL' -
 : >"$REAL_TPU_DIR/unhealthy"
 wait_for 30 "allocatable google.com/tpu back at 4" sh -c "[ \"\$('$KUBECTL' --kubeconfig '$kubeconfig' get node $REAL_NODE -o jsonpath='{.status.allocatable.google\.com/tpu}')\" = 4 ]"
 [[ -c $REAL_TPU_DIR/dev/accel2 ]] || fail "the recovered chip's device node is missing"
+
+step "the spare node: cordoned, its own pool of 4 chips, and its pods reach the first node's"
+[[ $(k get node "$REAL_NODE_1" -o jsonpath='{.spec.unschedulable}') == true ]] ||
+  fail "node $REAL_NODE_1 is not cordoned"
+labels=$(k get node "$REAL_NODE_1" -o jsonpath='{.metadata.labels.cloud\.google\.com/gke-tpu-topology} {.metadata.labels.cloud\.google\.com/gke-nodepool} {.status.allocatable.google\.com/tpu}')
+[[ $labels == "$REAL_TPU_TOPOLOGY $REAL_NODE_1_POOL 4" ]] || fail "node $REAL_NODE_1: $labels"
+# Placed by name: a cordon keeps the scheduler away, not a pod that names its node.
+k apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: spare}
+spec:
+  nodeName: $REAL_NODE_1
+  restartPolicy: Never
+  tolerations: [{key: google.com/tpu, operator: Exists}]
+  containers:
+  - name: c
+    image: $BUSYBOX_IMAGE
+    imagePullPolicy: Never
+    command: [sh, -c, 'echo "chips: \$(ls /dev | grep -c "^accel")"; echo "headless: \$(timeout 5 wget -q -O- http://web-0.web:8000/)"']
+    resources: {limits: {google.com/tpu: 4}}
+EOF
+wait_for 60 "pod spare to finish" sh -c "'$KUBECTL' --kubeconfig '$kubeconfig' get pod spare -o jsonpath='{.status.phase}' | grep -qE 'Succeeded|Failed'"
+out=$(k logs spare)
+echo "$out" >&2
+grep -qx 'chips: 4' <<<"$out" || fail "the spare's pod did not get four chips of its own"
+grep -qx 'headless: hello-from-web' <<<"$out" || fail "a pod of the spare did not reach web-0 on $REAL_NODE"
+[[ $(k get pod web-0 -o jsonpath='{.spec.nodeName}') == "$REAL_NODE" ]] || fail "web-0 is not on $REAL_NODE"
 
 step "kubectl exec goes through the kubelet"
 [[ $(k exec web-0 -- cat /tmp/www/index.html) == hello-from-web ]] || fail "kubectl exec failed"
