@@ -66,20 +66,23 @@ class InPlaceE2E : public ::testing::Test {
     for (const std::string& set : node_sets_) DeleteTpuNodes(set);
   }
 
+  // Pools named -a, -b, ... in the order they are made, across calls.
   void CreatePools(int pools, int hosts, const std::string& topology) {
     for (int p = 0; p < pools; ++p) {
-      const std::string set = prefix_ + "-" + std::string(1, static_cast<char>('a' + p));
+      const std::string set =
+          prefix_ + "-" + std::string(1, static_cast<char>('a' + node_sets_.size()));
       node_sets_.push_back(set);
       CreateTpuNodes(set, hosts, accelerator_, topology, "pool-" + set);
     }
   }
 
   std::string Job(const std::string& name, int slices, int hosts, const std::string& topology,
-                  const std::string& fault_tolerance = "restart: InPlace") const {
+                  const std::string& fault_tolerance = "restart: InPlace",
+                  const std::string& extra_tpu = "") const {
     return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
            "\nspec:\n  tpu: {accelerator: " + accelerator_ + ", topology: " + topology +
-           ", chipsPerWorker: 4, slices: " + std::to_string(slices) + "}\n  faultTolerance: {" +
-           fault_tolerance +
+           ", chipsPerWorker: 4, slices: " + std::to_string(slices) + extra_tpu +
+           "}\n  faultTolerance: {" + fault_tolerance +
            "}\n  replicaSpecs:\n    Worker:\n      replicas: " + std::to_string(hosts) +
            "\n      template:\n        spec:\n          containers:\n"
            "          - {name: trainer, image: busybox, command: [sh, -c, 'train']}\n";
@@ -288,6 +291,81 @@ TEST_F(InPlaceE2E, AHardwareFaultOnSliceTwoReplacesItsPodsAndRestartsTheOthersIn
   const auto report = watch.CheckAfterCreations(20);
   EXPECT_EQ(report.creations, 20);  // 16, then slice 2's 4 again
   EXPECT_TRUE(report.violations.empty()) << testing::PrintToString(report.violations);
+}
+
+// An elastic job under restart InPlace (spec.tpu.minSlices): 4 slices of 2 hosts on 4 pools, no
+// spare. Slice 3 loses a node and finds no pool within waitSeconds: the job runs on slices 0-2 in
+// the pods they ran in, their programs restarted with MEGASCALE_NUM_SLICES=3 through the
+// tpujob.dev/program-env annotation the supervisor reads as the barrier opens. A fifth pool
+// appears: the job grows back to 4, the same pods again, slice 3's new ones joining them.
+TEST_F(InPlaceE2E, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
+  CreatePools(4, 2, "2x4");
+  TestNamespace ns("ip-elastic");
+  const std::string n = ns.name();
+  // waitSeconds 3 and a grace period of 5 s keep the test short (defaults 300 and 300).
+  ASSERT_EQ(ApplyYaml(n, Job("ip", 4, 2, "2x4",
+                             "restart: InPlace, maxJobRetries: 2, maintenanceGracePeriodSeconds: "
+                             "5, elastic: {waitSeconds: 3}",
+                             ", minSlices: 2"))
+                .exit_code,
+            0);
+  SupervisorSim sim(n, "ip");
+  OperatorProcess op({"--namespace", n});
+  ASSERT_TRUE(JobFieldBecomes(n, "ip", "{.status.phase}", "Running", std::chrono::seconds(60)))
+      << op.Log();
+  const auto before = Uids(n, "ip");
+  ASSERT_EQ(before.size(), 8u);
+  const std::string env = "{.metadata.annotations.tpujob\\.dev/program-env}";
+
+  // Lets the supervisors act until the job runs on `slices` ("3/4").
+  const auto runs_on = [&](const std::string& slices) -> ::testing::AssertionResult {
+    if (Eventually(
+            [&] {
+              sim.Step();
+              return JobField(n, "ip", "{.status.tpu.slicesSummary} {.status.phase}") ==
+                     slices + " Running";
+            },
+            std::chrono::seconds(90), std::chrono::milliseconds(200))) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << Kubectl("get tpujob ip -n " + n + " -o yaml").output << op.Log();
+  };
+
+  ASSERT_EQ(
+      SetNodeCondition(NodeOf(n, Worker("ip", 3, 1)), "TPUUnhealthy", "True", "ChipError", "chip 1")
+          .exit_code,
+      0);
+  ASSERT_TRUE(runs_on("3/4"));
+  const auto shrunk = Uids(n, "ip");
+  ASSERT_EQ(shrunk.size(), 6u);
+  for (int slice = 0; slice < 3; ++slice) {
+    for (int host = 0; host < 2; ++host) {
+      const std::string pod = Worker("ip", slice, host);
+      SCOPED_TRACE(pod);
+      EXPECT_EQ(shrunk.at(pod), before.at(pod));  // the same pod, restarted in place
+      const std::string vars = Get(n, "pod " + pod, env);
+      EXPECT_NE(vars.find("MEGASCALE_NUM_SLICES=3\n"), std::string::npos) << vars;
+      EXPECT_NE(vars.find("MEGASCALE_SLICE_ID=" + std::to_string(slice) + "\n"), std::string::npos)
+          << vars;
+    }
+  }
+  for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 2) << pod;
+  EXPECT_EQ(JobField(n, "ip", "{.status.conditions[?(@.type==\"Degraded\")].reason}"),
+            "RunningOnFewerSlices");
+
+  // A fifth pool: back to 4 in the same pods.
+  CreatePools(1, 2, "2x4");
+  ASSERT_TRUE(runs_on("4/4"));
+  const auto grown = Uids(n, "ip");
+  ASSERT_EQ(grown.size(), 8u);
+  for (const auto& [pod, uid] : shrunk) EXPECT_EQ(grown.at(pod), uid) << pod;
+  EXPECT_NE(grown.at(Worker("ip", 3, 0)), before.at(Worker("ip", 3, 0)));
+  const std::string vars = Get(n, "pod " + Worker("ip", 1, 0), env);
+  EXPECT_NE(vars.find("MEGASCALE_NUM_SLICES=4\n"), std::string::npos) << vars;
+  for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 3) << pod;
+  EXPECT_EQ(JobField(n, "ip", "{.status.jobRetries}"), "1");  // the fault's; none for either
+  EXPECT_EQ(JobField(n, "ip", "{.status.conditions[?(@.type==\"Degraded\")].status}"), "False");
 }
 
 TEST_F(InPlaceE2E, ABarrierThatNeverOpensFallsBackToRecreatingThePods) {

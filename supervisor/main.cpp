@@ -42,7 +42,8 @@ Each run of the supervisor:
       << kBarrierAnnotation << R"( >= G+1;
   2. records the barrier value N as the generation started, reports {"state":"running",
      "generation":N} and runs PROGRAM (in its own process group, with )"
-      << kGenerationEnv << R"(=N);
+      << kGenerationEnv << R"(=N, and the NAME=VALUE lines of the annotation )"
+      << kProgramEnvAnnotation << R"(, when the pod has it, over the container's own variables);
   3. ends with the first of:
      - PROGRAM exits with code C (a signal S: 128+S): reports {"state":"exited",...,"exit":C}
        and exits C;

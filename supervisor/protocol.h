@@ -13,6 +13,12 @@ namespace tpujob::supervisor {
 inline constexpr char kGenerationAnnotation[] = "tpujob.dev/generation";
 // The barrier: a supervisor starts generation N once this annotation is >= N.
 inline constexpr char kBarrierAnnotation[] = "tpujob.dev/barrier";
+// Variables for the program of the generation the barrier opens, over the container's own: one
+// NAME=VALUE a line. A pod's environment cannot change, and an elastic job restarted in place on
+// another slice count gives its programs new MEGASCALE_* (and TPU_CONFIG, TPUJOB_ATTEMPT) values
+// this way. Read once, when the supervisor leaves the barrier; a line without "=" or with an
+// empty name is skipped.
+inline constexpr char kProgramEnvAnnotation[] = "tpujob.dev/program-env";
 
 // The downward API file of the pod's annotations (one key="value" per line).
 inline constexpr char kPodinfoEnv[] = "TPUJOB_SUPERVISOR_PODINFO";

@@ -180,18 +180,32 @@ std::string Describe(int exit_code) {
   return std::to_string(exit_code);
 }
 
-// Starts argv in a process group of its own with TPUJOB_GENERATION set, its stdout and stderr the
-// pump's pipes if there is one. Returns its pid, or -1.
-pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation,
-                   const OutputPump* pump) {
+using ProgramEnv = std::vector<std::pair<std::string, std::string>>;
+
+// Starts argv in a process group of its own with TPUJOB_GENERATION set and `overrides` over the
+// environment, its stdout and stderr the pump's pipes if there is one. Returns its pid, or -1.
+pid_t StartProgram(const std::vector<std::string>& argv, int64_t generation, const OutputPump* pump,
+                   const ProgramEnv& overrides) {
   const int child_stdout = pump != nullptr ? pump->ChildStdout() : -1;
   const int child_stderr = pump != nullptr ? pump->ChildStderr() : -1;
   // Everything the child needs is built before fork: it only calls async-signal-safe functions.
   std::vector<std::string> env_strings;
   const std::string prefix = std::string(kGenerationEnv) + "=";
+  const auto overridden = [&](std::string_view entry) {
+    if (entry.starts_with(prefix)) return true;
+    for (const auto& [name, value] : overrides) {
+      if (entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=') {
+        return true;
+      }
+    }
+    return false;
+  };
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    if (std::string_view(*e).starts_with(prefix)) continue;
+    if (overridden(*e)) continue;
     env_strings.emplace_back(*e);
+  }
+  for (const auto& [name, value] : overrides) {
+    if (name != kGenerationEnv) env_strings.push_back(name + "=" + value);
   }
   env_strings.push_back(prefix + std::to_string(generation));
   std::vector<char*> envp;
@@ -457,6 +471,19 @@ int64_t AnnotationGeneration(const std::map<std::string, std::string>& annotatio
   return ParseGeneration(Trim(it->second)).value_or(0);
 }
 
+std::vector<std::pair<std::string, std::string>> ParseProgramEnv(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> env;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    const std::string_view line = text.substr(0, newline);
+    text = newline == std::string_view::npos ? std::string_view() : text.substr(newline + 1);
+    const size_t equals = line.find('=');
+    if (equals == std::string_view::npos || equals == 0) continue;
+    env.emplace_back(std::string(line.substr(0, equals)), std::string(line.substr(equals + 1)));
+  }
+  return env;
+}
+
 // The operator writes JSON with nlohmann_json, which this binary does not link (see the top of
 // this file); the report needs only quoted strings.
 std::string JsonQuote(std::string_view text) {
@@ -611,7 +638,7 @@ constexpr std::chrono::milliseconds kDrainLimit{2000};
 // Runs the program as `generation` until it exits, stops on a stop order (when `stop_orders`),
 // stalls or the supervisor is terminated. Returns the supervisor's exit code.
 int RunProgram(const Options& options, const std::vector<std::string>& argv, int64_t generation,
-               bool stop_orders) {
+               bool stop_orders, const ProgramEnv& env = {}) {
   std::string error;
   Report(options, {.state = kReportRunning, .generation = generation});
   std::unique_ptr<ProgressTracker> tracker;
@@ -625,7 +652,7 @@ int RunProgram(const Options& options, const std::vector<std::string>& argv, int
       return 1;
     }
   }
-  const pid_t program = StartProgram(argv, generation, pump.get());
+  const pid_t program = StartProgram(argv, generation, pump.get(), env);
   if (program < 0) {
     error = std::string("fork: ") + std::strerror(errno);
     Log("not starting generation " + std::to_string(generation) + ": " + error);
@@ -799,6 +826,7 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
   Log("waiting at the barrier for generation " + std::to_string(next) + " (annotation " +
       kBarrierAnnotation + " >= " + std::to_string(next) + ")");
   int64_t generation = 0;
+  std::map<std::string, std::string> annotations;
   for (;;) {
     ReapChildren(-1);
     if (g_terminate) {
@@ -807,8 +835,8 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
       Report(options, {.state = kReportTerminated, .generation = last});
       return kStoppedExitCode;
     }
-    const int64_t barrier =
-        AnnotationGeneration(ReadAnnotations(options.podinfo_path), kBarrierAnnotation);
+    annotations = ReadAnnotations(options.podinfo_path);
+    const int64_t barrier = AnnotationGeneration(annotations, kBarrierAnnotation);
     if (barrier >= next) {
       generation = barrier;
       break;
@@ -823,7 +851,15 @@ int Supervise(const Options& options, const std::vector<std::string>& argv) {
     Report(options, {.state = kReportError, .generation = generation, .error = error});
     return 1;
   }
-  return RunProgram(options, argv, generation, /*stop_orders=*/true);
+  // The variables the operator gives this generation (an elastic job on another slice count).
+  ProgramEnv env;
+  if (auto it = annotations.find(kProgramEnvAnnotation); it != annotations.end()) {
+    env = ParseProgramEnv(it->second);
+    std::string names;
+    for (const auto& [name, value] : env) names += " " + name + "=" + value;
+    if (!env.empty()) Log("generation " + std::to_string(generation) + " runs with" + names);
+  }
+  return RunProgram(options, argv, generation, /*stop_orders=*/true, env);
 }
 
 }  // namespace tpujob::supervisor

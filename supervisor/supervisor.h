@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "supervisor/progress.h"
@@ -55,6 +56,10 @@ std::optional<int64_t> ParseGeneration(std::string_view text);
 // The integer value of an annotation; 0 when missing or not a non-negative integer.
 int64_t AnnotationGeneration(const std::map<std::string, std::string>& annotations,
                              const std::string& key);
+
+// The variables of kProgramEnvAnnotation's value (NAME=VALUE lines), in order; a line without
+// "=" or with an empty name is skipped.
+std::vector<std::pair<std::string, std::string>> ParseProgramEnv(std::string_view text);
 
 // What the supervisor reports in the termination message.
 struct Message {

@@ -44,6 +44,9 @@ inline constexpr std::string_view kJobNameLabel = "tpujob.dev/job-name";
 // The supervisor reads both through a downward API file; the names are those of its protocol.
 inline constexpr std::string_view kGenerationAnnotation = supervisor::kGenerationAnnotation;
 inline constexpr std::string_view kBarrierAnnotation = supervisor::kBarrierAnnotation;
+// The variables of the generation whose barrier opens, over the pod's own (an elastic job
+// restarted in place on another slice count; controller::ProgramEnvAnnotation).
+inline constexpr std::string_view kProgramEnvAnnotation = supervisor::kProgramEnvAnnotation;
 // Set by the operator on every pod of a job whose program stalled: the node agent of the pod's
 // node runs a hardware round at once for each new value (policy/stall_rules.h).
 inline constexpr std::string_view kHardwareCheckAnnotation = "tpujob.dev/hardware-check";

@@ -181,6 +181,17 @@ std::optional<int32_t> ParseCanonicalInt(std::string_view text) {
 
 }  // namespace
 
+std::string ProgramEnvAnnotation(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                                 ReplicaType type, int32_t index, int32_t attempt) {
+  std::string lines;
+  for (const Json& var : OperatorEnv(job, spec, type, index, attempt)) {
+    auto value = var.find("value");
+    if (value == var.end() || !value->is_string()) continue;  // valueFrom: the kubelet's
+    lines += StringField(var, "name") + "=" + value->get<std::string>() + "\n";
+  }
+  return lines;
+}
+
 Json OwnerReference(const cache::TPUJobInfo& job) {
   return Json{{"apiVersion", kTPUJobApiVersion},
               {"kind", kTPUJobKind},

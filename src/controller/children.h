@@ -166,6 +166,12 @@ Json BuildPod(const cache::TPUJobInfo& job, const policy::JobSpec& spec, policy:
               int32_t index, int32_t attempt, const PodBuildOptions& options = {},
               const std::string& node_pool = "", const std::string& node = "", bool bind = false);
 
+// supervisor::kProgramEnvAnnotation for a pod that stays across a change of the job's slice
+// count (an elastic job restarted in place): the operator's variables (those BuildPod gives the
+// replica's containers, with a value) for `spec` and `attempt`, one NAME=VALUE a line.
+std::string ProgramEnvAnnotation(const cache::TPUJobInfo& job, const policy::JobSpec& spec,
+                                 policy::ReplicaType type, int32_t index, int32_t attempt);
+
 // The Kueue Workload through which Kueue admits a job naming a LocalQueue (policy/kueue.h):
 // named policy::kueue::WorkloadName, owned by the job (the garbage collector deletes it with
 // the job), labelled with the job's name and kueue.x-k8s.io/job-uid, in the job's LocalQueue,

@@ -377,15 +377,18 @@ kube::Result<ReconcileResult> TPUJobReconciler::Reconcile(const std::string& key
   }
   if (cordons.joinable()) cordons.join();
 
+  // An elastic job on fewer slices: its pods are those of the slices it runs on.
+  const std::optional<policy::JobSpec> degraded =
+      spec ? policy::DegradedSpec(*spec, plan.status) : std::nullopt;
+  const policy::JobSpec* runs = degraded ? &*degraded : spec ? &*spec : nullptr;
   if (!plan.annotate.empty()) {
-    if (auto annotated = AnnotatePods(*job, plan, expect); !annotated && result) result = annotated;
+    if (auto annotated = AnnotatePods(*job, runs, plan, expect); !annotated && result) {
+      result = annotated;
+    }
   }
 
-  if (spec && (plan.ensure_service || !plan.create.empty())) {
-    // An elastic job on fewer slices: its pods are those of the slices it runs on.
-    const std::optional<policy::JobSpec> degraded = policy::DegradedSpec(*spec, plan.status);
-    if (auto created = CreatePods(*job, degraded ? *degraded : *spec, plan, expect);
-        !created && result) {
+  if (runs != nullptr && (plan.ensure_service || !plan.create.empty())) {
+    if (auto created = CreatePods(*job, *runs, plan, expect); !created && result) {
       result = created;
     }
   }
@@ -611,7 +614,8 @@ kube::Result<nlohmann::json> TPUJobReconciler::PatchJobStatus(const cache::TPUJo
   return answer;
 }
 
-kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const policy::Plan& plan,
+kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job,
+                                            const policy::JobSpec* spec, const policy::Plan& plan,
                                             Expectations& expect) {
   const std::string key = job.Key();
   const std::string ns(job.ns.view());
@@ -628,6 +632,10 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job, const 
     }
     if (a.barrier) {
       annotations[std::string(cache::kBarrierAnnotation)] = std::to_string(*a.barrier);
+    }
+    if (a.program_env && spec != nullptr) {
+      annotations[std::string(cache::kProgramEnvAnnotation)] = ProgramEnvAnnotation(
+          job, *spec, a.program_env->first, a.program_env->second, plan.status.attempt);
     }
     // The uid is a precondition: a pod of the same name created since is not this one.
     nlohmann::json patch = {

@@ -124,9 +124,10 @@ class TPUJobReconciler {
   // resourceVersion (409 when the cache is stale) and logs a phase change; the API's answer.
   kube::Result<nlohmann::json> PatchJobStatus(const cache::TPUJobInfo& job,
                                               const policy::JobStatus& desired);
-  // In-place restart: sets the generation and barrier annotations the plan asks for.
-  kube::Status AnnotatePods(const cache::TPUJobInfo& job, const policy::Plan& plan,
-                            Expectations& expect);
+  // In-place restart: sets the generation and barrier annotations the plan asks for, and the
+  // program's variables under `spec` (the spec the attempt runs) where it asks for them.
+  kube::Status AnnotatePods(const cache::TPUJobInfo& job, const policy::JobSpec* spec,
+                            const policy::Plan& plan, Expectations& expect);
   // Counts each terminated pre-flight init container's report once per pod (metrics).
   void CountPreflightReports(const std::string& key,
                              const std::vector<cache::Store<cache::PodInfo>::Ptr>& pods);

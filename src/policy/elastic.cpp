@@ -111,31 +111,60 @@ std::string Decider::Shrink() {
   const std::vector<int32_t> lost = recovery.slices;
   const int32_t active = spec_->ActiveSlices();
   const int32_t hosts = spec_->HostsPerSlice();
+  const auto is_lost = [&](int32_t slice) {
+    return std::find(lost.begin(), lost.end(), slice) != lost.end();
+  };
+  int32_t left = 0;
+  for (int32_t slice = 0; slice < active; ++slice) left += is_lost(slice) ? 0 : 1;
+  // The slices from now on (new id -> the slice it was): a kept slice below `left` keeps its id,
+  // the kept slices from `left` on fill the ids the lost ones leave, in order. As few slices as
+  // can be change their id: under restart InPlace the pods of the others stay.
+  std::vector<int32_t> order(static_cast<size_t>(left), -1);
+  std::vector<int32_t> holes;
+  for (int32_t slice = 0; slice < left; ++slice) {
+    if (is_lost(slice)) {
+      holes.push_back(slice);
+    } else {
+      order[static_cast<size_t>(slice)] = slice;
+    }
+  }
+  size_t next_hole = 0;
+  for (int32_t slice = left; slice < active; ++slice) {
+    if (!is_lost(slice)) order[static_cast<size_t>(holes[next_hole++])] = slice;
+  }
   std::vector<std::string> pools, nodes;
-  std::vector<int32_t> kept;
-  for (int32_t slice = 0; slice < active; ++slice) {
-    if (std::find(lost.begin(), lost.end(), slice) != lost.end()) continue;
-    kept.push_back(slice);
+  std::string renumbered;  // "slice 3 runs as slice 1"
+  for (int32_t id = 0; id < left; ++id) {
+    const int32_t slice = order[static_cast<size_t>(id)];
     const size_t at = static_cast<size_t>(slice);
     pools.push_back(at < s.node_pools.size() ? s.node_pools[at] : "");
+    if (slice != id) {
+      renumbered += std::string(renumbered.empty() ? "" : ", ") + "slice " + std::to_string(slice) +
+                    " runs as slice " + std::to_string(id);
+    }
     if (recovery.nodes.empty()) continue;
     for (int32_t h = 0; h < hosts; ++h) {
       const size_t i = static_cast<size_t>(slice * hosts + h);
       nodes.push_back(i < recovery.nodes.size() ? recovery.nodes[i] : "");
     }
   }
-  const int32_t left = static_cast<int32_t>(kept.size());
   const int32_t declared = (*in_.spec)->tpu.slices;
-  std::string renumbered;  // "slice 3 runs as slice 2"
-  for (size_t i = 0; i < kept.size(); ++i) {
-    if (kept[i] == static_cast<int32_t>(i)) continue;
-    renumbered += std::string(renumbered.empty() ? "" : ", ") + "slice " + std::to_string(kept[i]) +
-                  " runs as slice " + std::to_string(i);
-  }
   s.node_pools = std::move(pools);
   recovery.slices.clear();
   recovery.nodes = std::move(nodes);
-  if (recovery.nodes.empty()) s.slice_recovery.reset();
+  // In place the kept slices' pods stay (policy/slice_recovery.h): the recovery keeps them
+  // until the attempt runs. The pods of a slice that runs under another id go, and are made
+  // again under it.
+  if (recovery.in_place) {
+    for (const ObservedPod& p : in_.pods) {
+      if (p.type != ReplicaType::kWorker || p.pod->deleting() || p.index < left * hosts) continue;
+      DeletePod(*p.pod, std::nullopt,
+                "slice " + std::to_string(spec_->SliceOf(p.index)) +
+                    " runs under another id on fewer slices: its pods are made again");
+    }
+  } else if (recovery.nodes.empty()) {
+    s.slice_recovery.reset();
+  }
   SetActiveSlices(left);
   if (!s.elastic) s.elastic.emplace();
   s.elastic->degraded_since = now_;
@@ -235,6 +264,10 @@ bool Decider::Grow(const CurrentPods& current) {
     if (!any) recovery.nodes.clear();
   }
   std::vector<std::string> pools = s.node_pools;
+  // Restart InPlace: the running pods stay and their programs restart with the grown count
+  // once the added slices' pods wait at the barrier too, as in slice recovery.
+  const bool in_place = declared.fault_tolerance.restart == RestartMode::kInPlace && s.in_place;
+  if (in_place) recovery.nodes.clear();
   const bool whole = grown == declared.tpu.slices;
   const std::string why =
       (whole ? "growing back from " + std::to_string(active) + " to " +
@@ -247,6 +280,10 @@ bool Decider::Grow(const CurrentPods& current) {
   NextAttempt(/*reissued=*/true, "ScalingUp", why);
   pools.resize(static_cast<size_t>(grown));
   s.node_pools = std::move(pools);
+  if (in_place) {
+    recovery.in_place = true;
+    s.in_place->barrier_since = now_;  // the running slices stop and wait for the added ones
+  }
   s.slice_recovery = std::move(recovery);
   SetActiveSlices(grown);
   if (whole) {
@@ -266,11 +303,18 @@ bool Decider::Grow(const CurrentPods& current) {
                   " (no retry used): " + SliceList(s.slice_recovery->slices) +
                   (s.slice_recovery->slices.size() == 1 ? " takes a free node pool"
                                                         : " take free node pools") +
-                  ", every program restarts with MEGASCALE_NUM_SLICES=" + std::to_string(grown));
-  // The programs stop as for maintenance, with time to save a checkpoint.
+                  ", every program restarts with MEGASCALE_NUM_SLICES=" + std::to_string(grown) +
+                  (in_place ? ", in the pods it runs in" : ""));
+  // The programs stop as for maintenance, with time to save a checkpoint: in place, told by
+  // the next generation (their grace period, ProgramGraceSeconds).
   const int64_t grace = declared.fault_tolerance.maintenance_grace_period_seconds;
   for (const ObservedPod& p : in_.pods) {
     if (p.pod->deleting()) continue;
+    if (in_place && KeptInPlace(p)) {
+      plan_.annotate.push_back({p.pod->name, p.pod->uid, s.in_place->generation, std::nullopt,
+                                std::nullopt, std::nullopt, std::nullopt});
+      continue;
+    }
     DeletePod(*p.pod, OnLostNode(*p.pod, grace), "the job grows to more slices");
   }
   return true;

@@ -6,11 +6,14 @@
 //      within spec.faultTolerance.elastic.waitSeconds of queueing, with at least minSlices
 //      slices left, gives up its place once the queue says no pool is free (WaitingForCapacity
 //      or WaitingInLine: not before it answered, nor while it preempts for the slice): the attempt
-//      is admitted on the slices that hold their pools, renumbered 0..k-1 in their order (slice ids
-//      stay contiguous, slice 0's first worker stays the coordinator), each worker bound to the
-//      node it ran on. Every program restarts with MEGASCALE_NUM_SLICES = k. No retry beyond the
-//      re-issue's own: the fault counted it. Below minSlices the slice waits as any other, queue
-//      timeout included.
+//      is admitted on the slices that hold their pools, their ids kept contiguous (0..k-1) with
+//      as few changes as can be: a kept slice below k keeps its id, the kept slices from k on
+//      fill the ids the lost ones leave, in order. Each worker is bound to the node it ran on.
+//      Every program restarts with MEGASCALE_NUM_SLICES = k: under restart InPlace in the pods
+//      that stay, told their new variables by the supervisor (PodToAnnotate::program_env, as the
+//      barrier opens), except for a slice that takes another id, whose pods are made again (a
+//      pod's name carries its slice id). No retry beyond the re-issue's own: the fault counted
+//      it. Below minSlices the slice waits as any other, queue timeout included.
 //   2. Degraded. status.tpu.activeSlices (and the Slices column, "3/4") say what it runs on,
 //      condition Degraded=True (RunningOnFewerSlices) what it waits for; the spec the attempt
 //      runs is the job's with ActiveSlices() = k (WithActiveSlices), for the pods' names,
@@ -21,14 +24,13 @@
 //      (Immediate; AfterCheckpoint: once a checkpoint line newer than the one known when the
 //      pools were first free is reported; Never: not at all) the job moves to a new attempt on
 //      that many more slices without using a retry: the running pods stop with the maintenance
-//      grace period (time to checkpoint), the added slices wait for their pools first in line (the
-//      kept ones keep theirs, bound to their nodes), and a grow that then finds no pool within
-//      waitSeconds shrinks again.
+//      grace period (time to checkpoint; in place, their programs stop and the pods stay), the
+//      added slices (the highest ids) wait for their pools first in line (the kept ones keep
+//      theirs, bound to their nodes), and a grow that then finds no pool within waitSeconds
+//      shrinks again.
 // A whole-job re-issue, a preemption or a suspension keeps the count: the job queues again for
 // the slices it ran on, and grows from there.
-// Not supported yet, and refused: restart InPlace with minSlices (by the spec's validation: its
-// kept pods would have to change their slice ids), and a job Kueue admits (Valid=False: its
-// Workload is admitted as a whole).
+// Refused: a job Kueue admits (Valid=False: its Workload is admitted as a whole).
 #pragma once
 
 #include <cstdint>

@@ -93,7 +93,10 @@ bool Decider::InPlaceBarrier(const CurrentPods& current) {
     if (info.ordered_generation < g || (open && info.barrier_generation < g)) {
       plan_.annotate.push_back({info.name, info.uid, g,
                                 open ? std::optional<int32_t>(g) : std::nullopt, std::nullopt,
-                                std::nullopt});
+                                std::nullopt, std::nullopt});
+      // An elastic job's slice count may have changed since the pod was made: the generation
+      // that starts gets the variables of now (policy/elastic.h).
+      if (open && spec_->Elastic()) plan_.annotate.back().program_env = id;
     }
   }
   return false;

@@ -296,11 +296,6 @@ std::optional<std::string> ElasticNeeds(const JobSpec& spec) {
            " needs spec.faultTolerance.recovery Slice: with recovery Job a fault stops every "
            "slice, so there are no slices left to keep running on";
   }
-  if (spec.fault_tolerance.restart == RestartMode::kInPlace) {
-    return "spec.tpu.minSlices: " + std::to_string(spec.tpu.min_slices) +
-           " is not supported with spec.faultTolerance.restart InPlace: a shrink renumbers the "
-           "slices it keeps, which pods that stay cannot follow; use restart Recreate";
-  }
   const std::optional<ProgressSpec>& progress = spec.fault_tolerance.progress;
   if (spec.fault_tolerance.elastic.scale_up == ScaleUp::kAfterCheckpoint &&
       (!progress || progress->checkpoint_pattern.empty() || progress->log_pattern.empty())) {

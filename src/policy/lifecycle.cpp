@@ -157,7 +157,7 @@ Decider::EarlierAttempts Decider::RemoveEarlierAttempts() {
     // The replaced slice's old pods are gone: the kept ones join the new attempt.
     for (const ObservedPod* p : moving) {
       plan_.annotate.push_back({p->pod->name, p->pod->uid, s.in_place->generation, std::nullopt,
-                                s.attempt, std::nullopt});
+                                s.attempt, std::nullopt, std::nullopt});
     }
   }
 

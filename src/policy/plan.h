@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -169,6 +170,9 @@ struct PodToAnnotate {
   std::optional<int32_t> attempt;
   // cache::kHardwareCheckAnnotation: asks the node agent for a hardware round (a stall).
   std::optional<std::string> hardware_check;
+  // supervisor::kProgramEnvAnnotation: the variables the replica's next generation runs with,
+  // those of a pod created now (an elastic job restarted in place on another slice count).
+  std::optional<std::pair<ReplicaType, int32_t>> program_env;
 };
 
 struct Plan {

@@ -155,7 +155,7 @@ void Decider::Reissue(const ObservedPod& culprit, const Termination& t, const st
     if (kept_in_place && KeptInPlace(p)) {
       // Its program stops (the stop order of the next generation); the pod stays.
       plan_.annotate.push_back({p.pod->name, p.pod->uid, s.in_place->generation, std::nullopt,
-                                std::nullopt, std::nullopt});
+                                std::nullopt, std::nullopt, std::nullopt});
       continue;
     }
     // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).
@@ -172,6 +172,8 @@ bool Decider::KeptInPlace(const ObservedPod& p) const {
     return false;
   }
   if (p.type != ReplicaType::kWorker) return true;
+  // An elastic job's slice whose id is past the slice count it runs on now: its pods go.
+  if (p.index >= spec_->Replicas(ReplicaType::kWorker)) return false;
   const std::vector<int32_t>& replaced = s.slice_recovery->slices;
   return std::find(replaced.begin(), replaced.end(), spec_->SliceOf(p.index)) == replaced.end();
 }

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cache/objects.h"
 #include "controller/children.h"
+#include "policy/elastic.h"
 
 namespace tpujob::controller {
 namespace {
@@ -784,6 +786,31 @@ INSTANTIATE_TEST_SUITE_P(ThreeSlicesOfFour, ChildrenMultisliceEnvTest,
                                            MultisliceWorker{4, "llm-worker-1-0", 1, 0, "pool-c"},
                                            MultisliceWorker{6, "llm-worker-1-2", 1, 2, "pool-c"},
                                            MultisliceWorker{11, "llm-worker-2-3", 2, 3, "pool-d"}));
+
+// An elastic job restarted in place on 2 of its 3 slices: what the supervisor gives the next
+// generation of a pod that stays is what a pod made now would have, the operator's variables
+// with a value and nothing of the template's.
+TEST(ChildrenMultisliceTest, TheProgramEnvAnnotationIsWhatAPodMadeNowWouldHave) {
+  const policy::JobSpec degraded = policy::WithActiveSlices(MultisliceSpec(3, 4), 2);
+  const std::string text = ProgramEnvAnnotation(Job(), degraded, ReplicaType::kWorker, 5, 4);
+  const Json trainer =
+      BuildPod(Job(), degraded, ReplicaType::kWorker, 5, 4)["spec"]["containers"][0];
+  std::map<std::string, std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t equals = line.find('=');
+    ASSERT_NE(equals, std::string::npos) << line;
+    lines[line.substr(0, equals)] = line.substr(equals + 1);
+  }
+  EXPECT_EQ(lines.size(), 13u) << text;  // every one of the operator's but NODE_NAME
+  for (const auto& [name, value] : lines) EXPECT_EQ(EnvValue(trainer, name), value) << name;
+  EXPECT_EQ(lines["MEGASCALE_NUM_SLICES"], "2");
+  EXPECT_EQ(lines["MEGASCALE_SLICE_ID"], "1");
+  EXPECT_EQ(lines["TPUJOB_ATTEMPT"], "4");
+  EXPECT_EQ(Json::parse(lines["TPU_CONFIG"])["num_slices"], 2);
+  EXPECT_FALSE(lines.contains("NODE_NAME"));  // the kubelet's (valueFrom)
+  EXPECT_FALSE(lines.contains("LR"));         // the template's own
+}
 
 TEST(ChildrenMultisliceTest, MasterKnowsTheCoordinatorButNoSlice) {
   const Json pod = BuildPod(Job(), MultisliceSpec(2, 2), ReplicaType::kMaster, 0, 1);

@@ -110,6 +110,10 @@ TEST(PolicyElasticSpecTest, DefaultsAndRefusals) {
   for (auto& container : in_place["replicaSpecs"]["Worker"]["template"]["spec"]["containers"]) {
     container["command"] = {"train"};
   }
+  // Restart InPlace is accepted: its kept pods restart with the new slice count in place.
+  PodSim in_place_sim(in_place);
+  ASSERT_TRUE(in_place_sim.spec().has_value()) << in_place_sim.spec().error();
+  EXPECT_TRUE(in_place_sim.spec()->Elastic());
   Json useless = ElasticSpec(4, {{"waitSeconds", 10}});
   std::vector<Case> cases = {
       {"more than slices", ElasticSpec(5),
@@ -118,7 +122,6 @@ TEST(PolicyElasticSpecTest, DefaultsAndRefusals) {
       {"elastic without minSlices", useless,
        "spec.faultTolerance.elastic: has no effect unless spec.tpu.minSlices is below"},
       {"recovery Job", job, "spec.tpu.minSlices: 2 needs spec.faultTolerance.recovery Slice"},
-      {"in place", in_place, "not supported with spec.faultTolerance.restart InPlace"},
       {"scaleUp", ElasticSpec(2, {{"scaleUp", "Later"}}),
        "spec.faultTolerance.elastic.scaleUp: \"Later\" is not Immediate, AfterCheckpoint or Never"},
       {"negative wait", ElasticSpec(2, {{"waitSeconds", -1}}),

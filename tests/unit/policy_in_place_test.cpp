@@ -424,6 +424,119 @@ TEST(PolicyInPlaceTest, SliceRecoveryKeepsTheOtherSlicesPodsAndRestartsThemInPla
   EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
 }
 
+// An elastic job under restart InPlace (policy/elastic.h): 3 slices of 2 workers, minSlices 1.
+// Slice 0 loses its node and finds no pool: the job runs on 2 slices. Slice 1 keeps its id and
+// its pods, whose programs restart in place with the variables of 2 slices; slice 2 runs as
+// slice 0, the id it fills, in pods made again under that id. A pool comes back: the job grows
+// to 3 in the same pods, the added slice's pods joining them at the barrier.
+TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
+  Json spec = InPlaceSpec(2, {{"maxJobRetries", 2}, {"elastic", {{"waitSeconds", 5}}}});
+  spec["tpu"]["slices"] = 3;
+  spec["tpu"]["minSlices"] = 1;
+  PodSim sim(spec);
+  ASSERT_TRUE(sim.spec().has_value()) << sim.spec().error();
+  const auto step = [&](bool admit, const std::vector<std::string>& pools, const Nodes& nodes,
+                        const std::vector<std::string>& grow = {}) {
+    LifecycleInput in = sim.Input(admit);
+    in.admit_pools = pools;
+    in.grow_pools = grow;
+    in.node_health = nodes.Fn();
+    in.not_admitted_reason = "WaitingForCapacity";
+    Plan plan = Decide(in);
+    sim.Apply(plan);
+    return plan;
+  };
+  const auto env_of = [](const Plan& plan, const std::string& uid) {
+    for (const PodToAnnotate& a : plan.annotate) {
+      if (a.uid == uid) return a.program_env;
+    }
+    return std::optional<std::pair<ReplicaType, int32_t>>();
+  };
+  Nodes healthy;
+  ASSERT_EQ(step(false, {}, healthy).status.phase, Phase::kQueued);
+  ASSERT_EQ(step(true, {"pool-a", "pool-b", "pool-c"}, healthy).create.size(), 6u);
+  Annotate(sim);
+  sim.AllReady();
+  ASSERT_EQ(step(true, {}, healthy).status.phase, Phase::kRunning);
+  std::map<int, std::string> uids;
+  for (int i = 0; i < 6; ++i) uids[i] = sim.Worker(i).uid;
+
+  // Slice 0 is replaced in place: the others stop and wait at the barrier.
+  Nodes faulty;
+  faulty.Set("node-0", NodeVerdict::kUnhealthy, "TPUUnhealthy");
+  const Plan reissue = step(true, {}, faulty);
+  ASSERT_TRUE(reissue.status.slice_recovery.has_value());
+  EXPECT_EQ(reissue.status.slice_recovery->slices, std::vector<int32_t>{0});
+  EXPECT_EQ(reissue.annotate.size(), 4u);
+  Supervise(sim, reissue);
+  sim.FinishDeletions();
+  Supervise(sim, step(false, {}, faulty));  // the kept pods move to attempt 2
+  EXPECT_EQ(step(false, {}, faulty).status.phase, Phase::kQueued);
+
+  // No pool within waitSeconds: on 2 slices. Slice 2 runs as slice 0 in pool-c; its pods go.
+  sim.Advance(std::chrono::seconds(6));
+  const Plan shrunk = step(false, {}, healthy);
+  ASSERT_TRUE(shrunk.status.tpu.has_value());
+  EXPECT_EQ(shrunk.status.tpu->active_slices, 2);
+  EXPECT_EQ(shrunk.status.node_pools, (std::vector<std::string>{"pool-c", "pool-b"}));
+  EXPECT_EQ(shrunk.status.job_retries, 1);
+  const EventToRecord* event = FindEvent(shrunk, "RunningOnFewerSlices");
+  ASSERT_NE(event, nullptr);
+  EXPECT_NE(event->message.find("(slice 2 runs as slice 0)"), std::string::npos) << event->message;
+  EXPECT_EQ(RemovedNames(shrunk),
+            (std::vector<std::string>{PodName(kWorker, 4), PodName(kWorker, 5)}));
+  // Slice 0's pods are made at once (in pool-c, status.nodePools[0]).
+  ASSERT_EQ(shrunk.create.size(), 2u);
+  EXPECT_EQ(shrunk.create[0].index, 0);
+  EXPECT_EQ(shrunk.create[1].index, 1);
+  sim.FinishDeletions();
+  Annotate(sim);  // they wait at the barrier with the kept ones
+  SetRunning(sim.Worker(0), true);
+  SetRunning(sim.Worker(1), true);
+  const Plan open = step(true, {}, healthy);
+  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
+  // The kept pods' programs get the variables of slice 1 of 2 as the barrier opens.
+  EXPECT_EQ(env_of(open, uids[2]), std::make_optional(std::make_pair(kWorker, 2)));
+  EXPECT_EQ(env_of(open, uids[3]), std::make_optional(std::make_pair(kWorker, 3)));
+  Supervise(sim, open);
+  const Plan degraded = step(true, {}, healthy);
+  EXPECT_EQ(degraded.status.phase, Phase::kRunning);
+  EXPECT_EQ(sim.Worker(2).uid, uids[2]);
+  EXPECT_EQ(sim.Worker(3).uid, uids[3]);
+  EXPECT_EQ(RunningGeneration(sim, 2), degraded.status.in_place->generation);
+  const std::string remade0 = sim.Worker(0).uid;
+
+  // A pool is free: back to 3 slices, no pod deleted; the running programs stop at the barrier.
+  const Plan grow = step(true, {}, healthy, {"pool-d"});
+  EXPECT_EQ(grow.status.tpu->active_slices, 3);
+  EXPECT_TRUE(grow.remove.empty()) << testing::PrintToString(RemovedNames(grow));
+  EXPECT_EQ(grow.annotate.size(), 4u);
+  ASSERT_TRUE(grow.status.slice_recovery.has_value());
+  EXPECT_TRUE(grow.status.slice_recovery->in_place);
+  EXPECT_EQ(grow.status.slice_recovery->slices, std::vector<int32_t>{2});
+  EXPECT_EQ(grow.status.job_retries, 1);  // a grow uses none
+  Supervise(sim, grow);
+  Supervise(sim, step(false, {}, healthy));  // they move to the grown attempt
+  const Plan added = step(true, {"pool-d"}, healthy);
+  EXPECT_EQ(added.status.node_pools, (std::vector<std::string>{"pool-c", "pool-b", "pool-d"}));
+  ASSERT_EQ(added.create.size(), 2u);
+  EXPECT_EQ(added.create[0].index, 4);
+  EXPECT_EQ(added.create[1].index, 5);
+  Annotate(sim);
+  SetRunning(sim.Worker(4), true);
+  SetRunning(sim.Worker(5), true);
+  const Plan reopened = step(true, {}, healthy);
+  EXPECT_NE(FindEvent(reopened, "BarrierOpened"), nullptr);
+  EXPECT_EQ(env_of(reopened, remade0), std::make_optional(std::make_pair(kWorker, 0)));
+  Supervise(sim, reopened);
+  const Plan whole = step(true, {}, healthy);
+  EXPECT_EQ(whole.status.phase, Phase::kRunning);
+  EXPECT_EQ(whole.status.tpu->slices_summary, "3/3");
+  for (int i : {2, 3}) EXPECT_EQ(sim.Worker(i).uid, uids[i]) << i;  // through both changes
+  EXPECT_EQ(sim.Worker(0).uid, remade0);
+  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+}
+
 TEST(PolicyInPlaceTest, AnEvictedPodIsCountedOnceAndReplacedToJoinTheRestart) {
   PodSim sim(InPlaceSpec(2));
   RunJob(sim);

@@ -106,6 +106,16 @@ TEST(SupervisorTest, MissingOrUnparsableGenerationsAreZero) {
   EXPECT_EQ(ParseGeneration("-3"), std::nullopt);
 }
 
+TEST(SupervisorTest, ParsesTheProgramEnvSkippingLinesWithoutAName) {
+  const auto env =
+      ParseProgramEnv("MEGASCALE_NUM_SLICES=3\nno-equals\n=x\nTPU_CONFIG={\"a\":\"b=c\"}\nEMPTY=");
+  ASSERT_EQ(env.size(), 3u);
+  EXPECT_EQ(env[0], (std::pair<std::string, std::string>{"MEGASCALE_NUM_SLICES", "3"}));
+  EXPECT_EQ(env[1], (std::pair<std::string, std::string>{"TPU_CONFIG", R"({"a":"b=c"})"}));
+  EXPECT_EQ(env[2], (std::pair<std::string, std::string>{"EMPTY", ""}));
+  EXPECT_TRUE(ParseProgramEnv("").empty());
+}
+
 TEST(SupervisorTest, FormatsMessages) {
   EXPECT_EQ(FormatMessage({.state = "barrier", .generation = 0}),
             R"({"state":"barrier","generation":0})");
@@ -279,6 +289,24 @@ TEST_F(SupervisorProcessTest, ARestartWaitsForTheNextBarrier) {
   EXPECT_EQ(ReadFile(dir_ / "generation-seen"), "2\n");
   EXPECT_EQ(ReadFile(message()), R"({"state":"exited","generation":2,"exit":0})");
   EXPECT_EQ(ReadStateGeneration((dir_ / "state").string()), 2);
+}
+
+// An elastic job restarted in place on another slice count: the generation the barrier opens
+// runs with the operator's values over the container's own, as written when the barrier opened.
+TEST_F(SupervisorProcessTest, TheProgramEnvAnnotationSetsTheVariablesOfTheGenerationItStarts) {
+  SetAnnotations({{kBarrierAnnotation, "0"}});
+  Start("echo \"$MEGASCALE_NUM_SLICES|$TPUJOB_GENERATION|$TPU_CONFIG|$PATH\" > \"$DIR/seen\"");
+  ASSERT_TRUE(AwaitMessage(R"({"state":"barrier","generation":0})")) << ReadFile(message());
+  // The downward API file quotes values as Go does: the lines are joined by \n, quotes escaped.
+  WriteFileAtomically(annotations(),
+                      std::string(kBarrierAnnotation) + "=\"1\"\n" + kProgramEnvAnnotation +
+                          "=\"MEGASCALE_NUM_SLICES=3\\nTPU_CONFIG={\\\"num_slices\\\":3}\\n"
+                          "TPUJOB_GENERATION=7\"\n");
+  EXPECT_EQ(WaitExit(), 0) << Log();
+  // TPUJOB_GENERATION stays the supervisor's; PATH, not named, stays the container's.
+  EXPECT_EQ(ReadFile(dir_ / "seen"), "3|1|{\"num_slices\":3}|/usr/bin:/bin\n") << Log();
+  EXPECT_NE(Log().find("generation 1 runs with MEGASCALE_NUM_SLICES=3"), std::string::npos)
+      << Log();
 }
 
 TEST_F(SupervisorProcessTest, AStopOrderSendsSigtermAndExits143) {
