@@ -78,6 +78,8 @@
 #include "chaos_checker.h"
 #include "chaos_schedule.h"
 #include "e2e_env.h"
+#include "fixtures.h"
+#include "kube/client.h"
 #include "operator_env.h"
 #include "real_node_env.h"
 #include "supervisor/protocol.h"
@@ -181,9 +183,100 @@ int64_t PeakRssKib(pid_t pid) {
   return 0;
 }
 
-json ListJson(const std::string& what) {
-  return json::parse(Kubectl("get " + what + " -o json", false).output, nullptr, false);
-}
+// The driver's reads and writes, through the project's own client. A kubectl process a call
+// (two lists and a write or two a step, each a Go binary's start and a JSON round trip of every
+// pod of the campaign) cost the driver seconds a step on a loaded machine: a 120 s schedule took
+// up to 16 minutes to play. One try a call, as a kubectl call was: a call that fails (the API
+// server restarting, etcd down) is a step that did nothing, or is made again at the next step.
+class Api {
+ public:
+  Api() {
+    kube::Config config = AdminConfig();
+    config.max_retries = 0;
+    config.request_timeout = std::chrono::seconds(10);
+    client_ = kube::NewClient(std::move(config));
+  }
+
+  // {"items": [...]}, or {} when the list failed.
+  json List(const kube::Resource& r, const std::string& ns = "",
+            const std::string& selector = "") const {
+    kube::ListOptions options;
+    options.label_selector = selector;
+    auto list = kube::ListAll(*client_, r, ns, options);
+    if (!list) return json::object();
+    return {{"items", std::move(list->items)}};
+  }
+  json Pods(const std::string& ns, const std::string& selector = "") const {
+    return List(kube::Resource::Pods(), ns, selector);
+  }
+  json Jobs(const std::string& ns) const { return List(kube::Resource::TPUJobs(), ns); }
+  json Nodes() const { return List(kube::Resource::Nodes()); }
+  // The object, or {} when it could not be read.
+  json Node(const std::string& name) const {
+    auto node = client_->Get(kube::Resource::Nodes(), "", name);
+    return node ? std::move(*node) : json::object();
+  }
+
+  bool Create(const kube::Resource& r, const std::string& ns, const json& object) const {
+    return client_->Create(r, ns, object).has_value();
+  }
+  bool Delete(const kube::Resource& r, const std::string& ns, const std::string& name) const {
+    return client_->Delete(r, ns, name).has_value();
+  }
+  bool Merge(const kube::Resource& r, const std::string& ns, const std::string& name,
+             const json& patch, const std::string& subresource = "") const {
+    kube::PatchOptions options;
+    options.field_manager = "chaos";
+    options.subresource = subresource;
+    return client_->Patch(r, ns, name, kube::PatchType::kMerge, patch, options).has_value();
+  }
+
+  // kubectl cordon and uncordon.
+  bool Cordon(const std::string& node, bool cordon) const {
+    return Merge(kube::Resource::Nodes(), "", node,
+                 {{"spec", {{"unschedulable", cordon ? json(true) : json(nullptr)}}}});
+  }
+  // kubectl label KEY=VALUE, or KEY- for "".
+  bool Label(const std::string& node, const std::string& key, const std::string& value) const {
+    return Merge(
+        kube::Resource::Nodes(), "", node,
+        {{"metadata", {{"labels", {{key, value.empty() ? json(nullptr) : json(value)}}}}}});
+  }
+  // kubectl taint KEY=true:NoSchedule, or KEY- when !present. Taints are one list, written
+  // whole: read, change, write, as kubectl does (a conflict fails the call).
+  bool Taint(const std::string& node, const std::string& key, bool present) const {
+    auto object = client_->Get(kube::Resource::Nodes(), "", node);
+    if (!object) return false;
+    json taints = json::array();
+    for (const json& taint : object->value("spec", json::object()).value("taints", json::array())) {
+      if (taint.value("key", "") != key) taints.push_back(taint);
+    }
+    if (present) taints.push_back({{"key", key}, {"value", "true"}, {"effect", "NoSchedule"}});
+    (*object)["spec"]["taints"] = std::move(taints);
+    return client_->Update(kube::Resource::Nodes(), "", *object).has_value();
+  }
+  // SetNodeCondition of tpujob_env.h: a condition in the node's status, by type.
+  bool SetNodeCondition(const std::string& node, const std::string& type, const std::string& status,
+                        const std::string& reason, const std::string& message) const {
+    kube::PatchOptions options;
+    options.field_manager = "chaos";
+    options.subresource = "status";
+    const json patch = fixtures::NodeConditionPatch(
+        type, status, reason, message, cache::FormatRfc3339(std::chrono::system_clock::now()));
+    return client_
+        ->Patch(kube::Resource::Nodes(), "", node, kube::PatchType::kStrategicMerge, patch, options)
+        .has_value();
+  }
+  // TerminatePod of tpujob_env.h: the trainer container ended with `exit_code`.
+  bool TerminatePod(const std::string& ns, const std::string& pod, int exit_code,
+                    const std::string& reason = "", const std::string& message = "") const {
+    return Merge(kube::Resource::Pods(), ns, pod, TerminatedPodStatus(exit_code, reason, message),
+                 "status");
+  }
+
+ private:
+  std::unique_ptr<kube::Client> client_;
+};
 
 std::string Label(const json& object, const char* key) {
   return object["metadata"].value("labels", json::object()).value(key, "");
@@ -249,6 +342,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
 
   TestNamespace ns("chaos");
   const std::string n = ns.name();
+  const Api api;
   const std::string prefix = "ch" + std::to_string(::getpid() % 100000);
   const std::string accelerator = "tpu-" + prefix;
   const std::string dir = ClusterDir() + "/chaos-" + n;
@@ -289,9 +383,9 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
                                  KubeconfigPath(), "--node-name", real_node, "--dev-root",
                                  TpuDir() + "/dev", "--interval", "2", "--pass-after", "1"},
         ClusterDir() + "/operator-node-agent-" + n + ".log");
-    ASSERT_TRUE(Eventually(
-        [&] { return ConditionStatus(ListJson("node " + real_node), "TPUUnhealthy") == "False"; },
-        std::chrono::seconds(30)))
+    ASSERT_TRUE(
+        Eventually([&] { return ConditionStatus(api.Node(real_node), "TPUUnhealthy") == "False"; },
+                   std::chrono::seconds(30)))
         << node_agent->Log();
     std::cout << "chaos: the real node " << real_node << " takes part" << std::endl;
   }
@@ -409,15 +503,12 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         ++it;
         continue;
       }
-      const std::string path = dir + "/node-" + it->first + ".json";
-      std::ofstream(path) << it->second.first.dump();
       // Refused while the deleted node is still being removed: tried again at the next step.
-      CommandResult created;
+      const auto create = [&] { return api.Create(kube::Resource::Nodes(), "", it->second.first); };
       const bool back =
-          all ? Eventually([&] { return (created = Kubectl("create -f " + path)).exit_code == 0; },
-                           std::chrono::seconds(60), std::chrono::milliseconds(500))
-              : Kubectl("create -f " + path).exit_code == 0;
-      EXPECT_TRUE(back || !all) << it->first << ": " << created.output;
+          all ? Eventually(create, std::chrono::seconds(60), std::chrono::milliseconds(500))
+              : create();
+      EXPECT_TRUE(back || !all) << it->first << " did not register again";
       it = back ? lost.erase(it) : std::next(it);
     }
   };
@@ -429,7 +520,15 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   bool settling = false;
   // What a kubelet does for the control plane's static pods: a component that exited is started
   // again (kube-scheduler exits when an API server restart left its cache corrupted).
+  // The script runs only when one of them is gone (a check of their pid files here, not a bash
+  // process at every step).
   const auto revive = [&] {
+    bool gone = false;
+    for (const char* component : {"kube-controller-manager", "kube-scheduler", "kwok"}) {
+      const std::string pid = Trim(ReadFile(ClusterDir() + "/pids/" + component + ".pid"));
+      gone = gone || pid.empty() || ::kill(std::atoi(pid.c_str()), 0) != 0;
+    }
+    if (!gone) return;
     const std::string started =
         Trim(RunCommand(ClusterScript() + " start-stopped --dir " + ClusterDir(), false).output);
     if (!started.empty()) ++(settling ? done_after : done)["restarted " + started];
@@ -464,8 +563,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   };
 
   const auto set_suspend = [&](const std::string& job, bool suspend) {
-    Kubectl("patch tpujob " + job + " -n " + n +
-            " --type=merge -p '{\"spec\":{\"suspend\":" + (suspend ? "true" : "false") + "}}'");
+    api.Merge(kube::Resource::TPUJobs(), n, job, {{"spec", {{"suspend", suspend}}}});
   };
   int created = 0;
   int real_jobs = 0;
@@ -519,8 +617,8 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       const Hang hang = *it;
       it = hangs.erase(it);
       std::map<std::string, std::string> nodes;  // pod -> node, of the pods still the same
-      for (const auto& pod : ListJson("pods -n " + n + " -l tpujob.dev/job-name=" + hang.job)
-                                 .value("items", json::array())) {
+      for (const auto& pod :
+           api.Pods(n, "tpujob.dev/job-name=" + hang.job).value("items", json::array())) {
         const std::string name = pod["metadata"].value("name", "");
         auto same = hang.pods.find(name);
         if (same != hang.pods.end() && same->second == pod["metadata"].value("uid", "") &&
@@ -546,9 +644,8 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       // it, as on a node.
       int reported = 0;
       for (const auto& [pod, node] : nodes) {
-        reported += TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
-                                 pod == behind ? behind_report : report)
-                        .exit_code == 0;
+        reported += api.TerminatePod(n, pod, supervisor::kStalledExitCode, "Error",
+                                     pod == behind ? behind_report : report);
       }
       if (reported == 0) {
         ++done["hang/programs-replaced-before-the-report"];
@@ -561,8 +658,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         for (const auto& [pod, node] : nodes) names.push_back(node);
         const std::string node = Pick(names, hang.choice >> 24);
         if (!node.empty() &&
-            SetNodeCondition(node, "TPUUnhealthy", "True", "ChipHang", "chaos: a hung chip")
-                    .exit_code == 0) {
+            api.SetNodeCondition(node, "TPUUnhealthy", "True", "ChipHang", "chaos: a hung chip")) {
           ++done["hang/with-a-hardware-fault"];
         }
       }
@@ -571,6 +667,12 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
 
   const Clock::time_point start = Clock::now();
   double lag_ms = 0;
+  // Where the driver's time goes: each step's own work by kind, and what it does before each
+  // step (replicas, components, lost nodes, hang reports, the ends of outages).
+  std::map<std::string, double> spent_ms;
+  const auto ms_since = [](Clock::time_point from) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
+  };
   for (const chaos::Step& step : schedule) {
     const auto due = start + std::chrono::milliseconds(step.at_ms);
     if (Clock::now() < due) {
@@ -579,6 +681,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       lag_ms =
           std::max(lag_ms, std::chrono::duration<double, std::milli>(Clock::now() - due).count());
     }
+    const Clock::time_point before = Clock::now();
     sample_rss();
     keep_replicas();
     revive();
@@ -592,6 +695,8 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     }
     register_again(false);
     report_hangs();
+    spent_ms["(between steps)"] += ms_since(before);
+    const Clock::time_point acting = Clock::now();
     const std::string kind(chaos::KindName(step.kind));
     bool acted = true;
     switch (step.kind) {
@@ -603,8 +708,8 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       case Kind::kMaintenanceOver:
       case Kind::kHumanCordon:
       case Kind::kHumanUncordon: {
-        const json nodes = ListJson("nodes");
-        const json pods = ListJson("pods -n " + n);
+        const json nodes = api.Nodes();
+        const json pods = api.Pods(n);
         std::set<std::string> busy;  // nodes running a pod of the campaign
         for (const auto& pod : pods.value("items", json::array())) {
           busy.insert(pod.value("spec", json::object()).value("nodeName", ""));
@@ -663,35 +768,33 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           SetChips("unhealthy", "");  // the node agent clears its condition after a round
           real_chip_failed = false;
         } else if (step.kind == Kind::kHardwareFault) {
-          SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chaos");
+          api.SetNodeCondition(node, "TPUUnhealthy", "True", "ChipError", "chaos");
         } else if (step.kind == Kind::kHardwareHeal) {
-          SetNodeCondition(node, "TPUUnhealthy", "False", "ChipHealthy", "chaos");
+          api.SetNodeCondition(node, "TPUUnhealthy", "False", "ChipHealthy", "chaos");
         } else if (step.kind == Kind::kNodeNotReady) {
           // KWOK reports Ready again with its next heartbeat: a node that flaps.
-          SetNodeCondition(node, "Ready", "False", "KubeletNotReady", "chaos");
+          api.SetNodeCondition(node, "Ready", "False", "KubeletNotReady", "chaos");
         } else if (step.kind == Kind::kNodeLost) {
-          const json lost_node = ListJson("node " + node);
-          if (!lost_node.is_object() ||
-              Kubectl("delete node " + node + " --wait=false").exit_code != 0) {
+          const json lost_node = api.Node(node);
+          if (lost_node.empty() || !api.Delete(kube::Resource::Nodes(), "", node)) {
             acted = false;
             break;
           }
           lost[node] = {RegisteredAgain(lost_node), Clock::now()};
         } else if (step.kind == Kind::kMaintenance) {
           if ((step.choice / 7919) % 2 == 0) {
-            Kubectl("taint node " + node + " " + kMaintenanceTaint + "=true:NoSchedule");
+            api.Taint(node, kMaintenanceTaint, true);
           } else {
             // Announced: the maintenance starts in 5 minutes, within the move window.
-            Kubectl("label node " + node + " " + kScheduledMaintenanceLabel + "=" +
-                    std::to_string(std::time(nullptr) + 300));
+            api.Label(node, kScheduledMaintenanceLabel, std::to_string(std::time(nullptr) + 300));
           }
         } else if (step.kind == Kind::kMaintenanceOver) {
-          Kubectl("taint node " + node + " " + kMaintenanceTaint + "-");
-          Kubectl("label node " + node + " " + kScheduledMaintenanceLabel + "-");
+          api.Taint(node, kMaintenanceTaint, false);
+          api.Label(node, kScheduledMaintenanceLabel, "");
         } else if (step.kind == Kind::kHumanCordon) {
-          Kubectl("cordon " + node);
+          api.Cordon(node, true);
         } else {
-          Kubectl("uncordon " + node);
+          api.Cordon(node, false);
         }
         break;
       }
@@ -700,7 +803,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       case Kind::kWorkerExitPermanent:
       case Kind::kPreflightFailure:
       case Kind::kJobSucceeds: {
-        const json pods = ListJson("pods -n " + n);
+        const json pods = api.Pods(n);
         std::vector<std::string> candidates;
         std::map<std::string, std::string> node_of;
         for (const auto& pod : pods.value("items", json::array())) {
@@ -730,13 +833,13 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           break;
         }
         if (step.kind == Kind::kDeletePod) {
-          Kubectl("delete pod " + pod + " -n " + n + " --wait=false");
+          api.Delete(kube::Resource::Pods(), n, pod);
         } else if (step.kind == Kind::kWorkerExitRetryable) {
-          TerminatePod(n, pod, 42);
+          api.TerminatePod(n, pod, 42);
         } else if (step.kind == Kind::kWorkerExitPermanent) {
-          TerminatePod(n, pod, 1);
+          api.TerminatePod(n, pod, 1);
         } else if (step.kind == Kind::kJobSucceeds) {
-          TerminatePod(n, pod, 0);
+          api.TerminatePod(n, pod, 0);
         } else {
           const PreflightRun run = RunPreflightFor(n, pod, node_of[pod]);
           acted = run.exit_code != 0 && !run.report.empty() &&
@@ -747,7 +850,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       case Kind::kDeleteJob:
       case Kind::kSuspend:
       case Kind::kResume: {
-        const json jobs = ListJson("tpujobs -n " + n);
+        const json jobs = api.Jobs(n);
         std::vector<std::string> candidates;
         for (const auto& job : jobs.value("items", json::array())) {
           const std::string phase = job.value("status", json::object()).value("phase", "");
@@ -766,7 +869,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
           break;
         }
         if (step.kind == Kind::kDeleteJob) {
-          Kubectl("delete tpujob " + job + " -n " + n + " --wait=false");
+          api.Delete(kube::Resource::TPUJobs(), n, job);
         } else {
           set_suspend(job, step.kind == Kind::kSuspend);
         }
@@ -812,7 +915,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       case Kind::kHang: {
         // A running job that watches its progress and is not hung already; half of the hangs
         // pick one that hung before, where there is one, stopped at the same step.
-        const json jobs = ListJson("tpujobs -n " + n);
+        const json jobs = api.Jobs(n);
         std::vector<std::string> candidates, again;
         std::map<std::string, int> stall_seconds;
         for (const auto& job : jobs.value("items", json::array())) {
@@ -840,8 +943,8 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         hang.stall_seconds = stall_seconds[job];
         hang.hardware = (step.choice >> 8) % 4 == 0;
         hang.choice = step.choice;
-        for (const auto& pod : ListJson("pods -n " + n + " -l tpujob.dev/job-name=" + job)
-                                   .value("items", json::array())) {
+        for (const auto& pod :
+             api.Pods(n, "tpujob.dev/job-name=" + job).value("items", json::array())) {
           if (pod["metadata"].contains("deletionTimestamp") ||
               pod.value("status", json::object()).value("phase", "") != "Running") {
             hang.pods.clear();
@@ -867,7 +970,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
         // unfinished, so that a long run keeps something to act on to its end.
         bool room = created < total_jobs;
         if (!room) {
-          const json jobs = ListJson("tpujobs -n " + n);
+          const json jobs = api.Jobs(n);
           int unfinished = 0;
           for (const auto& job : jobs.is_object() ? jobs["items"] : json::array()) {
             const std::string phase = job.value("status", json::object()).value("phase", "");
@@ -884,6 +987,7 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
       }
     }
     ++(acted ? done : skipped)[kind];
+    spent_ms[kind] += ms_since(acting);
   }
   // The rest of the mix, should the schedule have drawn fewer creations.
   while (created < total_jobs) create_job(job_choices.Next());
@@ -910,28 +1014,32 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
     SetChips("unhealthy", "");
     real_chip_failed = false;
   }
-  const json nodes = ListJson("nodes");
+  json nodes;
+  EXPECT_TRUE(Eventually([&] { return (nodes = api.Nodes()).contains("items"); },
+                         std::chrono::seconds(60)));
   for (const auto& node : nodes.value("items", json::array())) {
     if (!node_ours(node)) continue;
     const std::string name = node["metadata"].value("name", "");
     if (ConditionStatus(node, "TPUUnhealthy") == "True") {
-      SetNodeCondition(name, "TPUUnhealthy", "False", "ChipHealthy", "chaos over");
+      EXPECT_TRUE(api.SetNodeCondition(name, "TPUUnhealthy", "False", "ChipHealthy", "chaos over"));
     }
     if (ConditionStatus(node, "Ready") != "True") {
-      SetNodeCondition(name, "Ready", "True", "KubeletReady", "chaos over");
+      EXPECT_TRUE(api.SetNodeCondition(name, "Ready", "True", "KubeletReady", "chaos over"));
     }
     if (HasTaint(node, kMaintenanceTaint)) {
-      Kubectl("taint node " + name + " " + kMaintenanceTaint + "-");
+      EXPECT_TRUE(api.Taint(name, kMaintenanceTaint, false));
     }
     if (!Label(node, kScheduledMaintenanceLabel).empty()) {
-      Kubectl("label node " + name + " " + kScheduledMaintenanceLabel + "-");
+      EXPECT_TRUE(api.Label(name, kScheduledMaintenanceLabel, ""));
     }
     const bool ours =
         node["metadata"].value("annotations", json::object()).value("tpujob.dev/cordoned-by", "") ==
         "tpujob-operator";
-    if (node["spec"].value("unschedulable", false) && !ours) Kubectl("uncordon " + name);
+    if (node["spec"].value("unschedulable", false) && !ours) {
+      EXPECT_TRUE(api.Cordon(name, false));
+    }
   }
-  for (const auto& job : ListJson("tpujobs -n " + n).value("items", json::array())) {
+  for (const auto& job : api.Jobs(n).value("items", json::array())) {
     if (job["spec"].value("suspend", false)) {
       set_suspend(job["metadata"].value("name", ""), false);
     }
@@ -941,17 +1049,24 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   for (const auto& [kind, count] : done) std::cout << " " << kind << "=" << count;
   std::cout << "; nothing to act on:";
   for (const auto& [kind, count] : skipped) std::cout << " " << kind << "=" << count;
-  std::cout << "; jobs created " << created;
+  std::cout << "; jobs created " << created << "; driver seconds by kind:";
+  for (const auto& [kind, ms] : spent_ms) {
+    std::cout << " " << kind << "=" << static_cast<int>(ms / 1000);
+  }
   if (!real_node.empty()) std::cout << ", " << real_jobs << " of them on the real node";
   std::cout << std::endl;
 
   // Settled: every job where it may rest, nothing orphaned, every operator cordon lifted.
   const auto settled = [&] {
-    std::string problems = chaos::FinalJobProblems(ListJson("tpujobs -n " + n));
+    const json jobs = api.Jobs(n);
+    std::string problems =
+        jobs.contains("items") ? chaos::FinalJobProblems(jobs) : "the jobs could not be listed\n";
     problems += OrphanProblems(n);
     revive();
     keep_replicas();
-    for (const auto& node : ListJson("nodes").value("items", json::array())) {
+    const json nodes = api.Nodes();
+    if (!nodes.contains("items")) problems += "the nodes could not be listed\n";
+    for (const auto& node : nodes.value("items", json::array())) {
       // Cordoned, or still carrying the operator's taint (`kubectl uncordon` leaves it).
       if (node_ours(node) &&
           (node["spec"].value("unschedulable", false) || HasTaint(node, "tpujob.dev/faulty"))) {

@@ -270,8 +270,9 @@ inline CommandResult PatchPodStatus(const std::string& ns, const std::string& po
 // Writes a terminated main container into the pod's status, as the kubelet does when the
 // program exits: phase Failed for a non-zero code, Succeeded for 0, finishedAt now (whole
 // seconds, as the kubelet writes it).
-inline CommandResult TerminatePod(const std::string& ns, const std::string& pod, int exit_code,
-                                  const std::string& reason = "", const std::string& message = "") {
+// TerminatePod's merge patch of the pod's status.
+inline nlohmann::json TerminatedPodStatus(int exit_code, const std::string& reason = "",
+                                          const std::string& message = "") {
   const std::string now = cache::FormatRfc3339(std::chrono::system_clock::now());
   nlohmann::json terminated = {
       {"exitCode", exit_code},
@@ -279,13 +280,15 @@ inline CommandResult TerminatePod(const std::string& ns, const std::string& pod,
       {"startedAt", now},
       {"finishedAt", now}};
   if (!message.empty()) terminated["message"] = message;
-  return PatchPodStatus(
-      ns, pod,
-      {{"status",
-        {{"phase", exit_code == 0 ? "Succeeded" : "Failed"},
-         {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
-         {"containerStatuses", nlohmann::json::array({fixtures::ContainerStatus(
-                                   "trainer", {{"terminated", terminated}}, "busybox")})}}}});
+  return {{"status",
+           {{"phase", exit_code == 0 ? "Succeeded" : "Failed"},
+            {"conditions", {{{"type", "Ready"}, {"status", "False"}}}},
+            {"containerStatuses", nlohmann::json::array({fixtures::ContainerStatus(
+                                      "trainer", {{"terminated", terminated}}, "busybox")})}}}};
+}
+inline CommandResult TerminatePod(const std::string& ns, const std::string& pod, int exit_code,
+                                  const std::string& reason = "", const std::string& message = "") {
+  return PatchPodStatus(ns, pod, TerminatedPodStatus(exit_code, reason, message));
 }
 
 // What one run of the real pre-flight command gave.
