@@ -294,10 +294,12 @@ TEST_F(InPlaceE2E, AHardwareFaultOnSliceTwoReplacesItsPodsAndRestartsTheOthersIn
 }
 
 // An elastic job under restart InPlace (spec.tpu.minSlices): 4 slices of 2 hosts on 4 pools, no
-// spare. Slice 3 loses a node and finds no pool within waitSeconds: the job runs on slices 0-2 in
-// the pods they ran in, their programs restarted with MEGASCALE_NUM_SLICES=3 through the
-// tpujob.dev/program-env annotation the supervisor reads as the barrier opens. A fifth pool
-// appears: the job grows back to 4, the same pods again, slice 3's new ones joining them.
+// spare. Slice 1 loses a node and finds no pool within waitSeconds: the job runs on 3 slices in
+// the pods they ran in. Slices 0 and 2 keep their ids; slice 3 runs as slice 1 (ids stay
+// contiguous), its pods keeping their names (status.tpu.sliceSlots) with slice 1's labels. Every
+// program restarts with the variables of 3 slices, through the tpujob.dev/program-env annotation
+// the supervisor reads as the barrier opens. A fifth pool appears: the job grows back to 4 in the
+// same pods, the added slice 3's pods taking the free name, ip-worker-1-*.
 TEST_F(InPlaceE2E, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   CreatePools(4, 2, "2x4");
   TestNamespace ns("ip-elastic");
@@ -315,8 +317,12 @@ TEST_F(InPlaceE2E, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
       << op.Log();
   const auto before = Uids(n, "ip");
   ASSERT_EQ(before.size(), 8u);
-  const std::string env = "{.metadata.annotations.tpujob\\.dev/program-env}";
-
+  const auto vars = [&](const std::string& pod) {
+    return Get(n, "pod " + pod, "{.metadata.annotations.tpujob\\.dev/program-env}");
+  };
+  const auto slice_label = [&](const std::string& pod) {
+    return Get(n, "pod " + pod, "{.metadata.labels.tpujob\\.dev/slice-index}");
+  };
   // Lets the supervisors act until the job runs on `slices` ("3/4").
   const auto runs_on = [&](const std::string& slices) -> ::testing::AssertionResult {
     if (Eventually(
@@ -333,36 +339,44 @@ TEST_F(InPlaceE2E, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   };
 
   ASSERT_EQ(
-      SetNodeCondition(NodeOf(n, Worker("ip", 3, 1)), "TPUUnhealthy", "True", "ChipError", "chip 1")
+      SetNodeCondition(NodeOf(n, Worker("ip", 1, 1)), "TPUUnhealthy", "True", "ChipError", "chip 1")
           .exit_code,
       0);
   ASSERT_TRUE(runs_on("3/4"));
+  EXPECT_EQ(JobField(n, "ip", "{.status.tpu.sliceSlots}"), "[0,3,2]");
   const auto shrunk = Uids(n, "ip");
   ASSERT_EQ(shrunk.size(), 6u);
-  for (int slice = 0; slice < 3; ++slice) {
-    for (int host = 0; host < 2; ++host) {
-      const std::string pod = Worker("ip", slice, host);
-      SCOPED_TRACE(pod);
-      EXPECT_EQ(shrunk.at(pod), before.at(pod));  // the same pod, restarted in place
-      const std::string vars = Get(n, "pod " + pod, env);
-      EXPECT_NE(vars.find("MEGASCALE_NUM_SLICES=3\n"), std::string::npos) << vars;
-      EXPECT_NE(vars.find("MEGASCALE_SLICE_ID=" + std::to_string(slice) + "\n"), std::string::npos)
-          << vars;
-    }
+  // pod name -> the slice id it runs as
+  const std::map<std::string, int> runs_as = {{Worker("ip", 0, 0), 0}, {Worker("ip", 0, 1), 0},
+                                              {Worker("ip", 3, 0), 1}, {Worker("ip", 3, 1), 1},
+                                              {Worker("ip", 2, 0), 2}, {Worker("ip", 2, 1), 2}};
+  for (const auto& [pod, slice] : runs_as) {
+    SCOPED_TRACE(pod);
+    EXPECT_EQ(shrunk.at(pod), before.at(pod));  // the same pod, restarted in place
+    EXPECT_EQ(slice_label(pod), std::to_string(slice));
+    const std::string env = vars(pod);
+    EXPECT_NE(env.find("MEGASCALE_NUM_SLICES=3\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("MEGASCALE_SLICE_ID=" + std::to_string(slice) + "\n"), std::string::npos)
+        << env;
   }
+  EXPECT_NE(vars(Worker("ip", 3, 0)).find("TPU_WORKER_HOSTNAMES=ip-worker-3-0.ip,ip-worker-3-1.ip"),
+            std::string::npos)
+      << vars(Worker("ip", 3, 0));
   for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 2) << pod;
   EXPECT_EQ(JobField(n, "ip", "{.status.conditions[?(@.type==\"Degraded\")].reason}"),
             "RunningOnFewerSlices");
 
-  // A fifth pool: back to 4 in the same pods.
+  // A fifth pool: back to 4 in the same pods; slice 3's new pods carry the free name.
   CreatePools(1, 2, "2x4");
   ASSERT_TRUE(runs_on("4/4"));
+  EXPECT_EQ(JobField(n, "ip", "{.status.tpu.sliceSlots}"), "[0,3,2,1]");
   const auto grown = Uids(n, "ip");
   ASSERT_EQ(grown.size(), 8u);
   for (const auto& [pod, uid] : shrunk) EXPECT_EQ(grown.at(pod), uid) << pod;
-  EXPECT_NE(grown.at(Worker("ip", 3, 0)), before.at(Worker("ip", 3, 0)));
-  const std::string vars = Get(n, "pod " + Worker("ip", 1, 0), env);
-  EXPECT_NE(vars.find("MEGASCALE_NUM_SLICES=4\n"), std::string::npos) << vars;
+  EXPECT_NE(grown.at(Worker("ip", 1, 0)), before.at(Worker("ip", 1, 0)));
+  EXPECT_EQ(slice_label(Worker("ip", 1, 0)), "3");
+  EXPECT_NE(vars(Worker("ip", 3, 1)).find("MEGASCALE_NUM_SLICES=4\n"), std::string::npos)
+      << vars(Worker("ip", 3, 1));
   for (const auto& [pod, generation] : sim.Running()) EXPECT_EQ(generation, 3) << pod;
   EXPECT_EQ(JobField(n, "ip", "{.status.jobRetries}"), "1");  // the fault's; none for either
   EXPECT_EQ(JobField(n, "ip", "{.status.conditions[?(@.type==\"Degraded\")].status}"), "False");

@@ -213,7 +213,8 @@ std::string PodName(std::string_view job, ReplicaType type, int32_t index) {
 std::string PodName(std::string_view job, const policy::JobSpec& spec, ReplicaType type,
                     int32_t index) {
   if (type != ReplicaType::kWorker || !spec.Multislice()) return PodName(job, type, index);
-  return PodName(job, type, spec.SliceOf(index)) + "-" + std::to_string(spec.HostOf(index));
+  return PodName(job, type, spec.SlotOf(spec.SliceOf(index))) + "-" +
+         std::to_string(spec.HostOf(index));
 }
 
 std::string ServiceName(std::string_view job) { return std::string(job); }

@@ -641,7 +641,12 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job,
     nlohmann::json patch = {
         {"metadata", {{"uid", a.uid}, {"annotations", std::move(annotations)}}}};
     if (a.attempt) {
-      patch["metadata"]["labels"] = {{std::string(kAttemptLabel), std::to_string(*a.attempt)}};
+      patch["metadata"]["labels"][std::string(kAttemptLabel)] = std::to_string(*a.attempt);
+    }
+    if (a.index && spec != nullptr) {  // a worker whose slice took another id (elastic, in place)
+      patch["metadata"]["labels"][std::string(kReplicaIndexLabel)] = std::to_string(*a.index);
+      patch["metadata"]["labels"][std::string(kSliceIndexLabel)] =
+          std::to_string(spec->SliceOf(*a.index));
     }
     auto answer = client_.Patch(kube::Resource::Pods(), ns, a.name, kube::PatchType::kMerge, patch);
     if (answer) {
@@ -666,11 +671,16 @@ kube::Status TPUJobReconciler::AnnotatePods(const cache::TPUJobInfo& job,
                {"pods", plan.annotate.size()},
                {"hardware_check", *first.hardware_check}});
   } else {
-    log::Info("annotated pods", {{"tpujob", key},
-                                 {"pods", plan.annotate.size()},
-                                 {"generation", first.generation},
-                                 {"barrier", first.barrier ? "open" : "closed"},
-                                 {"moved_to_attempt", first.attempt ? *first.attempt : 0}});
+    log::Info("annotated pods",
+              {{"tpujob", key},
+               {"pods", plan.annotate.size()},
+               {"generation", first.generation},
+               {"barrier", first.barrier ? "open" : "closed"},
+               {"moved_to_attempt", first.attempt ? *first.attempt : 0},
+               {"relabeled", std::count_if(plan.annotate.begin(), plan.annotate.end(),
+                                           [](const policy::PodToAnnotate& x) {
+                                             return x.index.has_value();
+                                           })}});
   }
   if (first_error) {
     log::Warn("cannot annotate pods", {{"tpujob", key}, {"error", first_error->ToString()}});

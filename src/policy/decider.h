@@ -262,6 +262,9 @@ class Decider {
   // A degraded, running job grows back when the queue has the pools (per scaleUp). Returns
   // whether it did (the plan is complete).
   bool Grow(const CurrentPods& current);
+  // A kept worker's pod whose slice takes another id in place: its index from now on.
+  void Relabel(const ObservedPod& p, int32_t index);
+  int32_t IndexNow(const ObservedPod& p) const;
 
   const LifecycleInput& in_;
   const cache::TPUJobInfo& job_;

@@ -1,6 +1,7 @@
 #include "policy/elastic.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,12 @@ JobSpec WithActiveSlices(const JobSpec& spec, int32_t active) {
 
 std::optional<JobSpec> DegradedSpec(const JobSpec& spec, const JobStatus& status) {
   const int32_t active = ActiveSlicesOf(spec, status);
-  if (active >= spec.tpu.slices) return std::nullopt;
-  return WithActiveSlices(spec, active);
+  const bool renamed =
+      spec.Elastic() && status.tpu && status.tpu->slice_slots.size() == static_cast<size_t>(active);
+  if (active >= spec.tpu.slices && !renamed) return std::nullopt;
+  JobSpec out = WithActiveSlices(spec, active);
+  if (renamed) out.tpu.slots = status.tpu->slice_slots;
+  return out;
 }
 
 std::string SlicesSummary(int32_t active, int32_t slices) {
@@ -153,14 +158,27 @@ std::string Decider::Shrink() {
   recovery.slices.clear();
   recovery.nodes = std::move(nodes);
   // In place the kept slices' pods stay (policy/slice_recovery.h): the recovery keeps them
-  // until the attempt runs. The pods of a slice that runs under another id go, and are made
-  // again under it.
+  // until the attempt runs. A slice that takes another id keeps its pods too, and their names:
+  // their index labels follow the new id, and status.tpu.sliceSlots says which names each id's
+  // pods carry.
   if (recovery.in_place) {
+    const std::vector<int32_t> old_slots = s.tpu ? s.tpu->slice_slots : std::vector<int32_t>();
+    std::vector<int32_t> slots;
+    bool renamed = false;
+    std::map<int32_t, int32_t> new_id;  // the slices that take another id
+    for (int32_t id = 0; id < left; ++id) {
+      const int32_t slice = order[static_cast<size_t>(id)];
+      slots.push_back(static_cast<size_t>(slice) < old_slots.size()
+                          ? old_slots[static_cast<size_t>(slice)]
+                          : slice);
+      renamed = renamed || slots.back() != id;
+      if (slice != id) new_id[slice] = id;
+    }
+    if (s.tpu) s.tpu->slice_slots = renamed ? std::move(slots) : std::vector<int32_t>();
     for (const ObservedPod& p : in_.pods) {
-      if (p.type != ReplicaType::kWorker || p.pod->deleting() || p.index < left * hosts) continue;
-      DeletePod(*p.pod, std::nullopt,
-                "slice " + std::to_string(spec_->SliceOf(p.index)) +
-                    " runs under another id on fewer slices: its pods are made again");
+      if (p.type != ReplicaType::kWorker || p.pod->deleting()) continue;
+      auto it = new_id.find(spec_->SliceOf(p.index));
+      if (it != new_id.end()) Relabel(p, it->second * hosts + spec_->HostOf(p.index));
     }
   } else if (recovery.nodes.empty()) {
     s.slice_recovery.reset();
@@ -191,6 +209,29 @@ std::string Decider::Shrink() {
          SliceList(lost) + " given up after waiting " +
          std::to_string(spec_->fault_tolerance.elastic.wait_seconds) + "s for a node pool" +
          (renumbered.empty() ? "" : " (" + renumbered + ")");
+}
+
+// Elastic slices in place: a kept worker's pod takes worker index `index` (its slice another id)
+// in this attempt; the plan's annotation of the pod (a move to this attempt, if any) says so.
+void Decider::Relabel(const ObservedPod& p, int32_t index) {
+  JobStatus& s = plan_.status;
+  for (PodToAnnotate& a : plan_.annotate) {
+    if (a.uid != p.pod->uid) continue;
+    a.index = index;
+    a.attempt = s.attempt;
+    return;
+  }
+  plan_.annotate.push_back({p.pod->name, p.pod->uid, s.in_place ? s.in_place->generation : 0,
+                            std::nullopt, s.attempt, std::nullopt, std::nullopt, index});
+}
+
+// The worker index a pod of this attempt has from now on: the one this plan relabels it with,
+// else its label's.
+int32_t Decider::IndexNow(const ObservedPod& p) const {
+  for (const PodToAnnotate& a : plan_.annotate) {
+    if (a.uid == p.pod->uid && a.index) return *a.index;
+  }
+  return p.index;
 }
 
 // Step 3 of policy/elastic.h: a degraded job that runs grows back to all its slices when the
@@ -269,6 +310,23 @@ bool Decider::Grow(const CurrentPods& current) {
   const bool in_place = declared.fault_tolerance.restart == RestartMode::kInPlace && s.in_place;
   if (in_place) recovery.nodes.clear();
   const bool whole = grown == declared.tpu.slices;
+  // In place, the added slices' pods take the names no slice of the job carries now.
+  if (in_place && s.tpu && !s.tpu->slice_slots.empty()) {
+    std::vector<int32_t>& slots = s.tpu->slice_slots;
+    std::vector<bool> used(static_cast<size_t>(declared.tpu.slices), false);
+    for (int32_t slot : slots) {
+      if (slot >= 0 && slot < declared.tpu.slices) used[static_cast<size_t>(slot)] = true;
+    }
+    for (int32_t slot = 0; slot < declared.tpu.slices && static_cast<int32_t>(slots.size()) < grown;
+         ++slot) {
+      if (!used[static_cast<size_t>(slot)]) slots.push_back(slot);
+    }
+    bool renamed = false;
+    for (size_t id = 0; id < slots.size(); ++id) {
+      renamed = renamed || slots[id] != static_cast<int32_t>(id);
+    }
+    if (!renamed) slots.clear();
+  }
   const std::string why =
       (whole ? "growing back from " + std::to_string(active) + " to " +
                    std::to_string(declared.tpu.slices) + " slices"
@@ -312,7 +370,7 @@ bool Decider::Grow(const CurrentPods& current) {
     if (p.pod->deleting()) continue;
     if (in_place && KeptInPlace(p)) {
       plan_.annotate.push_back({p.pod->name, p.pod->uid, s.in_place->generation, std::nullopt,
-                                std::nullopt, std::nullopt, std::nullopt});
+                                std::nullopt, std::nullopt, std::nullopt, std::nullopt});
       continue;
     }
     DeletePod(*p.pod, OnLostNode(*p.pod, grace), "the job grows to more slices");

@@ -11,9 +11,11 @@
 //      fill the ids the lost ones leave, in order. Each worker is bound to the node it ran on.
 //      Every program restarts with MEGASCALE_NUM_SLICES = k: under restart InPlace in the pods
 //      that stay, told their new variables by the supervisor (PodToAnnotate::program_env, as the
-//      barrier opens), except for a slice that takes another id, whose pods are made again (a
-//      pod's name carries its slice id). No retry beyond the re-issue's own: the fault counted
-//      it. Below minSlices the slice waits as any other, queue timeout included.
+//      barrier opens). A slice that takes another id in place keeps its pods and their names:
+//      their index labels follow the new id (PodToAnnotate::index), and status.tpu.sliceSlots
+//      names each id's pods (JobSpec::SlotOf, through DegradedSpec). No retry beyond the
+//      re-issue's own: the fault counted it. Below minSlices the slice waits as any other, queue
+//      timeout included.
 //   2. Degraded. status.tpu.activeSlices (and the Slices column, "3/4") say what it runs on,
 //      condition Degraded=True (RunningOnFewerSlices) what it waits for; the spec the attempt
 //      runs is the job's with ActiveSlices() = k (WithActiveSlices), for the pods' names,
@@ -25,7 +27,8 @@
 //      pools were first free is reported; Never: not at all) the job moves to a new attempt on
 //      that many more slices without using a retry: the running pods stop with the maintenance
 //      grace period (time to checkpoint; in place, their programs stop and the pods stay), the
-//      added slices (the highest ids) wait for their pools first in line (the kept ones keep
+//      added slices (the highest ids; in place, their pods named after the slice numbers no pod
+//      of the job carries) wait for their pools first in line (the kept ones keep
 //      theirs, bound to their nodes), and a grow that then finds no pool within waitSeconds
 //      shrinks again.
 // A whole-job re-issue, a preemption or a suspension keeps the count: the job queues again for
@@ -49,7 +52,9 @@ int32_t ActiveSlicesOf(const JobSpec& spec, const JobStatus& status);
 JobSpec WithActiveSlices(const JobSpec& spec, int32_t active);
 
 // The spec the current attempt of a job that runs on fewer slices than `spec` asks for runs
-// (WithActiveSlices of ActiveSlicesOf); nullopt when it runs on all of them: use `spec`.
+// (WithActiveSlices of ActiveSlicesOf), with the names its slices' pods carry
+// (status.tpu.sliceSlots, JobSpec::SlotOf); nullopt when it runs on all of them under their own
+// names: use `spec`.
 std::optional<JobSpec> DegradedSpec(const JobSpec& spec, const JobStatus& status);
 
 // "3/4": the Slices column.

@@ -1,5 +1,8 @@
 #include "policy/in_place.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "policy/decider.h"
 
 namespace tpujob::policy {
@@ -91,12 +94,19 @@ bool Decider::InPlaceBarrier(const CurrentPods& current) {
     const cache::PodInfo& info = *pod->pod;
     if (info.deleting()) continue;
     if (info.ordered_generation < g || (open && info.barrier_generation < g)) {
-      plan_.annotate.push_back({info.name, info.uid, g,
-                                open ? std::optional<int32_t>(g) : std::nullopt, std::nullopt,
-                                std::nullopt, std::nullopt});
+      // One patch a pod: a relabel of this plan (an elastic shrink in place) gets these too.
+      auto a = std::find_if(plan_.annotate.begin(), plan_.annotate.end(),
+                            [&](const PodToAnnotate& x) { return x.uid == info.uid; });
+      if (a == plan_.annotate.end()) {
+        plan_.annotate.push_back({info.name, info.uid, g, std::nullopt, std::nullopt, std::nullopt,
+                                  std::nullopt, std::nullopt});
+        a = std::prev(plan_.annotate.end());
+      }
+      a->generation = g;
+      if (open) a->barrier = g;
       // An elastic job's slice count may have changed since the pod was made: the generation
       // that starts gets the variables of now (policy/elastic.h).
-      if (open && spec_->Elastic()) plan_.annotate.back().program_env = id;
+      if (open && spec_->Elastic()) a->program_env = id;
     }
   }
   return false;

@@ -177,6 +177,10 @@ struct TpuSpec {
   // The slices the current attempt runs on, when fewer than `slices` (status.tpu.activeSlices of
   // an elastic job that shrank; set by policy::WithActiveSlices, never parsed); 0: all of them.
   int32_t active_slices = 0;
+  // The name each slice id's pods carry, when not its own (status.tpu.sliceSlots of an elastic
+  // job restarted in place, whose pods keep their names while their slice takes another id; set
+  // by policy::EffectiveSpec, never parsed); empty: every slice's own id.
+  std::vector<int32_t> slots;
   // The workers use a high-speed network (RDMA, multi-NIC); its libraries need locked memory
   // and many open files, so pre-flight checks the ulimits, for such jobs only (docs/api.md,
   // tpu.highSpeedNetwork).
@@ -228,6 +232,12 @@ struct JobSpec {
   }
   int32_t HostOf(int32_t worker_index) const {
     return worker.replicas > 0 ? worker_index % worker.replicas : worker_index;
+  }
+  // The slice number in the names of slice `slice`'s pods (tpu.slots).
+  int32_t SlotOf(int32_t slice) const {
+    return slice >= 0 && static_cast<size_t>(slice) < tpu.slots.size()
+               ? tpu.slots[static_cast<size_t>(slice)]
+               : slice;
   }
   const ReplicaSpec* Replica(ReplicaType type) const {
     return type == ReplicaType::kMaster ? (master ? &*master : nullptr) : &worker;

@@ -201,7 +201,13 @@ JobStatus JobStatus::FromJson(const Json& j) {
                       .hosts_per_slice = ReadInt<int32_t>(*it, "hostsPerSlice"),
                       .slices = ReadInt<int32_t>(*it, "slices"),
                       .active_slices = ReadInt<int32_t>(*it, "activeSlices"),
-                      .slices_summary = ReadString(*it, "slicesSummary")};
+                      .slices_summary = ReadString(*it, "slicesSummary"),
+                      .slice_slots = {}};
+    if (auto slots = it->find("sliceSlots"); slots != it->end() && slots->is_array()) {
+      for (const Json& slot : *slots) {
+        if (slot.is_number_integer()) s.tpu->slice_slots.push_back(slot.get<int32_t>());
+      }
+    }
   }
   if (auto it = j.find("replicaStatuses"); it != j.end() && it->is_object()) {
     for (const auto& [type, counts] : it->items()) s.replica_statuses[type] = ReadCounts(counts);
@@ -341,6 +347,7 @@ Json JobStatus::ToJson() const {
     if (tpu->slices != 0) t["slices"] = tpu->slices;
     if (tpu->active_slices != 0) t["activeSlices"] = tpu->active_slices;
     PutString(t, "slicesSummary", tpu->slices_summary);
+    if (!tpu->slice_slots.empty()) t["sliceSlots"] = tpu->slice_slots;
     out["tpu"] = std::move(t);
   }
   if (!replica_statuses.empty()) {

@@ -145,6 +145,10 @@ struct TpuStatus {
   // `slices_summary` ("3/4", column Slices). 0 when not read.
   int32_t active_slices = 0;
   std::string slices_summary;
+  // Elastic slices under restart InPlace: the slice number in the names of each slice id's pods,
+  // when some differ from their id (a slice that took another id in a shrink keeps its pods, and
+  // their names); empty: every slice's own.
+  std::vector<int32_t> slice_slots;
 
   friend bool operator==(const TpuStatus&, const TpuStatus&) = default;
 };

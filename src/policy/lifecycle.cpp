@@ -71,6 +71,10 @@ bool Decider::AcceptSpec() {
     return false;
   }
   const int32_t active = ActiveSlicesOf(spec, s);  // read before status.tpu is written again
+  std::vector<int32_t> slots;                      // likewise (elastic, in place)
+  if (spec.Elastic() && s.tpu && s.tpu->slice_slots.size() == static_cast<size_t>(active)) {
+    slots = s.tpu->slice_slots;
+  }
   const Condition* valid = s.FindCondition(condition::kValid);
   if (valid != nullptr && valid->status == "False") {
     RecordEvent(false, "SpecValid", "the spec is valid again");
@@ -87,6 +91,7 @@ bool Decider::AcceptSpec() {
       .slices = spec.tpu.slices,
       .active_slices = 0,
       .slices_summary = "",
+      .slice_slots = std::move(slots),
   };
   SetActiveSlices(active);
   if (!spec.Elastic()) {
@@ -157,7 +162,7 @@ Decider::EarlierAttempts Decider::RemoveEarlierAttempts() {
     // The replaced slice's old pods are gone: the kept ones join the new attempt.
     for (const ObservedPod* p : moving) {
       plan_.annotate.push_back({p->pod->name, p->pod->uid, s.in_place->generation, std::nullopt,
-                                s.attempt, std::nullopt, std::nullopt});
+                                s.attempt, std::nullopt, std::nullopt, std::nullopt});
     }
   }
 
@@ -376,11 +381,12 @@ void Decider::ConvergeAdmittedAttempt(bool old_left) {
   CurrentPods current;
   for (const ObservedPod& p : in_.pods) {
     if (p.attempt != s.attempt) continue;
-    if (p.index < 0 || p.index >= spec.Replicas(p.type)) {
+    const int32_t index = IndexNow(p);  // an elastic shrink in place relabels some
+    if (index < 0 || index >= spec.Replicas(p.type)) {
       if (!p.pod->deleting()) DeletePod(*p.pod, std::nullopt, "no such replica in the spec");
       continue;
     }
-    current[{p.type, p.index}] = &p;
+    current[{p.type, index}] = &p;
   }
 
   std::vector<ReplicaFailure> failures;

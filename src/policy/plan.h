@@ -173,6 +173,9 @@ struct PodToAnnotate {
   // supervisor::kProgramEnvAnnotation: the variables the replica's next generation runs with,
   // those of a pod created now (an elastic job restarted in place on another slice count).
   std::optional<std::pair<ReplicaType, int32_t>> program_env;
+  // An elastic job's worker whose slice takes another id in place: its index labels (replica
+  // and slice) from now on; the pod keeps its name (status.tpu.sliceSlots).
+  std::optional<int32_t> index;
 };
 
 struct Plan {

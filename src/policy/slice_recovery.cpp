@@ -155,7 +155,7 @@ void Decider::Reissue(const ObservedPod& culprit, const Termination& t, const st
     if (kept_in_place && KeptInPlace(p)) {
       // Its program stops (the stop order of the next generation); the pod stays.
       plan_.annotate.push_back({p.pod->name, p.pod->uid, s.in_place->generation, std::nullopt,
-                                std::nullopt, std::nullopt, std::nullopt});
+                                std::nullopt, std::nullopt, std::nullopt, std::nullopt});
       continue;
     }
     // Pods on a lost node are force-deleted once this grace period is over (ForceIfLost).

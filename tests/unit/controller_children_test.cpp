@@ -726,6 +726,23 @@ TEST(ChildrenMultisliceTest, NamesAreDeterministicPerSliceAndHost) {
   EXPECT_EQ(PodName("llm", MultisliceSpec(1, 4), ReplicaType::kWorker, 3), "llm-worker-3");
 }
 
+// An elastic job restarted in place whose slices carry other slices' names (status.tpu.sliceSlots
+// {2, 1, 0}: slice 0's pods are the former slice 2's): names, hostnames and the coordinator
+// follow the slots, the slice ids stay the ids.
+TEST(ChildrenMultisliceTest, SlotsNameEachSlicesPods) {
+  policy::JobSpec spec = MultisliceSpec(3, 2);
+  spec.tpu.slots = {2, 1, 0};
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 0), "llm-worker-2-0");
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 3), "llm-worker-1-1");
+  EXPECT_EQ(PodName("llm", spec, ReplicaType::kWorker, 5), "llm-worker-0-1");
+  EXPECT_EQ(WorkerHostnames("llm", spec, 0), "llm-worker-2-0.llm,llm-worker-2-1.llm");
+  EXPECT_EQ(CoordinatorAddress("llm", spec), "llm-worker-2-0.llm");
+  const Json pod = BuildPod(Job(), spec, ReplicaType::kWorker, 1, 3);
+  EXPECT_EQ(pod["metadata"]["name"], "llm-worker-2-1");
+  EXPECT_EQ(pod["metadata"]["labels"]["tpujob.dev/slice-index"], "0");
+  EXPECT_EQ(EnvValue(pod["spec"]["containers"][0], "MEGASCALE_SLICE_ID"), "0");
+}
+
 // One row per worker of a 3-slice x 4-host job: what its pod must carry.
 struct MultisliceWorker {
   int32_t index;  // job-wide

@@ -64,9 +64,10 @@ void Supervise(PodSim& sim, const Plan& plan, bool stop = true) {
     }
   }
   for (const PodToAnnotate& a : plan.annotate) {
-    if (!a.attempt) continue;
     for (auto& p : sim.pods()) {
-      if (p.pod.uid == a.uid) p.attempt = *a.attempt;
+      if (p.pod.uid != a.uid) continue;
+      if (a.attempt) p.attempt = *a.attempt;
+      if (a.index) p.index = *a.index;  // the labels of a worker whose slice took another id
     }
   }
   if (!stop) return;
@@ -425,10 +426,11 @@ TEST(PolicyInPlaceTest, SliceRecoveryKeepsTheOtherSlicesPodsAndRestartsThemInPla
 }
 
 // An elastic job under restart InPlace (policy/elastic.h): 3 slices of 2 workers, minSlices 1.
-// Slice 0 loses its node and finds no pool: the job runs on 2 slices. Slice 1 keeps its id and
-// its pods, whose programs restart in place with the variables of 2 slices; slice 2 runs as
-// slice 0, the id it fills, in pods made again under that id. A pool comes back: the job grows
-// to 3 in the same pods, the added slice's pods joining them at the barrier.
+// Slice 0 loses its node and finds no pool: the job runs on 2 slices in the pods it runs in.
+// Slice 1 keeps its id; slice 2 runs as slice 0, the id it fills: its pods keep their names
+// (status.tpu.sliceSlots) and take the index labels of slice 0. Every program restarts with the
+// variables of 2 slices as the barrier opens. A pool comes back: the job grows to 3 in the same
+// pods, the added slice's pods (named as the slot no slice holds: 0) joining them.
 TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   Json spec = InPlaceSpec(2, {{"maxJobRetries", 2}, {"elastic", {{"waitSeconds", 5}}}});
   spec["tpu"]["slices"] = 3;
@@ -446,12 +448,13 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
     sim.Apply(plan);
     return plan;
   };
-  const auto env_of = [](const Plan& plan, const std::string& uid) {
+  const auto annotation = [](const Plan& plan, const std::string& uid) {
     for (const PodToAnnotate& a : plan.annotate) {
-      if (a.uid == uid) return a.program_env;
+      if (a.uid == uid) return a;
     }
-    return std::optional<std::pair<ReplicaType, int32_t>>();
+    return PodToAnnotate{};
   };
+  using Replica = std::optional<std::pair<ReplicaType, int32_t>>;
   Nodes healthy;
   ASSERT_EQ(step(false, {}, healthy).status.phase, Phase::kQueued);
   ASSERT_EQ(step(true, {"pool-a", "pool-b", "pool-c"}, healthy).create.size(), 6u);
@@ -473,42 +476,43 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   Supervise(sim, step(false, {}, faulty));  // the kept pods move to attempt 2
   EXPECT_EQ(step(false, {}, faulty).status.phase, Phase::kQueued);
 
-  // No pool within waitSeconds: on 2 slices. Slice 2 runs as slice 0 in pool-c; its pods go.
+  // No pool within waitSeconds: on 2 slices, nothing deleted or created. Slice 2's pods take
+  // slice 0's labels and keep their names; the barrier opens at once with the new variables.
   sim.Advance(std::chrono::seconds(6));
   const Plan shrunk = step(false, {}, healthy);
   ASSERT_TRUE(shrunk.status.tpu.has_value());
   EXPECT_EQ(shrunk.status.tpu->active_slices, 2);
+  EXPECT_EQ(shrunk.status.tpu->slice_slots, (std::vector<int32_t>{2, 1}));
   EXPECT_EQ(shrunk.status.node_pools, (std::vector<std::string>{"pool-c", "pool-b"}));
   EXPECT_EQ(shrunk.status.job_retries, 1);
   const EventToRecord* event = FindEvent(shrunk, "RunningOnFewerSlices");
   ASSERT_NE(event, nullptr);
   EXPECT_NE(event->message.find("(slice 2 runs as slice 0)"), std::string::npos) << event->message;
-  EXPECT_EQ(RemovedNames(shrunk),
-            (std::vector<std::string>{PodName(kWorker, 4), PodName(kWorker, 5)}));
-  // Slice 0's pods are made at once (in pool-c, status.nodePools[0]).
-  ASSERT_EQ(shrunk.create.size(), 2u);
-  EXPECT_EQ(shrunk.create[0].index, 0);
-  EXPECT_EQ(shrunk.create[1].index, 1);
-  sim.FinishDeletions();
-  Annotate(sim);  // they wait at the barrier with the kept ones
-  SetRunning(sim.Worker(0), true);
-  SetRunning(sim.Worker(1), true);
-  const Plan open = step(true, {}, healthy);
-  EXPECT_NE(FindEvent(open, "BarrierOpened"), nullptr);
-  // The kept pods' programs get the variables of slice 1 of 2 as the barrier opens.
-  EXPECT_EQ(env_of(open, uids[2]), std::make_optional(std::make_pair(kWorker, 2)));
-  EXPECT_EQ(env_of(open, uids[3]), std::make_optional(std::make_pair(kWorker, 3)));
-  Supervise(sim, open);
+  EXPECT_TRUE(shrunk.remove.empty()) << testing::PrintToString(RemovedNames(shrunk));
+  EXPECT_TRUE(shrunk.create.empty());
+  EXPECT_NE(FindEvent(shrunk, "BarrierOpened"), nullptr);
+  EXPECT_EQ(shrunk.annotate.size(), 4u);  // one patch a pod
+  for (const auto& [old_index, index] : std::map<int, int>{{2, 2}, {3, 3}, {4, 0}, {5, 1}}) {
+    SCOPED_TRACE(old_index);
+    const PodToAnnotate a = annotation(shrunk, uids[old_index]);
+    EXPECT_EQ(a.index, old_index == index ? std::nullopt : std::optional<int32_t>(index));
+    EXPECT_EQ(a.barrier, std::optional<int32_t>(shrunk.status.in_place->generation));
+    EXPECT_EQ(a.program_env, Replica(std::make_pair(kWorker, index)));
+  }
+  Supervise(sim, shrunk);
   const Plan degraded = step(true, {}, healthy);
   EXPECT_EQ(degraded.status.phase, Phase::kRunning);
-  EXPECT_EQ(sim.Worker(2).uid, uids[2]);
-  EXPECT_EQ(sim.Worker(3).uid, uids[3]);
-  EXPECT_EQ(RunningGeneration(sim, 2), degraded.status.in_place->generation);
-  const std::string remade0 = sim.Worker(0).uid;
+  EXPECT_TRUE(degraded.remove.empty());
+  EXPECT_TRUE(degraded.create.empty());
+  for (const auto& [index, old_index] : std::map<int, int>{{0, 4}, {1, 5}, {2, 2}, {3, 3}}) {
+    EXPECT_EQ(sim.Worker(index).uid, uids[old_index]) << index;  // the same pods
+    EXPECT_EQ(RunningGeneration(sim, index), degraded.status.in_place->generation) << index;
+  }
 
   // A pool is free: back to 3 slices, no pod deleted; the running programs stop at the barrier.
   const Plan grow = step(true, {}, healthy, {"pool-d"});
   EXPECT_EQ(grow.status.tpu->active_slices, 3);
+  EXPECT_EQ(grow.status.tpu->slice_slots, (std::vector<int32_t>{2, 1, 0}));
   EXPECT_TRUE(grow.remove.empty()) << testing::PrintToString(RemovedNames(grow));
   EXPECT_EQ(grow.annotate.size(), 4u);
   ASSERT_TRUE(grow.status.slice_recovery.has_value());
@@ -527,13 +531,15 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   SetRunning(sim.Worker(5), true);
   const Plan reopened = step(true, {}, healthy);
   EXPECT_NE(FindEvent(reopened, "BarrierOpened"), nullptr);
-  EXPECT_EQ(env_of(reopened, remade0), std::make_optional(std::make_pair(kWorker, 0)));
+  EXPECT_EQ(annotation(reopened, uids[4]).program_env, Replica(std::make_pair(kWorker, 0)));
   Supervise(sim, reopened);
   const Plan whole = step(true, {}, healthy);
   EXPECT_EQ(whole.status.phase, Phase::kRunning);
   EXPECT_EQ(whole.status.tpu->slices_summary, "3/3");
-  for (int i : {2, 3}) EXPECT_EQ(sim.Worker(i).uid, uids[i]) << i;  // through both changes
-  EXPECT_EQ(sim.Worker(0).uid, remade0);
+  EXPECT_EQ(whole.status.tpu->slice_slots, (std::vector<int32_t>{2, 1, 0}));
+  for (const auto& [index, old_index] : std::map<int, int>{{0, 4}, {1, 5}, {2, 2}, {3, 3}}) {
+    EXPECT_EQ(sim.Worker(index).uid, uids[old_index]) << index;  // through both changes
+  }
   EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
 }
 

@@ -37,7 +37,7 @@ JobStatus FullStatus() {
   s.attempt = 2;
   s.job_retries = 1;
   s.ready_workers = "1/2";
-  s.tpu = TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 3, 2, "2/3"};
+  s.tpu = TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 3, 2, "2/3", {2, 0}};
   s.replica_statuses["Master"] = ReplicaCounts{1, 1, 0, 0, 0};
   s.replica_statuses["Worker"] = ReplicaCounts{2, 1, 3, 4, 5};
   s.worker_restarts["Worker-0"] = RestartRecord{2, "pod-uid-7", "node-3", 0};
@@ -97,7 +97,8 @@ TEST(PolicyJobStatusTest, ToJsonSpelling) {
                             {"hostsPerSlice", 2},
                             {"slices", 3},
                             {"activeSlices", 2},
-                            {"slicesSummary", "2/3"}}));
+                            {"slicesSummary", "2/3"},
+                            {"sliceSlots", {2, 0}}}));
   EXPECT_EQ(j["elastic"], (Json{{"degradedSince", "2024-01-01T00:00:40Z"},
                                 {"scaleUpOfferedAt", "2024-01-01T00:00:41Z"},
                                 {"checkpointAtOffer", 7}}));

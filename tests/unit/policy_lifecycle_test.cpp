@@ -196,8 +196,10 @@ TEST(PolicyLifecycleTest, NewJobIsQueued) {
   EXPECT_EQ(s.ready_workers, "0/2");
   EXPECT_EQ(s.replica_statuses.at("Worker"), ReplicaCounts{});
   // The slice as the operator read it; without a type, the summary is accelerator and topology.
-  EXPECT_EQ(s.tpu, (TpuStatus{"tpu-v5-lite-podslice 2x4", "", "tpu-v5-lite-podslice", "2x4", 4, 2,
-                              1, 1, "1/1"}));
+  EXPECT_EQ(
+      s.tpu,
+      (TpuStatus{
+          "tpu-v5-lite-podslice 2x4", "", "tpu-v5-lite-podslice", "2x4", 4, 2, 1, 1, "1/1", {}}));
 }
 
 TEST(PolicyLifecycleTest, StatusShowsTheSliceATypeImplies) {
@@ -207,7 +209,7 @@ TEST(PolicyLifecycleTest, StatusShowsTheSliceATypeImplies) {
   PodSim sim(spec);
   const Plan plan = sim.Decide();
   EXPECT_EQ(plan.status.tpu,
-            (TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 2, 2, "2/2"}));
+            (TpuStatus{"v5p-16", "v5p-16", "tpu-v5p-slice", "2x2x2", 4, 2, 2, 2, "2/2", {}}));
   EXPECT_EQ(plan.status.ready_workers, "0/4");
 }
 
