@@ -8,7 +8,9 @@
 // through the device plugin, the programs' MEGASCALE_* environment turned into a JAX process
 // count and coordinator that work, the Orbax checkpoint each generation restores onto its new
 // mesh (process 0 reads it and broadcasts it), the step count that continues across both changes,
-// and the checkpoint line that times the grow.
+// and the checkpoint line that times the grow. Under restart InPlace the kept slice's pod stays
+// through both: the real supervisor starts each generation with the slice count of the
+// tpujob.dev/program-env annotation the kubelet's downward API file brings it.
 //
 // The spare node (tpujob-real-1) is cordoned outside this test; the test takes it and gives it
 // back. The checkpoint directory is one hostPath directory, the same on both nodes (one machine).
@@ -76,12 +78,15 @@ class RealElasticE2E : public RealJaxTest {
     }
   }
 
+  void Run(const std::string& restart);
+
   static constexpr const char* kUnhealthy =
       "{.status.conditions[?(@.type==\"TPUUnhealthy\")].status}";
 
   // The job: `slices` one-host slices of the real nodes' shape, down to one, a process of the
   // jax-worker program in each.
-  std::string Yaml(const std::string& name, const std::string& checkpoint_dir) const {
+  std::string Yaml(const std::string& name, const std::string& checkpoint_dir,
+                   const std::string& restart) const {
     return "apiVersion: tpujob.dev/v1alpha1\nkind: TPUJob\nmetadata:\n  name: " + name +
            "\nspec:\n  tpu: {accelerator: " + PortsEnv("REAL_TPU_ACCELERATOR") +
            ", topology: " + PortsEnv("REAL_TPU_TOPOLOGY") +
@@ -90,7 +95,9 @@ class RealElasticE2E : public RealJaxTest {
            "  checkpoint: {path: /ckpt}\n"
            // waitSeconds 5 and a 10 s grace period keep the test short (defaults 300 and 300);
            // the stall timers are far above anything this program takes.
-           "  faultTolerance: {maxJobRetries: 3, faultAttributionSeconds: 3, "
+           "  faultTolerance: {restart: " +
+           restart +
+           ", maxJobRetries: 3, faultAttributionSeconds: 3, "
            "maintenanceGracePeriodSeconds: 10, preflight: {enabled: false}, "
            "elastic: {waitSeconds: 5, scaleUp: AfterCheckpoint}, "
            "progress: {logPattern: 'completed step: (\\d+)', checkpointPattern: "
@@ -150,29 +157,52 @@ std::string Describe(const Generation& g) {
          ".." + std::to_string(g.last_step) + ", last saved " + std::to_string(g.last_saved);
 }
 
-// The generation running in `pod` (uid `uid`), once it has completed a step past `past`.
+// The generation of `processes` processes running in `pod` (uid `uid`: under restart InPlace the
+// same pod runs several), once it has completed a step past `past`.
 ::testing::AssertionResult RunsPast(const std::string& ns, const std::string& pod,
-                                    const std::string& uid, int past, Generation* out) {
+                                    const std::string& uid, int processes, int past,
+                                    Generation* out) {
   std::string log;
   const bool ran = Eventually(
       [&] {
         if (Get(ns, "pod " + pod, "{.metadata.uid}") != uid) return false;
         log = Kubectl("logs -n " + ns + " " + pod + " -c trainer", false).output;
         *out = ReadGeneration(log);
-        return out->last_step > past;
+        return out->processes == processes && out->last_step > past;
       },
       seconds(180), std::chrono::milliseconds(500));
   if (ran) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << pod << " did not run past step " << past << ":\n" << log;
+  return ::testing::AssertionFailure() << pod << " did not run as one of " << processes
+                                       << " processes past step " << past << ":\n"
+                                       << log;
 }
 
-TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoint) {
-  TestNamespace ns("real-elastic");
+std::string Uid(const std::string& ns, const std::string& pod) {
+  return Get(ns, "pod " + pod, "{.metadata.uid}");
+}
+
+// MEGASCALE_NUM_SLICES as the pod's program sees it: the pod's own variable under Recreate, the
+// one the supervisor sets from tpujob.dev/program-env under InPlace.
+std::string ProgramSlices(const std::string& ns, const std::string& pod, bool in_place) {
+  if (!in_place) return PodEnv(ns, pod, "MEGASCALE_NUM_SLICES");
+  const std::string env = Get(ns, "pod " + pod, "{.metadata.annotations.tpujob\\.dev/program-env}");
+  const std::string key = "MEGASCALE_NUM_SLICES=";
+  const size_t at = env.find(key);
+  return at == std::string::npos
+             ? "<unset>"
+             : env.substr(at + key.size(), env.find('\n', at) - at - key.size());
+}
+
+// Under restart Recreate every change makes new pods; under InPlace the pods stay and their
+// programs restart with the new slice count (the real supervisor reading tpujob.dev/program-env).
+void RealElasticE2E::Run(const std::string& restart) {
+  const bool in_place = restart == "InPlace";
+  TestNamespace ns(in_place ? "real-elastic-inplace" : "real-elastic");
   const std::string n = ns.name();
-  const std::string dir = MakeCheckpointDir("elastic");
+  const std::string dir = MakeCheckpointDir(in_place ? "elastic-inplace" : "elastic");
   const std::string selector = "tpujob.dev/job-name=el";
   const std::string w0 = "el-worker-0-0", w1 = "el-worker-1-0";
-  ASSERT_EQ(ApplyYaml(n, Yaml("el", dir)).exit_code, 0);
+  ASSERT_EQ(ApplyYaml(n, Yaml("el", dir, restart)).exit_code, 0);
 
   // Two processes, one per slice, one per node.
   ASSERT_TRUE(JobFieldBecomes(n, "el", "{.status.phase}", "Running", seconds(120)))
@@ -182,20 +212,20 @@ TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoi
   ASSERT_NE(node0, node1);
   EXPECT_EQ(JobField(n, "el", "{.status.tpu.slicesSummary}"), "2/2");
   Generation first;
-  ASSERT_TRUE(RunsPast(n, w0, Get(n, "pod " + w0, "{.metadata.uid}"), 10, &first));
+  const std::string w0_uid = Uid(n, w0), w1_uid = Uid(n, w1);
+  ASSERT_TRUE(RunsPast(n, w0, w0_uid, 2, 10, &first));
   std::cout << "== 2 slices: " << w0 << " on " << node0 << ": " << Describe(first) << "\n";
   EXPECT_EQ(first.processes, 2);
   EXPECT_EQ(first.process, 0);
   EXPECT_EQ(first.restored, -1) << "a new job found a checkpoint";
   Generation first1;
-  ASSERT_TRUE(RunsPast(n, w1, Get(n, "pod " + w1, "{.metadata.uid}"), 0, &first1));
+  ASSERT_TRUE(RunsPast(n, w1, w1_uid, 2, 0, &first1));
   EXPECT_EQ(first1.processes, 2);
   EXPECT_EQ(first1.process, 1);
   ASSERT_GE(first.last_saved, 5);
 
   // A chip of slice 1's node fails; the other node holds slice 0, and no pool is spare: slice 1
   // waits 5 s, then the job runs on slice 0 alone, back on its node, as one process.
-  const std::string w0_uid = Get(n, "pod " + w0, "{.metadata.uid}");
   SetChipsOf(node1, "unhealthy", "1");
   ASSERT_TRUE(Eventually([&] { return JobField(n, "el", "{.status.tpu.slicesSummary}") == "1/2"; },
                          seconds(120), std::chrono::milliseconds(250)))
@@ -208,15 +238,19 @@ TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoi
             "True/RunningOnFewerSlices");
   EXPECT_EQ(NodeField(node1, "{.spec.unschedulable}"), "true") << "the faulty node is not cordoned";
   EXPECT_EQ(JobField(n, "el", "{.status.faults[0].action}"), "ReplaceSlice");
-  const std::string shrunk_uid = Get(n, "pod " + w0, "{.metadata.uid}");
-  EXPECT_NE(shrunk_uid, w0_uid) << "restart Recreate makes a new pod";
+  const std::string shrunk_uid = Uid(n, w0);
+  if (in_place) {
+    EXPECT_EQ(shrunk_uid, w0_uid) << "restart InPlace keeps the pod";
+  } else {
+    EXPECT_NE(shrunk_uid, w0_uid) << "restart Recreate makes a new pod";
+  }
   EXPECT_EQ(Get(n, "pod " + w0, "{.spec.nodeName}"), node0) << "slice 0 left its node";
-  EXPECT_EQ(PodEnv(n, w0, "MEGASCALE_NUM_SLICES"), "1");
+  EXPECT_EQ(ProgramSlices(n, w0, in_place), "1");
   EXPECT_EQ(PodEnv(n, w0, "MEGASCALE_SLICE_ID"), "0");
   EXPECT_EQ(Trim(Kubectl("get pods -n " + n + " -l " + selector + " -o name", false).output),
             "pod/" + w0);
   Generation shrunk;
-  ASSERT_TRUE(RunsPast(n, w0, shrunk_uid, first.last_saved + 5, &shrunk))
+  ASSERT_TRUE(RunsPast(n, w0, shrunk_uid, 1, first.last_saved + 5, &shrunk))
       << DescribePods(n, selector) << OperatorLogs();
   std::cout << "== 1 slice: " << w0 << ": " << Describe(shrunk) << "\n";
   EXPECT_EQ(shrunk.processes, 1);
@@ -254,11 +288,15 @@ TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoi
   EXPECT_EQ(JobField(n, "el", "{.status.conditions[?(@.type==\"Degraded\")].status}"), "False");
   EXPECT_EQ(Get(n, "pod " + w0, "{.spec.nodeName}"), node0);
   EXPECT_EQ(Get(n, "pod " + w1, "{.spec.nodeName}"), node1);
+  if (in_place) {
+    EXPECT_EQ(Uid(n, w0), w0_uid) << "restart InPlace keeps the pod";
+  }
+  EXPECT_NE(Uid(n, w1), w1_uid);
   for (const std::string& pod : {w0, w1}) {
     SCOPED_TRACE(pod);
-    EXPECT_EQ(PodEnv(n, pod, "MEGASCALE_NUM_SLICES"), "2");
+    EXPECT_EQ(ProgramSlices(n, pod, in_place && pod == w0), "2");
     Generation grown;
-    ASSERT_TRUE(RunsPast(n, pod, Get(n, "pod " + pod, "{.metadata.uid}"), grow_checkpoint, &grown))
+    ASSERT_TRUE(RunsPast(n, pod, Uid(n, pod), 2, grow_checkpoint, &grown))
         << DescribePods(n, selector) << OperatorLogs();
     std::cout << "== 2 slices again: " << pod << ": " << Describe(grown) << "\n";
     EXPECT_EQ(grown.processes, 2);
@@ -268,6 +306,12 @@ TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoi
   // A shrink and a grow, neither a retry beyond the fault's own.
   EXPECT_EQ(JobField(n, "el", "{.status.jobRetries}"), "1");
 }
+
+TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoint) {
+  Run("Recreate");
+}
+
+TEST_F(RealElasticE2E, InPlaceTheSameHappensInThePodThatRunsTheKeptSlice) { Run("InPlace"); }
 
 }  // namespace
 }  // namespace tpujob::e2e
