@@ -274,6 +274,8 @@ class Decider {
   // slices, active_spec_ (WithActiveSlices).
   const JobSpec* spec_ = nullptr;
   std::optional<JobSpec> active_spec_;
+  // Pods this plan relabels (Relabel): uid -> worker index. Usually empty.
+  std::map<std::string, int32_t> relabeled_;
   Plan plan_;
   // The uids in plan_.remove: DeletePod asks once per pod, and a scan of plan_.remove each time
   // made a decision that deletes every pod of a 4,096-worker job quadratic (~20 ms).

@@ -21,15 +21,34 @@ JobSpec WithActiveSlices(const JobSpec& spec, int32_t active) {
   return out;
 }
 
+std::vector<int32_t> SliceSlotsOf(const JobSpec& spec, const JobStatus& status) {
+  if (!spec.Elastic() || !status.tpu ||
+      status.tpu->slice_slots.size() != static_cast<size_t>(ActiveSlicesOf(spec, status))) {
+    return {};
+  }
+  return status.tpu->slice_slots;
+}
+
 std::optional<JobSpec> DegradedSpec(const JobSpec& spec, const JobStatus& status) {
   const int32_t active = ActiveSlicesOf(spec, status);
-  const bool renamed =
-      spec.Elastic() && status.tpu && status.tpu->slice_slots.size() == static_cast<size_t>(active);
-  if (active >= spec.tpu.slices && !renamed) return std::nullopt;
+  std::vector<int32_t> slots = SliceSlotsOf(spec, status);
+  if (active >= spec.tpu.slices && slots.empty()) return std::nullopt;
   JobSpec out = WithActiveSlices(spec, active);
-  if (renamed) out.tpu.slots = status.tpu->slice_slots;
+  out.tpu.slots = std::move(slots);
   return out;
 }
+
+namespace {
+
+// status.tpu.sliceSlots as written: empty when every slice id's pods carry their own number.
+std::vector<int32_t> UnlessOwnNumbers(std::vector<int32_t> slots) {
+  for (size_t id = 0; id < slots.size(); ++id) {
+    if (slots[id] != static_cast<int32_t>(id)) return slots;
+  }
+  return {};
+}
+
+}  // namespace
 
 std::string SlicesSummary(int32_t active, int32_t slices) {
   return std::to_string(active) + "/" + std::to_string(slices);
@@ -164,17 +183,15 @@ std::string Decider::Shrink() {
   if (recovery.in_place) {
     const std::vector<int32_t> old_slots = s.tpu ? s.tpu->slice_slots : std::vector<int32_t>();
     std::vector<int32_t> slots;
-    bool renamed = false;
     std::map<int32_t, int32_t> new_id;  // the slices that take another id
     for (int32_t id = 0; id < left; ++id) {
       const int32_t slice = order[static_cast<size_t>(id)];
       slots.push_back(static_cast<size_t>(slice) < old_slots.size()
                           ? old_slots[static_cast<size_t>(slice)]
                           : slice);
-      renamed = renamed || slots.back() != id;
       if (slice != id) new_id[slice] = id;
     }
-    if (s.tpu) s.tpu->slice_slots = renamed ? std::move(slots) : std::vector<int32_t>();
+    if (s.tpu) s.tpu->slice_slots = UnlessOwnNumbers(std::move(slots));
     for (const ObservedPod& p : in_.pods) {
       if (p.type != ReplicaType::kWorker || p.pod->deleting()) continue;
       auto it = new_id.find(spec_->SliceOf(p.index));
@@ -215,6 +232,7 @@ std::string Decider::Shrink() {
 // in this attempt; the plan's annotation of the pod (a move to this attempt, if any) says so.
 void Decider::Relabel(const ObservedPod& p, int32_t index) {
   JobStatus& s = plan_.status;
+  relabeled_[p.pod->uid] = index;
   for (PodToAnnotate& a : plan_.annotate) {
     if (a.uid != p.pod->uid) continue;
     a.index = index;
@@ -228,10 +246,8 @@ void Decider::Relabel(const ObservedPod& p, int32_t index) {
 // The worker index a pod of this attempt has from now on: the one this plan relabels it with,
 // else its label's.
 int32_t Decider::IndexNow(const ObservedPod& p) const {
-  for (const PodToAnnotate& a : plan_.annotate) {
-    if (a.uid == p.pod->uid && a.index) return *a.index;
-  }
-  return p.index;
+  auto it = relabeled_.find(p.pod->uid);
+  return it == relabeled_.end() ? p.index : it->second;
 }
 
 // Step 3 of policy/elastic.h: a degraded job that runs grows back to all its slices when the
@@ -289,9 +305,12 @@ bool Decider::Grow(const CurrentPods& current) {
   // Where the running workers are: bound there again in the grown attempt.
   const int32_t hosts = spec_->HostsPerSlice();
   const int32_t workers = declared.worker.replicas * grown;
+  // Restart InPlace: the running pods stay and their programs restart with the grown count
+  // once the added slices' pods wait at the barrier too, as in slice recovery.
+  const bool in_place = declared.fault_tolerance.restart == RestartMode::kInPlace && s.in_place;
   SliceRecovery recovery;
   for (int32_t slice = active; slice < grown; ++slice) recovery.slices.push_back(slice);
-  if (static_cast<size_t>(workers) <= kMaxRecoveryNodes) {
+  if (!in_place && static_cast<size_t>(workers) <= kMaxRecoveryNodes) {
     recovery.nodes.resize(static_cast<size_t>(workers));
     bool any = false;
     for (const auto& [id, p] : current) {
@@ -305,10 +324,6 @@ bool Decider::Grow(const CurrentPods& current) {
     if (!any) recovery.nodes.clear();
   }
   std::vector<std::string> pools = s.node_pools;
-  // Restart InPlace: the running pods stay and their programs restart with the grown count
-  // once the added slices' pods wait at the barrier too, as in slice recovery.
-  const bool in_place = declared.fault_tolerance.restart == RestartMode::kInPlace && s.in_place;
-  if (in_place) recovery.nodes.clear();
   const bool whole = grown == declared.tpu.slices;
   // In place, the added slices' pods take the names no slice of the job carries now.
   if (in_place && s.tpu && !s.tpu->slice_slots.empty()) {
@@ -321,11 +336,7 @@ bool Decider::Grow(const CurrentPods& current) {
          ++slot) {
       if (!used[static_cast<size_t>(slot)]) slots.push_back(slot);
     }
-    bool renamed = false;
-    for (size_t id = 0; id < slots.size(); ++id) {
-      renamed = renamed || slots[id] != static_cast<int32_t>(id);
-    }
-    if (!renamed) slots.clear();
+    slots = UnlessOwnNumbers(std::move(slots));
   }
   const std::string why =
       (whole ? "growing back from " + std::to_string(active) + " to " +

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "policy/job_spec.h"
 #include "policy/job_status.h"
@@ -47,6 +48,10 @@ namespace tpujob::policy {
 // The slices the job's current attempt runs on: status.tpu.activeSlices when the spec is elastic
 // and it is within 1..spec.tpu.slices-1, else spec.tpu.slices.
 int32_t ActiveSlicesOf(const JobSpec& spec, const JobStatus& status);
+
+// status.tpu.sliceSlots when it names the slices the current attempt runs on (ActiveSlicesOf of
+// them) of an elastic job; else empty: every slice's pods carry its own number.
+std::vector<int32_t> SliceSlotsOf(const JobSpec& spec, const JobStatus& status);
 
 // `spec` as an attempt on `active` slices runs it (JobSpec::ActiveSlices() == active).
 JobSpec WithActiveSlices(const JobSpec& spec, int32_t active);

@@ -95,8 +95,11 @@ bool Decider::InPlaceBarrier(const CurrentPods& current) {
     if (info.deleting()) continue;
     if (info.ordered_generation < g || (open && info.barrier_generation < g)) {
       // One patch a pod: a relabel of this plan (an elastic shrink in place) gets these too.
-      auto a = std::find_if(plan_.annotate.begin(), plan_.annotate.end(),
-                            [&](const PodToAnnotate& x) { return x.uid == info.uid; });
+      auto a = plan_.annotate.end();
+      if (relabeled_.contains(info.uid)) {
+        a = std::find_if(plan_.annotate.begin(), plan_.annotate.end(),
+                         [&](const PodToAnnotate& x) { return x.uid == info.uid; });
+      }
       if (a == plan_.annotate.end()) {
         plan_.annotate.push_back({info.name, info.uid, g, std::nullopt, std::nullopt, std::nullopt,
                                   std::nullopt, std::nullopt});

@@ -179,7 +179,7 @@ struct TpuSpec {
   int32_t active_slices = 0;
   // The name each slice id's pods carry, when not its own (status.tpu.sliceSlots of an elastic
   // job restarted in place, whose pods keep their names while their slice takes another id; set
-  // by policy::EffectiveSpec, never parsed); empty: every slice's own id.
+  // by policy::DegradedSpec, never parsed); empty: every slice's own id.
   std::vector<int32_t> slots;
   // The workers use a high-speed network (RDMA, multi-NIC); its libraries need locked memory
   // and many open files, so pre-flight checks the ulimits, for such jobs only (docs/api.md,

@@ -70,11 +70,8 @@ bool Decider::AcceptSpec() {
             "so it cannot run on fewer slices; leave minSlices out or the queue-name label off");
     return false;
   }
-  const int32_t active = ActiveSlicesOf(spec, s);  // read before status.tpu is written again
-  std::vector<int32_t> slots;                      // likewise (elastic, in place)
-  if (spec.Elastic() && s.tpu && s.tpu->slice_slots.size() == static_cast<size_t>(active)) {
-    slots = s.tpu->slice_slots;
-  }
+  const int32_t active = ActiveSlicesOf(spec, s);      // read before status.tpu is written again
+  std::vector<int32_t> slots = SliceSlotsOf(spec, s);  // likewise (elastic, in place)
   const Condition* valid = s.FindCondition(condition::kValid);
   if (valid != nullptr && valid->status == "False") {
     RecordEvent(false, "SpecValid", "the spec is valid again");

@@ -104,6 +104,20 @@ void RunJob(PodSim& sim) {
   ASSERT_EQ(sim.Step().status.phase, Phase::kRunning);
 }
 
+// One decision of a multislice job: the queue's pools for the slices it waits for (a queued
+// answer says no pool is free), those it may grow into, and the nodes' health.
+Plan StepWithPools(PodSim& sim, bool admit, const std::vector<std::string>& pools,
+                   const Nodes& nodes, const std::vector<std::string>& grow = {}) {
+  LifecycleInput in = sim.Input(admit);
+  in.admit_pools = pools;
+  in.grow_pools = grow;
+  in.node_health = nodes.Fn();
+  in.not_admitted_reason = "WaitingForCapacity";
+  Plan plan = Decide(in);
+  sim.Apply(plan);
+  return plan;
+}
+
 int RunningGeneration(PodSim& sim, int32_t index) {
   return ObserveProgram(sim.Worker(index)).running_generation;
 }
@@ -350,12 +364,7 @@ TEST(PolicyInPlaceTest, SliceRecoveryKeepsTheOtherSlicesPodsAndRestartsThemInPla
   spec["tpu"]["slices"] = 3;
   PodSim sim(spec);
   const auto step = [&](bool admit, const std::vector<std::string>& pools, const Nodes& nodes) {
-    LifecycleInput in = sim.Input(admit);
-    in.admit_pools = pools;
-    in.node_health = nodes.Fn();
-    Plan plan = Decide(in);
-    sim.Apply(plan);
-    return plan;
+    return StepWithPools(sim, admit, pools, nodes);
   };
   Nodes healthy;
   ASSERT_EQ(step(false, {}, healthy).status.phase, Phase::kQueued);
@@ -439,14 +448,7 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   ASSERT_TRUE(sim.spec().has_value()) << sim.spec().error();
   const auto step = [&](bool admit, const std::vector<std::string>& pools, const Nodes& nodes,
                         const std::vector<std::string>& grow = {}) {
-    LifecycleInput in = sim.Input(admit);
-    in.admit_pools = pools;
-    in.grow_pools = grow;
-    in.node_health = nodes.Fn();
-    in.not_admitted_reason = "WaitingForCapacity";
-    Plan plan = Decide(in);
-    sim.Apply(plan);
-    return plan;
+    return StepWithPools(sim, admit, pools, nodes, grow);
   };
   const auto annotation = [](const Plan& plan, const std::string& uid) {
     for (const PodToAnnotate& a : plan.annotate) {
