@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -88,6 +91,25 @@ inline std::string ToolsBin() {
 inline CommandResult Kubectl(const std::string& args, bool with_stderr = true) {
   return RunCommand(ToolsBin() + "/kubectl --kubeconfig " + KubeconfigPath() + " " + args,
                     with_stderr);
+}
+
+// A client of the test cluster (admin, no retries, 10 s a request), one per kubeconfig for the
+// life of the test process: the tests' reads that poll go through it instead of a kubectl
+// process each.
+inline kube::Client& TestClient() {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<kube::Client>> clients;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<kube::Client>& client = clients[KubeconfigPath()];
+  if (!client) {
+    auto config = kube::LoadKubeconfig(KubeconfigPath());
+    EXPECT_TRUE(config.has_value()) << (config ? "" : config.error().ToString());
+    kube::Config c = config.value_or(kube::Config{});
+    c.max_retries = 0;
+    c.request_timeout = std::chrono::seconds(10);
+    client = kube::NewClient(std::move(c));
+  }
+  return *client;
 }
 
 // helm against the test cluster, with its cache and configuration under the cluster directory.

@@ -25,6 +25,7 @@
 #include "cache/objects.h"
 #include "e2e_env.h"
 #include "fixtures.h"
+#include "jsonpath.h"
 #include "operator_env.h"
 
 namespace tpujob::e2e {
@@ -142,8 +143,37 @@ inline std::string JobYaml(const std::string& name, int workers, const std::stri
   return y.str();
 }
 
+// `what` ("pod NAME", "tpujob NAME", "node NAME") read through TestClient() and printed with
+// `jsonpath`; std::nullopt when that is not one of these or the template is outside
+// JsonPathText's subset, or the read failed other than with NotFound: kubectl answers then.
+inline std::optional<std::string> ReadThroughClient(const std::string& ns, const std::string& what,
+                                                    const std::string& jsonpath) {
+  const size_t space = what.find(' ');
+  if (space == std::string::npos) return std::nullopt;
+  const std::string kind = what.substr(0, space), name = what.substr(space + 1);
+  if (name.empty() || name.find_first_of(" ,=/'\"") != std::string::npos || name[0] == '-') {
+    return std::nullopt;
+  }
+  std::optional<kube::Resource> resource;
+  if (kind == "pod" || kind == "pods") resource = kube::Resource::Pods();
+  if (kind == "tpujob" || kind == "tpujobs") resource = kube::Resource::TPUJobs();
+  if (kind == "node" || kind == "nodes") resource = kube::Resource::Nodes();
+  if (!resource) return std::nullopt;
+  kube::Result<nlohmann::json> object =
+      TestClient().Get(*resource, resource->namespaced ? ns : "", name);
+  if (!object) {
+    // kubectl prints nothing on stdout for an object that is not there.
+    if (object.error().IsNotFound()) return std::string();
+    return std::nullopt;
+  }
+  std::optional<std::string> text = JsonPathText(*object, jsonpath);
+  if (text) *text = Trim(*text);
+  return text;
+}
+
 inline std::string Get(const std::string& ns, const std::string& what,
                        const std::string& jsonpath) {
+  if (std::optional<std::string> read = ReadThroughClient(ns, what, jsonpath)) return *read;
   return Trim(
       Kubectl("get " + what + " -n " + ns + " -o jsonpath='" + jsonpath + "'", false).output);
 }
@@ -169,7 +199,11 @@ inline ::testing::AssertionResult JobFieldBecomes(
          << Kubectl("get pods -n " + ns + " -o wide").output;
 }
 
+// The job as the API server has it; a discarded value when it cannot be read.
 inline nlohmann::json JobJson(const std::string& ns, const std::string& job) {
+  kube::Result<nlohmann::json> object = TestClient().Get(kube::Resource::TPUJobs(), ns, job);
+  if (object) return std::move(*object);
+  if (object.error().IsNotFound()) return nlohmann::json(nlohmann::json::value_t::discarded);
   const auto r = Kubectl("get tpujob " + job + " -n " + ns + " -o json", false);
   return nlohmann::json::parse(r.output, nullptr, false);
 }
@@ -196,6 +230,9 @@ inline std::string NodeOf(const std::string& ns, const std::string& pod) {
 }
 
 inline std::string NodeField(const std::string& node, const std::string& jsonpath) {
+  if (std::optional<std::string> read = ReadThroughClient("", "node " + node, jsonpath)) {
+    return *read;
+  }
   return Trim(Kubectl("get node " + node + " -o jsonpath='" + jsonpath + "'", false).output);
 }
 
