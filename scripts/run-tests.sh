@@ -2,10 +2,12 @@
 # `make test`: every step from a fresh machine to the verdict, and a table of where the time went.
 #
 #   1. packages        scripts/install-deps.sh (nothing to do when every package is there)
-#   2. tools | build   the Go tools (control plane, Kueue, the real node's; e2e/tools/*, cached
-#                      outside the repository) in the background, beside the C++ build (ccache)
+#   2. tools | build   in the background: the Go tools (control plane, Kueue, the real node's;
+#                      e2e/tools/*), the real node's jax-worker image, then the project's image
+#                      (scripts/build-image.sh), all cached outside the repository; beside them
+#                      the C++ build (ccache)
 #   3. unit            the unit tests
-#   4. sanitizer and fuzz builds, the image: compiled while the Go tools finish, before the
+#   4. sanitizer and fuzz builds: compiled while the background finishes, before the
 #                      end-to-end tests (through ccache: seconds when nothing changed)
 #   5. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS)
 #   6. sanitizers, fuzz  the unit tests under ASan+UBSan, then TSan, beside each fuzz target
@@ -51,15 +53,26 @@ PATH="$gobin:$PATH"
 ccache_dir=${CCACHE_DIR:-$HOME/.cache/tpujob-operator/ccache}
 ccache --dir "$ccache_dir" --zero-stats >/dev/null 2>&1 || true
 
-phase "the Go tools in the background, beside the C++ build"
+phase "the Go tools and the images in the background, beside the C++ build"
+# On a fresh machine the C++ builds take longest; what the end-to-end tests need besides them
+# is made meanwhile, so that they start as soon as the sanitizer builds end. The jax-worker
+# image (the real node's JAX tests) is mostly downloads and disk; the project's image compiles
+# the operator again in its build stage (through the same ccache).
 set -m
 (
   export TPUJOB_BUILD_ONLY=1
-  timed tools-control-plane bash e2e/tools/build.sh >/dev/null &&
-    timed tools-kwok bash e2e/tools/kwok/build.sh >/dev/null &&
-    timed tools-kueue bash e2e/tools/kueue/build.sh >/dev/null &&
-    timed tools-real-node bash e2e/tools/node/build.sh >/dev/null
-) >"$log/tools" 2>&1 &
+  rc=0
+  {
+    timed tools-control-plane bash e2e/tools/build.sh >/dev/null &&
+      timed tools-kwok bash e2e/tools/kwok/build.sh >/dev/null &&
+      timed tools-kueue bash e2e/tools/kueue/build.sh >/dev/null &&
+      timed tools-real-node bash e2e/tools/node/build.sh >/dev/null &&
+      timed tools-jax-worker bash e2e/tools/jax-worker/build.sh >/dev/null
+  } >"$log/tools" 2>&1 || rc=1
+  BUILD_DIR=$build timed image bash scripts/build-image.sh >"$log/image" 2>&1 ||
+    touch "$log/image.failed"
+  exit $rc
+) &
 background=$!
 set +m
 
@@ -85,15 +98,16 @@ if ((sanitizers)); then
   TPUJOB_BUILD_ONLY=1 timed build-fuzz bash scripts/fuzz.sh || true
 fi
 
-phase "waiting for the Go tools"
+phase "waiting for the Go tools and the images"
 timed wait-tools wait "$background"
 tools_rc=$?
 background=
 cat "$log/tools" >&2
 ((tools_rc == 0)) || phase "building the Go tools failed; the end-to-end tests will say why"
-phase "the image, for the real node"
-BUILD_DIR=$build timed image bash scripts/build-image.sh >"$log/image" 2>&1 ||
-  { tail -n 30 "$log/image" >&2; phase "building the image failed; the real-node tests will build it again and say why"; }
+if [[ -e $log/image.failed ]]; then
+  tail -n 30 "$log/image" >&2
+  phase "building the image failed; the real-node tests will build it again and say why"
+fi
 
 phase "end-to-end tests (${TPUJOB_E2E_SHARDS:-3} shards)"
 timed e2e bash scripts/e2e.sh "$build" 2>&1 | tee "$log/e2e"
