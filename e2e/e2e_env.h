@@ -93,25 +93,6 @@ inline CommandResult Kubectl(const std::string& args, bool with_stderr = true) {
                     with_stderr);
 }
 
-// A client of the test cluster (admin, no retries, 10 s a request), one per kubeconfig for the
-// life of the test process: the tests' reads that poll go through it instead of a kubectl
-// process each.
-inline kube::Client& TestClient() {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<kube::Client>> clients;
-  std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<kube::Client>& client = clients[KubeconfigPath()];
-  if (!client) {
-    auto config = kube::LoadKubeconfig(KubeconfigPath());
-    EXPECT_TRUE(config.has_value()) << (config ? "" : config.error().ToString());
-    kube::Config c = config.value_or(kube::Config{});
-    c.max_retries = 0;
-    c.request_timeout = std::chrono::seconds(10);
-    client = kube::NewClient(std::move(c));
-  }
-  return *client;
-}
-
 // helm against the test cluster, with its cache and configuration under the cluster directory.
 inline CommandResult Helm(const std::string& args, bool with_stderr = true) {
   const std::string home = ClusterDir() + "/helm";
@@ -125,6 +106,23 @@ inline kube::Config AdminConfig() {
   auto config = kube::LoadKubeconfig(KubeconfigPath());
   EXPECT_TRUE(config.has_value()) << (config ? "" : config.error().ToString());
   return config.value_or(kube::Config{});
+}
+
+// A client of the test cluster (admin, no retries, 10 s a request), one per kubeconfig for the
+// life of the test process: the tests' reads that poll go through it instead of a kubectl
+// process each.
+inline kube::Client& TestClient() {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<kube::Client>> clients;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<kube::Client>& client = clients[KubeconfigPath()];
+  if (!client) {
+    kube::Config c = AdminConfig();
+    c.max_retries = 0;
+    c.request_timeout = std::chrono::seconds(10);
+    client = kube::NewClient(std::move(c));
+  }
+  return *client;
 }
 
 // Eventually's default pause between two polls: 50 ms at first, half as long again after each
