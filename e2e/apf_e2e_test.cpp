@@ -47,7 +47,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
@@ -341,5 +341,5 @@ TEST_F(ApfE2E, RealApfRejectionsDuringA64WorkerCreationHonourRetryAfterAndLoseNo
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -15,7 +15,7 @@
 #include "e2e_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::Json;
 using kube::Resource;
@@ -203,5 +203,5 @@ TEST(CacheE2E, NothingMissedWhenApiServerIsKilledMidWatch) {
   EXPECT_GE(pods.stats().watch_failures, 1u) << "the watch never broke: was the server restarted?";
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

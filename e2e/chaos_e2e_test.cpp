@@ -87,7 +87,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using chaos::Kind;
 using Clock = std::chrono::steady_clock;
@@ -1140,5 +1140,5 @@ TEST_F(ChaosE2E, SeededCampaignKeepsEveryPromise) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -35,7 +35,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 const std::string kChart = std::string(TPUJOB_SOURCE_DIR) + "/charts/tpujob-operator";
 const std::string kTestdata = std::string(TPUJOB_SOURCE_DIR) + "/e2e/testdata";
@@ -1404,5 +1404,5 @@ TEST_F(ChartE2E, AggregatedRolesGiveNamespaceEditAndViewUsersTPUJobs) {
             "tpujob.tpujob.dev/mine");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

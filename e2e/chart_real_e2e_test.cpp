@@ -34,7 +34,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 // The pod whose name the leader lease's holder starts with ("" when none).
 std::string LeaderPod(const std::string& ns, const std::vector<std::string>& pods) {
@@ -258,5 +258,5 @@ TEST_F(ChartRealE2E, ABrokenImageIsReportedWithTheKubeletsReason) {
   EXPECT_NE(why.find("no such file or directory"), std::string::npos) << why;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -20,7 +20,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -435,5 +435,5 @@ TEST_F(CordonSafetyE2E, RateSurvivesARestartAfterItsCordonWasLifted) {
   EXPECT_NE(second.Log().find("verdict=RateLimited"), std::string::npos) << second.Log();
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -20,7 +20,7 @@
 #include "e2e_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Json = nlohmann::json;
 
@@ -966,5 +966,5 @@ TEST_F(CrdE2E, StatusSchemaRejectsValuesOutsideItsEnums) {
   EXPECT_TRUE(Contains(r.output, "Duplicate value")) << r.output;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

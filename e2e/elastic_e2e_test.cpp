@@ -18,7 +18,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ElasticE2E = MultisliceTest;
 
@@ -248,5 +248,5 @@ TEST_F(ElasticE2E, ADegradedJobNeverPreemptsToGrowAndAHigherPriorityJobMayTakeIt
   ExpectNothingLeftBehind(n, node_sets_);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -22,7 +22,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 class FaultsE2E : public ::testing::Test {
  protected:
@@ -653,5 +653,5 @@ TEST_F(FaultsE2E, AQueueTimeoutNeverFiresEarly) {
       kJobs, first, last);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -22,7 +22,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 // Wall-clock seconds since the epoch, as the phase watch stamps its lines.
 double WallNow() {
@@ -315,5 +315,5 @@ TEST_F(GoodputE2E, ARunningJobHasALiveGaugeAndCheckpointsMoveLostWork) {
   EXPECT_NEAR(Number(g, "productiveSeconds"), 1.0, 0.5);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -26,7 +26,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 
@@ -453,5 +453,5 @@ TEST_F(InPlaceE2E, ThePodsPassPodSecurityRestrictedWithARestrictedProgram) {
   EXPECT_EQ(op.Log().find("violates PodSecurity"), std::string::npos) << op.Log();
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -15,7 +15,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Clock = std::chrono::steady_clock;
 
@@ -204,5 +204,5 @@ TEST_F(JobControlE2E, ActiveDeadlineFailsTheJobAfterItsSeconds) {
   EXPECT_TRUE(PodsGone(n, "bounded"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

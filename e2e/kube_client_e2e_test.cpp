@@ -12,7 +12,7 @@
 #include "kube/client.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::Json;
 using kube::Resource;
@@ -327,5 +327,5 @@ TEST(KubeClientE2E, RequestObserverSeesEveryRequest) {
   EXPECT_EQ(not_found.load(), 1);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -13,7 +13,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 std::string BuildDir() {
   const std::string binary = TPUJOB_OPERATOR_BINARY;
@@ -108,5 +108,5 @@ TEST(KubectlPluginE2E, ListsTheQueueInOrderAndDescribesFaultsAndWhyAJobWaits) {
       << missing.output;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -15,7 +15,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 using std::chrono::seconds;
@@ -174,5 +174,5 @@ TEST_F(KubectlTpujobE2E, SuspendStopsTheJobAndResumeRunsItAgain) {
   EXPECT_NE(KubectlTpujob("suspend no-such-job -n " + n).exit_code, 0);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

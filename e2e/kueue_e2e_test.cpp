@@ -18,7 +18,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 class KueueE2E : public ::testing::Test {
  protected:
@@ -352,5 +352,5 @@ TEST_F(KueueE2E, AJobWhoseWorkloadIsDeletedStopsAndQueuesInKueueAgain) {
   EXPECT_TRUE(ReservedChipsBecome("8"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

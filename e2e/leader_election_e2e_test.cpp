@@ -30,7 +30,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -743,5 +743,5 @@ TEST_F(LeaderElectionE2E, ApiServerDownPastTheRenewDeadlineLeaderStopsOnTimeAndN
   EXPECT_EQ(by_a + by_b + unaudited, kWorkers);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -13,7 +13,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 constexpr char kNodes2x4[] = "lc-2x4";  // 4 hosts of a 2x4 slice per job (2 workers of 4 chips)
 constexpr char kNodes4x4[] = "lc-4x4";  // a 4x4 slice: 4 workers of 4 chips
@@ -361,5 +361,5 @@ TEST_F(LifecycleE2E, ConvergesThroughTwentySigkillsWithoutDuplicatesOrOrphans) {
   EXPECT_EQ(owners, "chaos chaos");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -13,7 +13,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 constexpr char kNodes[] = "mx-2x4";
 
@@ -161,5 +161,5 @@ TEST_F(MetricsE2E, PrometheusScrapesJobRestartReissueAndPreflightMetrics) {
   EXPECT_LT(recovery, 120);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -22,7 +22,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 // The manager cluster's directory: beside the test's own cluster (one per shard), as DIR-manager,
 // which no process of DIR mentions as DIR or DIR/... (e2e/cluster down stops those).
@@ -367,5 +367,5 @@ TEST_F(MultiKueueE2E, KueuePreemptsInTheManagerTheCopyStopsInTheWorkerAndRunsAga
   EXPECT_TRUE(ReservedChipsBecome(/*manager=*/false, "8"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -23,7 +23,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 
@@ -723,5 +723,5 @@ TEST_F(MultisliceE2E, OperatorKilledDuringTheCreationOfFourSlicesOfSixteenLeaves
   ExpectNothingLeftBehind(n, node_sets_);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

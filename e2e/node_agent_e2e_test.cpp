@@ -26,7 +26,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using SteadyClock = std::chrono::steady_clock;
 
@@ -710,5 +710,5 @@ TEST_F(NodeAgentE2E, ChartInstallsTheAgentBesideARestrictedOperator) {
   EXPECT_NE(dry_run.output.find("hostPath"), std::string::npos) << dry_run.output;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -13,7 +13,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Clock = std::chrono::steady_clock;
 
@@ -337,5 +337,5 @@ TEST_F(NodeFaultsE2E, SystemicEnvironmentFailureCordonsNothing) {
       {"--root-path", dir, "--shm-path", dir, "--cache-path", dir}, 11);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

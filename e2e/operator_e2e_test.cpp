@@ -15,7 +15,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 TEST(OperatorE2E, CrdIsServedWithShortNameAndPrinterColumns) {
   InstallCrd();
@@ -181,5 +181,5 @@ TEST(OperatorE2E, HealthzFailsWhileWatchesAreSilentAndRecovers) {
   DeleteTpuNodes(prefix);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -10,7 +10,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 std::string LabelledPod(const std::string& name, int index) {
   return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name +
@@ -47,5 +47,5 @@ TEST(PodWatchE2E, KeepsEveryEventWhenItsWatchIsCut) {
       << after.violations[0];
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

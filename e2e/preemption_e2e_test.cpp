@@ -14,7 +14,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 class PreemptionE2E : public ::testing::Test {
  protected:
@@ -140,5 +140,5 @@ TEST_F(PreemptionE2E, EqualPriorityPreemptionPolicyNeverAndNonPreemptibleJobsNev
   EXPECT_TRUE(EventsWith(JobEvents(n, "low"), "Preempted").empty());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

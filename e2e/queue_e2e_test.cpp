@@ -13,7 +13,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Clock = std::chrono::steady_clock;
 
@@ -188,5 +188,5 @@ TEST_F(QueueE2E, RestartedOperatorKeepsTheQueueDeadline) {
   EXPECT_GE(*failed_ms - deadline * 1000, 0);  // never early; how late is not asserted
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -32,7 +32,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Json = nlohmann::json;
 using std::chrono::seconds;
@@ -313,5 +313,5 @@ TEST_F(RealElasticE2E, AJaxJobShrinksToTheSliceLeftAndGrowsBackAtItsNextCheckpoi
 
 TEST_F(RealElasticE2E, InPlaceTheSameHappensInThePodThatRunsTheKeptSlice) { Run("InPlace"); }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -46,7 +46,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Json = nlohmann::json;
 using std::chrono::seconds;
@@ -932,5 +932,5 @@ TEST_F(RealStallE2E, TheSupervisorPassesStdoutAndStderrOnByteForByte) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -35,7 +35,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Json = nlohmann::json;
 using std::chrono::seconds;
@@ -845,5 +845,5 @@ TEST_F(RealWorkerE2E, KubectlTpujobRunLogsAndWaitFollowTheProgramAcrossAReissue)
   EXPECT_NE(gone.output.find("Succeeded and its pods are gone"), std::string::npos) << gone.output;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -50,7 +50,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using Clock = std::chrono::steady_clock;
 
@@ -496,5 +496,5 @@ TEST_F(CrashAtEveryWriteE2E, TheJobConvergesToTheSameEndWhateverWriteTheOperator
   EXPECT_GE(crashed, clean.writes * 3 / 4) << "the crash flag did not fire";
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -21,7 +21,7 @@
 #include "tpujob_env.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 using std::chrono::seconds;
@@ -465,5 +465,5 @@ TEST_F(StallE2E, ASuspectCordonIsRefusedByTheCircuitBreaker) {
                              "hardware (circuit breaker)");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -9,7 +9,7 @@
 #include "base/backoff.h"
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -89,5 +89,5 @@ TEST(BackoffTest, RandomBetweenStaysInRange) {
   EXPECT_EQ(RandomBetween(seconds(5), seconds(3), rng), seconds(5));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

@@ -9,7 +9,7 @@
 #include "base/clock.h"
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::seconds;
 
@@ -114,5 +114,5 @@ TEST(FakeClockTest, ShortLivedWaitersSurviveConcurrentAdvance) {
   EXPECT_EQ(clock.Waiters(), 0);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

@@ -14,7 +14,7 @@
 #include "log_line_parser.h"
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -239,5 +239,5 @@ TEST(LogLineParserTest, RefusesLinesThatAreNotLogfmt) {
       R"({"ts":"2024-05-01T12:00:00.000Z","level":"info","msg":"x","a":{"b":1}})"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

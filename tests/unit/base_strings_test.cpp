@@ -3,7 +3,7 @@
 #include "base/strings.h"
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 TEST(BaseStringsTest, TrimDropsWhitespaceAtBothEndsOnly) {
   EXPECT_EQ(Trim("  a b\t\r\n"), "a b");
@@ -34,5 +34,5 @@ TEST(BaseStringsTest, IsIpAddressTellsAddressesFromNames) {
   EXPECT_FALSE(IsIpAddress(""));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

@@ -7,7 +7,7 @@
 #include "base/token_bucket.h"
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 
@@ -97,5 +97,5 @@ TEST(TokenBucketTest, WaitBlocksUntilTheFakeClockReachesTheToken) {
   EXPECT_FALSE(bucket.TryAccept());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

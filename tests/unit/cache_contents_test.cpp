@@ -19,7 +19,7 @@
 #include "shell.h"
 
 namespace tpujob::cache {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::FakeClient;
 using kube::Resource;
@@ -285,5 +285,5 @@ TEST_F(DebugCacheEndpointTest, AbsentByDefault) {
   EXPECT_TRUE(Get("/healthz").output.ends_with("\n200"));  // the server itself answers
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::cache

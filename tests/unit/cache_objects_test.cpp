@@ -6,7 +6,7 @@
 #include "cache/objects.h"
 
 namespace tpujob::cache {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::seconds;
 
@@ -527,5 +527,5 @@ TEST(CacheLabelMapTest, SortedSetGetErase) {
   EXPECT_EQ(labels, (LabelMap{{"c", "3"}, {"a", "one"}}));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::cache

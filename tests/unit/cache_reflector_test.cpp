@@ -14,7 +14,7 @@
 #include "fake_client.h"
 
 namespace tpujob::cache {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::FakeClient;
 using kube::Resource;
@@ -735,5 +735,5 @@ TEST(CacheInformerTest, NodeHeartbeatsAreAppliedUndecodedAndChangesStillDecoded)
             fake.Stored(nodes, "", "n1")->at("metadata").at("resourceVersion").get<std::string>());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::cache

@@ -3,7 +3,7 @@
 #include "cache/selector.h"
 
 namespace tpujob::cache {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 const LabelMap kLabels{{"app", "trainer"},
                        {"tier", "worker"},
@@ -193,5 +193,5 @@ TEST(CacheFieldSelectorTest, EscapesAndErrors) {
   EXPECT_TRUE(node_fields->Matches(cordoned));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::cache

@@ -10,7 +10,7 @@
 #include "cache/store.h"
 
 namespace tpujob::cache {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -257,5 +257,5 @@ TEST_F(CacheStoreTest, IdentityListingsAreSnapshotsOfOneInstant) {
   EXPECT_EQ(last.back().resource_version, "500");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::cache

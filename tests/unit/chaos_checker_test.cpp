@@ -13,7 +13,7 @@
 #include "chaos_schedule.h"
 
 namespace tpujob::e2e::chaos {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 
@@ -823,5 +823,5 @@ TEST(ChaosSchedule, SplitMix64MatchesItsReferenceValues) {
   EXPECT_EQ(rng.Next(), 0x6e789e6aa1b965f4ULL);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e::chaos

@@ -12,7 +12,7 @@
 #include "policy/elastic.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using policy::ReplicaType;
 using ::testing::ElementsAre;
@@ -969,5 +969,5 @@ TEST(ChildrenBuildPodTest, KueuePlacementAddsTheFlavorsSelectorsAndTolerations) 
   EXPECT_FALSE(other["nodeSelector"].contains("cloud.google.com/reservation-name"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

@@ -18,17 +18,13 @@
 #include "cache/store.h"
 #include "controller/cordoner.h"
 #include "controller/event_recorder.h"
+#include "cordon_verdict_printer.h"
 #include "fake_client.h"
 #include "log_capture.h"
 #include "policy/cordon.h"
 
-namespace tpujob::policy {
-// Readable gtest output for verdicts.
-inline void PrintTo(CordonVerdict verdict, std::ostream* os) { *os << ToString(verdict); }
-}  // namespace tpujob::policy
-
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using cache::NodeInfo;
 using kube::FakeClient;
@@ -808,5 +804,5 @@ TEST_F(CordonerStateTest, AStateThatIsNotJsonIsIgnoredAndOverwritten) {
   EXPECT_TRUE(SavedState().contains("items")) << SavedState().dump();
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

@@ -15,7 +15,7 @@
 #include "log_capture.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::FakeClient;
 using kube::Json;
@@ -405,5 +405,5 @@ TEST_F(EventRecorderTest, DestructorGivesUpAfterStopTimeout) {
   EXPECT_THAT(Events(), SizeIs(1));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

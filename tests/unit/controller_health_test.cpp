@@ -8,7 +8,7 @@
 #include "controller/health.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::minutes;
 using std::chrono::seconds;
@@ -60,5 +60,5 @@ TEST(HealthProblemsTest, Table) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

@@ -14,7 +14,7 @@
 #include "fake_client.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::Json;
 
@@ -449,5 +449,5 @@ TEST_F(JobQueuePreemptionTest, PreemptionPolicyNeverAndNonPreemptibleJobsAreHono
   EXPECT_TRUE(orders.empty());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

@@ -10,7 +10,7 @@
 #include "fake_client.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::Resource;
 
@@ -436,5 +436,5 @@ TEST_F(KueueAdapterTest, AManagerClusterJobFinishesItsWorkloadOnTheCopiedStatus)
   EXPECT_TRUE(failed) << stored->dump();
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

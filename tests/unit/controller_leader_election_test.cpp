@@ -23,7 +23,7 @@
 #include "log_capture.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::FakeClient;
 using kube::Json;
@@ -881,5 +881,5 @@ TEST_F(LeaderElectionManagerTest, StopAsLeaderDrainsThenReleasesTheLease) {
             log.find("msg=\"released leader lease\""));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

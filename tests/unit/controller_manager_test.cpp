@@ -19,7 +19,7 @@
 #include "fake_client.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::Json;
 using kube::Resource;
@@ -332,5 +332,5 @@ TEST(ManagerTest, TheLeaderElectorUsesTheLeaseClientForEveryLeaseRequest) {
   EXPECT_EQ(controllers.lease_requests(), 0);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

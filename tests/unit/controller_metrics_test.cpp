@@ -5,7 +5,7 @@
 #include "controller/metrics.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace std::chrono_literals;
 using policy::FaultRecord;
@@ -249,5 +249,5 @@ TEST(ControllerMetricsTest, GoodputCountsWhatEachWriteFoldedIn) {
   EXPECT_DOUBLE_EQ(Count(m.productive_chip_seconds, {"goodput-ns"}) - productive, 100.5);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

@@ -17,7 +17,7 @@
 #include "policy/cordon.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using cache::NodeInfo;
 using kube::FakeClient;
@@ -285,5 +285,5 @@ TEST_F(NodeReconcilerTest, AnUnhealthyNodeStaysCordoned) {
   EXPECT_EQ(Stored("n1")["spec"]["unschedulable"], true);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

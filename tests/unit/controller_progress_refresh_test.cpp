@@ -18,7 +18,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::FakeClient;
 using kube::Json;
@@ -250,5 +250,5 @@ TEST_F(ProgressRefreshTest, AnUnreadableLogChangesNothingAndIsReadAgainNextInter
   EXPECT_EQ(Stored().progress->step, 7);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

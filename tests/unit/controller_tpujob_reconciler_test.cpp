@@ -18,7 +18,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::controller {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::FakeClient;
 using kube::Json;
@@ -189,5 +189,5 @@ TEST_F(StaleNodeCacheTest, ANodeDeletedBehindTheCacheIsLostNotTheProgramsFault) 
   EXPECT_EQ(status.faults.back().node, "node-1");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::controller

@@ -16,7 +16,7 @@
 #include <vector>
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::Contains;
 using ::testing::IsSupersetOf;
@@ -265,5 +265,5 @@ TEST(DocsFlagsTest, HelpParsingFindsFlagsAndDefaults) {
             (std::map<std::string, std::string>{{"--log-level", "`info`"}}));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

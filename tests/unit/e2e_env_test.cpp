@@ -11,7 +11,7 @@
 #include <string>
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 // Sets the variables for one test and puts back what was there before.
 class ScopedEnv {
@@ -95,5 +95,5 @@ TEST(E2eEnvTest, EventuallyKeepsAnIntervalItIsGiven) {
   EXPECT_LE(polls, 5);  // 0, 100, 200, then the one at the deadline (at most one more if late)
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -7,7 +7,7 @@
 #include "policy/job_spec.h"
 
 namespace tpujob::fixtures {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 TEST(E2eFixturesTest, ANodeIsATaintedTpuHostWithItsSliceLabels) {
   FakeNode fake{.name = "tpu-0", .labels = TpuNodeLabels("tpu-v5-lite-podslice", "2x2", "pool-a")};
@@ -88,5 +88,5 @@ TEST(E2eFixturesTest, AConditionPatchSetsOneConditionByType) {
   EXPECT_EQ(conditions[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::fixtures

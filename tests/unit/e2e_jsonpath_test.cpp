@@ -9,7 +9,7 @@
 #include "jsonpath.h"
 
 namespace tpujob::e2e {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 const nlohmann::json& Job() {
   static const nlohmann::json job = nlohmann::json::parse(R"({
@@ -86,5 +86,5 @@ TEST(E2eJsonPathTest, LeavesKubectlsOwnRenderingsAndSyntaxToKubectl) {
   EXPECT_EQ(Print("{.metadata.labels[*]}"), std::nullopt);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::e2e

@@ -29,7 +29,7 @@
 extern char** environ;
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 constexpr char kServerEnv[] = "TPUJOB_EXIT_TEST_SERVER";
 constexpr char kCaEnv[] = "TPUJOB_EXIT_TEST_CA";
@@ -138,5 +138,5 @@ TEST(KubeClientExit, AProcessExitsRightAfterAFailedHandshake) {
   EXPECT_EQ(refused_wrongly, 0) << "children whose request did not fail as a transport error";
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -14,7 +14,7 @@
 #include "metrics/http_server.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
@@ -245,5 +245,5 @@ TEST(KubeClientRetryTest, QpsLimitSpacesRequestsAndZeroTurnsItOff) {
   EXPECT_LT(steady_clock::now() - fast_start, steady_clock::now() - start);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -17,7 +17,7 @@
 #include "scratch.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -134,5 +134,5 @@ TEST(KubeClientTls, AWatchTrustsOnlyTheConfiguredCaAndChecksTheServersName) {
   EXPECT_EQ(unreadable.error().kind, ErrorKind::kConfig) << unreadable.error().ToString();
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

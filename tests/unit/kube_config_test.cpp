@@ -16,7 +16,7 @@
 #include "scratch.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -746,5 +746,5 @@ TEST(KubeTrustTest, AnSslCertFileSetBeforeIsNotLoadedEither) {
   EXPECT_EQ(CertFile(), "/dev/null");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

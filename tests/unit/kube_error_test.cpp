@@ -6,7 +6,7 @@
 #include "kube/error.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -212,5 +212,5 @@ TEST(KubeErrorTest, StatusJsonThatIsNotJsonIsADecodeError) {
   EXPECT_EQ(ErrorFromStatusJson("[1,2]").kind, ErrorKind::kDecode);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -18,7 +18,7 @@
 #include "loopback_listener.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -319,5 +319,5 @@ TEST(HttpStreamTest, TheClientsWatchDecodesEventsAndReportsRefusals) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

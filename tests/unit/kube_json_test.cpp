@@ -3,7 +3,7 @@
 #include "kube/json.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 TEST(KubeJsonTest, StringFieldReadsAStringMemberAndNothingElse) {
   const Json object = {{"reason", "NotFound"}, {"code", 404}, {"details", Json::object()}};
@@ -15,5 +15,5 @@ TEST(KubeJsonTest, StringFieldReadsAStringMemberAndNothingElse) {
   EXPECT_EQ(StringField(Json(), "reason"), "");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

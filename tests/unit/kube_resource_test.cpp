@@ -3,7 +3,7 @@
 #include "kube/resource.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 TEST(KubeResourceTest, GroupVersionPathForCoreAndNamedGroups) {
   EXPECT_EQ(Resource::Pods().GroupVersionPath(), "/api/v1");
@@ -58,5 +58,5 @@ TEST(KubeResourceTest, UrlEncodeKeepsOnlyUnreservedCharacters) {
   EXPECT_EQ(UrlEncode(std::string_view("\0\x7F", 2)), "%00%7F");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -19,7 +19,7 @@
 #include "loopback_listener.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 
@@ -142,5 +142,5 @@ TEST(KubeStreamTest, GetTextGivesUpABodyThatDoesNotEnd) {
   EXPECT_THAT(text.error().ToString(), HasSubstr("no end of log of p"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -18,7 +18,7 @@
 #include "loopback_listener.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
@@ -115,5 +115,5 @@ TEST(KubeWatchIdleTest, AWatchThatKeepsDeliveringIsNeverSilent) {
   EXPECT_GE(received, 6);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -7,7 +7,7 @@
 #include "kube/watch.h"
 
 namespace tpujob::kube {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 
@@ -401,5 +401,5 @@ TEST(KubeWatchTest, NamespacedObjectsCarryTheirNamespace) {
   EXPECT_EQ(event->undecoded->resource_version, "7");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::kube

@@ -8,7 +8,7 @@
 #include "plugin_render.h"
 
 namespace tpujob::plugin {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -264,5 +264,5 @@ TEST(KubectlPluginTest, AgeReadsLikeKubectl) {
   EXPECT_EQ(Age("garbage", kNow), "<unknown>");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::plugin

@@ -13,7 +13,7 @@
 #include "metrics/auth.h"
 
 namespace tpujob::metrics {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using kube::Json;
 
@@ -184,5 +184,5 @@ TEST(BearerTokenTest, OnlyTheBearerSchemeCarriesAToken) {
   EXPECT_EQ(BearerToken(""), "");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::metrics

@@ -8,7 +8,7 @@
 #include "metrics/registry.h"
 
 namespace tpujob::metrics {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -208,5 +208,5 @@ TEST(MetricsRegistryTest, ProcessMetricsReadProc) {
   EXPECT_THAT(text, Not(HasSubstr("process_open_fds 0\n")));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::metrics

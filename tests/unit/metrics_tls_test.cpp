@@ -17,7 +17,7 @@
 #include "shell.h"
 
 namespace tpujob::metrics {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::tpujob::testing_util::TempDir;
 
@@ -107,5 +107,5 @@ TEST(TlsTest, ServerSpeaksHttpsPassesTheAuthorizationHeaderAndReloadsItsCertific
   EXPECT_EQ(kept.exit_code, 0) << kept.output;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::metrics

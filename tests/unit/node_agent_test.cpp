@@ -24,7 +24,7 @@
 #include "preflight_test_util.h"
 
 namespace tpujob::agent {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -994,5 +994,5 @@ TEST_F(NodeAgentRoundsTest, NoPodWatchWhenTurnedOff) {
   EXPECT_THAT(client_.watch_calls(), IsEmpty());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::agent

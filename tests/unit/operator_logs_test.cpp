@@ -20,7 +20,7 @@
 #include "log_line_parser.h"
 
 namespace tpujob {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
@@ -142,5 +142,5 @@ TEST(OperatorLogFiles, EveryLineTheEndToEndSuiteWrote) {
   EXPECT_TRUE(bad.empty()) << bad.size() << " lines are not strict logfmt or JSON:\n" << report;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob

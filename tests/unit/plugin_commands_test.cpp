@@ -17,7 +17,7 @@
 #include "shell.h"
 
 namespace tpujob::plugin {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -630,5 +630,5 @@ TEST(PluginCompletionTest, TheSubcommandAndKubectlsEntryPointAnswer) {
   EXPECT_EQ(a.output, "resume\n:4\n");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::plugin

@@ -9,14 +9,11 @@
 
 #include "cache/intern.h"
 #include "cache/objects.h"
+#include "cordon_verdict_printer.h"
 #include "policy/cordon.h"
 
 namespace tpujob::policy {
-
-// Readable gtest output for verdicts.
-inline void PrintTo(CordonVerdict verdict, std::ostream* os) { *os << ToString(verdict); }
-
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using cache::InternedString;
 using cache::NodeInfo;
@@ -757,5 +754,5 @@ TEST_F(CordonSafetyTest, RecordedFailuresTripTheBreakerForTheFirstDecision) {
             CordonVerdict::kCordon);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -11,7 +11,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 constexpr ReplicaType kWorker = ReplicaType::kWorker;
@@ -269,7 +269,7 @@ TEST(PolicyElasticTest, ItGrowsBackWithoutARetryWhenTheQueueHasAPool) {
   const Plan running = StepWith(sim, a);
   EXPECT_EQ(running.status.phase, Phase::kRunning);
   EXPECT_EQ(sim.LivePods(), 8);
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 // With waitSeconds 0 a grow's added slice must not be given up before the queue answered its
@@ -346,7 +346,7 @@ TEST(PolicyElasticTest, ItGrowsByAsManySlicesAsHavePools) {
   const Plan whole = StepWith(sim, a);
   EXPECT_EQ(whole.status.tpu->active_slices, 4);
   EXPECT_EQ(whole.status.FindCondition(condition::kDegraded)->status, "False");
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 TEST(PolicyElasticTest, AGrowThatFindsNoPoolShrinksAgainAfterWaitSeconds) {
@@ -500,5 +500,5 @@ TEST(PolicyElasticTest, AWholeJobReissueKeepsTheSlicesItRunsOn) {
   EXPECT_EQ(started.create.size(), 6u);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

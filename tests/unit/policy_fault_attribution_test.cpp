@@ -13,7 +13,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 using std::chrono::seconds;
@@ -528,5 +528,5 @@ TEST(PolicyFaultAttributionTest, ARefusedSpecCreatesNoPod) {
       << valid->message;
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -15,7 +15,7 @@
 #include "preflight/report.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using fixtures::At;
 using fixtures::MakePod;
@@ -442,5 +442,5 @@ TEST(PolicyFaultTableTest, DisruptionsUseNoRetryAndGiveTheMaintenanceGrace) {
   EXPECT_EQ(Treatment(FaultKind::kContainerFailed).cordon, FaultCordon::kNone);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -12,7 +12,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 using std::chrono::milliseconds;
@@ -417,5 +417,5 @@ TEST(PolicyGoodputTest, APreflightCheckRunningIsItsOwnCause) {
   EXPECT_EQ(Lost(plan.status, "Preflight"), 7000);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -14,7 +14,7 @@
 #include "supervisor/protocol.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 constexpr ReplicaType kWorker = ReplicaType::kWorker;
@@ -431,7 +431,7 @@ TEST(PolicyInPlaceTest, SliceRecoveryKeepsTheOtherSlicesPodsAndRestartsThemInPla
   }
   EXPECT_NE(sim.Worker(2).uid, uids[2]);
   EXPECT_EQ(RunningGeneration(sim, 2), 2);
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 // An elastic job under restart InPlace (policy/elastic.h): 3 slices of 2 workers, minSlices 1.
@@ -490,7 +490,7 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   const EventToRecord* event = FindEvent(shrunk, "RunningOnFewerSlices");
   ASSERT_NE(event, nullptr);
   EXPECT_NE(event->message.find("(slice 2 runs as slice 0)"), std::string::npos) << event->message;
-  EXPECT_TRUE(shrunk.remove.empty()) << testing::PrintToString(RemovedNames(shrunk));
+  EXPECT_TRUE(shrunk.remove.empty()) << ::testing::PrintToString(RemovedNames(shrunk));
   EXPECT_TRUE(shrunk.create.empty());
   EXPECT_NE(FindEvent(shrunk, "BarrierOpened"), nullptr);
   EXPECT_EQ(shrunk.annotate.size(), 4u);  // one patch a pod
@@ -515,7 +515,7 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   const Plan grow = step(true, {}, healthy, {"pool-d"});
   EXPECT_EQ(grow.status.tpu->active_slices, 3);
   EXPECT_EQ(grow.status.tpu->slice_slots, (std::vector<int32_t>{2, 1, 0}));
-  EXPECT_TRUE(grow.remove.empty()) << testing::PrintToString(RemovedNames(grow));
+  EXPECT_TRUE(grow.remove.empty()) << ::testing::PrintToString(RemovedNames(grow));
   EXPECT_EQ(grow.annotate.size(), 4u);
   ASSERT_TRUE(grow.status.slice_recovery.has_value());
   EXPECT_TRUE(grow.status.slice_recovery->in_place);
@@ -542,7 +542,7 @@ TEST(PolicyInPlaceTest, AnElasticJobShrinksAndGrowsBackInThePodsItRunsIn) {
   for (const auto& [index, old_index] : std::map<int, int>{{0, 4}, {1, 5}, {2, 2}, {3, 3}}) {
     EXPECT_EQ(sim.Worker(index).uid, uids[old_index]) << index;  // through both changes
   }
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 TEST(PolicyInPlaceTest, AnEvictedPodIsCountedOnceAndReplacedToJoinTheRestart) {
@@ -668,5 +668,5 @@ TEST(PolicyInPlaceTest, TheSpecNeedsTheProgramsCommand) {
   EXPECT_EQ(plain->fault_tolerance.restart, RestartMode::kRecreate);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -9,7 +9,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using fixtures::ContainerTemplate;
 using fixtures::MakeJob;
@@ -698,5 +698,5 @@ TEST(PolicyJobSpecTpuTypeTest, SlicesOfATypeStillCountAgainstTheWorkerLimit) {
   EXPECT_THAT(ErrorOf(spec), HasSubstr("spec.tpu.slices: 9 slices of 2048 workers"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

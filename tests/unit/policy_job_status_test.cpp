@@ -8,7 +8,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using fixtures::At;
 using std::chrono::milliseconds;
@@ -309,5 +309,5 @@ TEST(PolicyJobStatusTest, EmptyCollectionsAreLeftOut) {
   EXPECT_THAT(JobStatus::FromJson(s.ToJson()).faults, IsEmpty());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -6,7 +6,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy::kueue {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using fixtures::At;
 using fixtures::MakeJob;
@@ -707,5 +707,5 @@ TEST(KueuePatchTest, FinishAddsFinishedAndKeepsTheOtherConditions) {
   ASSERT_NE(Find(conditions, "Admitted"), nullptr);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy::kueue

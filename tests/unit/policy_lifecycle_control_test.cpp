@@ -10,7 +10,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 using std::chrono::seconds;
@@ -82,7 +82,7 @@ TEST(PolicyJobControlTest, SuspendStopsTheJobAndResumeRunsTheSameAttemptAgain) {
   EXPECT_EQ(plan.status.attempt, running.attempt);
   EXPECT_EQ(plan.status.job_retries, running.job_retries);
   EXPECT_TRUE(plan.status.start_time.has_value());
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 TEST(PolicyJobControlTest, ResumingBeforeThePodsAreGoneWaitsForThem) {
@@ -98,7 +98,7 @@ TEST(PolicyJobControlTest, ResumingBeforeThePodsAreGoneWaitsForThem) {
   plan = sim.Step(/*admit=*/true);
   EXPECT_EQ(plan.status.phase, Phase::kStarting);
   EXPECT_THAT(plan.create, SizeIs(2));
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 TEST(PolicyJobControlTest, AJobCreatedSuspendedWaitsWithoutBeingAdmitted) {
@@ -259,7 +259,7 @@ TEST(PolicyJobControlTest, PreemptionStopsTheJobLikeMaintenanceAndQueuesItByPrio
   EXPECT_EQ(Cond(plan, condition::kPreempted)->reason, "Readmitted");
   EXPECT_EQ(plan.status.job_retries, running.job_retries);
   EXPECT_EQ(plan.status.preemptions, 1);
-  EXPECT_TRUE(sim.violations.empty()) << testing::PrintToString(sim.violations);
+  EXPECT_TRUE(sim.violations.empty()) << ::testing::PrintToString(sim.violations);
 }
 
 TEST(PolicyJobControlTest, PreemptionOfAJobWithoutRetriesStillRequeuesIt) {
@@ -333,5 +333,5 @@ TEST(PolicyJobControlTest, ThePreemptorSaysWhomItPreempts) {
   sim.ExpectFixedPoint(plan, /*admit=*/false);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

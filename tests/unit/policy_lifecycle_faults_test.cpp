@@ -11,7 +11,7 @@
 #include "preflight/report.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 constexpr ReplicaType kWorker = ReplicaType::kWorker;
@@ -514,5 +514,5 @@ TEST(PolicyMultisliceFaultsTest, AllWorkersSuccessCountsEverySlice) {
   EXPECT_EQ(succeeded->message, "all 4 workers exited 0");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

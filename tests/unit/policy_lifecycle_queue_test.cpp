@@ -6,7 +6,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 using std::chrono::seconds;
@@ -186,5 +186,5 @@ TEST(PolicyQueueLifecycleTest, AKueueAdmissionIsNotReleasedForUnschedulablePods)
   EXPECT_EQ(FindEvent(plan, "AdmissionReleased"), nullptr);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

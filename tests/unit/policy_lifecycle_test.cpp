@@ -17,7 +17,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using cache::InternedString;
 using fixtures::At;
@@ -1220,5 +1220,5 @@ TEST(PolicyLifecyclePropertyTest, RandomOutcomesKeepTheInvariants) {
   EXPECT_GT(restarted, 30);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -11,7 +11,7 @@
 #include "policy/queue.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -455,5 +455,5 @@ TEST(MultislicePreemptionTest, AdmittedMultisliceJobAheadKeepsAllItsPools) {
   EXPECT_EQ(plan[0].pool, "pool-c");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -8,7 +8,7 @@
 #include "policy/progress_log.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 WallTime At(const std::string& rfc3339) { return *cache::ParseRfc3339(rfc3339); }
 
@@ -88,5 +88,5 @@ TEST(PolicyProgressLogTest, RefreshWritesOnlyNewsAndKeepsStallState) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

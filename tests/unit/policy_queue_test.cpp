@@ -17,7 +17,7 @@
 #include "policy/queue.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using cache::InternedString;
 using cache::NodeInfo;
@@ -1306,5 +1306,5 @@ TEST(MultisliceAdmissionTest, ReissuedAttemptPrefersPoolsWithoutAnUnhealthyNode)
   EXPECT_EQ(fresh.at("ns/ms").pools, (std::vector<std::string>{"pool-a", "pool-b", "pool-c"}));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

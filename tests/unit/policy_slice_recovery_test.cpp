@@ -10,7 +10,7 @@
 #include "policy_fixtures.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 constexpr ReplicaType kWorker = ReplicaType::kWorker;
@@ -533,5 +533,5 @@ TEST(PolicySliceRecoveryTest, APlaceWonByPreemptionNamesTheVictim) {
             "they hold after preempting team-b/low (priority 10) in node pool pool-d");
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

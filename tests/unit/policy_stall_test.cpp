@@ -13,7 +13,7 @@
 #include "supervisor/protocol.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using namespace fixtures;
 
@@ -452,5 +452,5 @@ TEST(PolicyStallTest, NoSuspectTwiceWhenTheWorkersStopTogether) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

@@ -9,7 +9,7 @@
 #include "policy/tpu_types.h"
 
 namespace tpujob::policy {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -170,5 +170,5 @@ TEST(PolicyTpuTypesTest, DocsTableIsTheTable) {
   EXPECT_EQ(doc.substr(table, end - table), expected);
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::policy

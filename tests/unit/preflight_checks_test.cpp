@@ -16,7 +16,7 @@
 #include "preflight_test_util.h"
 
 namespace tpujob::preflight {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::seconds;
 using ::testing::Contains;
@@ -500,5 +500,5 @@ TEST_F(PreflightDnsTest, HostsFileNamesAreLowerCasedAndCommentsIgnored) {
   EXPECT_TRUE(ReadHostsFile("").empty());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::preflight

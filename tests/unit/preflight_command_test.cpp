@@ -18,7 +18,7 @@
 #include "preflight_test_util.h"
 
 namespace tpujob::preflight {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -320,5 +320,5 @@ TEST_F(PreflightCommandTest, UnknownLogFormatIsAConfigFault) {
   EXPECT_THAT(out.output, HasSubstr("item=config"));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::preflight

@@ -13,7 +13,7 @@
 #include "preflight_test_util.h"
 
 namespace tpujob::preflight {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::seconds;
 using ::testing::ElementsAre;
@@ -325,5 +325,5 @@ TEST(PreflightOptionsTest, TheMultisliceCoordinatorIsResolvedWithThePeers) {
   EXPECT_THAT(LoadOk({}, Env({})).dns.hostnames, IsEmpty());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::preflight

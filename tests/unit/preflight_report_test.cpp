@@ -11,7 +11,7 @@
 #include "preflight/report.h"
 
 namespace tpujob::preflight {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using ::testing::HasSubstr;
 
@@ -233,5 +233,5 @@ TEST(PreflightReportTest, ParseRejectsAnythingElse) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::preflight

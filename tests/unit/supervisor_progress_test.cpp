@@ -30,7 +30,7 @@
 #include "supervisor/supervisor.h"
 
 namespace tpujob::supervisor {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -935,5 +935,5 @@ TEST_F(ProgressProcessTest, APortInUseIsLoggedAndTheProgramRunsToItsExitCode) {
       << Message();
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::supervisor

@@ -23,7 +23,7 @@
 #include "supervisor/protocol.h"
 
 namespace tpujob::supervisor {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -427,5 +427,5 @@ TEST(SupervisorTest, TheBinaryIsStatic) {
   }
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::supervisor

@@ -18,7 +18,7 @@
 #include "workqueue/rate_limiter.h"
 
 namespace tpujob::workqueue {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::hours;
 using std::chrono::milliseconds;
@@ -606,5 +606,5 @@ TEST(WorkqueueMetricsTest, AKeyStillOutAfterShutDownKeepsCounting) {
   EXPECT_EQ(queue.LongestRunningProcessor(), Duration::zero());
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::workqueue

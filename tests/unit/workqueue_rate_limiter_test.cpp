@@ -11,7 +11,7 @@
 #include "workqueue/rate_limiter.h"
 
 namespace tpujob::workqueue {
-namespace {
+namespace TPUJOB_TEST_NS {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -145,5 +145,5 @@ TEST(WorkqueueRateLimiterTest, DefaultCombinesPerItemBackoffAndOverallBucket) {
   EXPECT_EQ(limiter->When(key), milliseconds(5));
 }
 
-}  // namespace
+}  // namespace TPUJOB_TEST_NS
 }  // namespace tpujob::workqueue
