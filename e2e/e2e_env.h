@@ -111,9 +111,8 @@ inline kube::Config AdminConfig() {
 // A client of the test cluster (admin, no retries, 10 s a request), one per kubeconfig for the
 // life of the test process: the tests' reads that poll go through it instead of a kubectl
 // process each. The clients are never destroyed: a static destructor would run at exit after
-// cpprestsdk's own (its thread pool is made at the first request, after this map), and tear down
-// the client's connections through a pool already gone; a test process that had passed was once
-// killed that way by SIGSEGV after its last line.
+// the statics cpprestsdk and OpenSSL make at the first request (later than this map), and close
+// the clients' connections through them.
 inline kube::Client& TestClient() {
   static std::mutex mu;
   static auto* const clients = new std::map<std::string, std::unique_ptr<kube::Client>>();
