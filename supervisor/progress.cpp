@@ -12,16 +12,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "supervisor/text.h"
+
 namespace tpujob::supervisor {
 namespace {
-
-// One line to stderr (supervisor.cpp has the same; this file is linked into the same static
-// binary and the tests, and keeps its helpers to itself).
-void Log(const std::string& text) {
-  const std::string line = "tpujob-supervise: " + text + "\n";
-  const ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
-  (void)ignored;
-}
 
 re2::RE2::Options PatternOptions() {
   re2::RE2::Options options;
@@ -36,15 +30,6 @@ std::optional<int64_t> ParseStep(std::string_view text) {
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
-}
-
-std::string_view Trim(std::string_view text) {
-  const auto is_space = [](char c) {
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
-  };
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
 }
 
 // Writes all of `data` to `fd`, waiting while it is full (a non-blocking fd included). False on

@@ -20,6 +20,7 @@
 
 #include "supervisor/progress_metrics.h"
 #include "supervisor/protocol.h"
+#include "supervisor/text.h"
 
 extern char** environ;
 
@@ -28,11 +29,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// This file repeats a few small helpers the operator has in src/ (Trim, Log, the self-pipe
-// signal handling, JSON quoting) on purpose: tpujob-supervise is a static binary of the standard
-// library and POSIX only, copied into users' images, and must not link the operator's libraries
-// (spdlog, fmt, nlohmann_json, OpenSSL come with them). Only protocol.h, constants alone, is
-// shared.
+// This file and text.h repeat a few small helpers the operator has in src/ (Trim, Log, the
+// self-pipe signal handling, JSON quoting) on purpose: tpujob-supervise is a static binary of the
+// standard library, POSIX and RE2 only, copied into users' images, and must not link the
+// operator's libraries (spdlog, fmt, nlohmann_json, OpenSSL come with them). Only protocol.h,
+// constants alone, is shared.
 
 std::optional<int64_t> ParseInt(std::string_view text) {
   int64_t value = 0;
@@ -66,22 +67,6 @@ void AppendUtf8(std::string& out, uint32_t cp) {
     out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (cp & 0x3F));
   }
-}
-
-// A copy (see above) of the whitespace trimming of src/base/strings.h.
-std::string_view Trim(std::string_view text) {
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-// One line to stderr, in one write so that lines of concurrent writers do not interleave. The
-// operator logs through src/base/logging.h, which this binary does not link (see above).
-void Log(const std::string& text) {
-  const std::string line = "tpujob-supervise: " + text + "\n";
-  const ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
-  (void)ignored;
 }
 
 // Signals arrive through a self-pipe: the handler records which and writes a byte, the loop

@@ -23,7 +23,7 @@ std::string_view Head(std::string_view line, size_t max = kMaxExcerpt) {
 }
 
 // Enough of a bad line to recognise it in a log, never the whole (possibly huge) thing.
-std::string Excerpt(std::string_view line) {
+std::string LineExcerpt(std::string_view line) {
   if (line.size() <= kMaxExcerpt) return std::string(line);
   return std::string(Head(line)) + "... (" + std::to_string(line.size()) + " bytes)";
 }
@@ -291,23 +291,24 @@ Result<WatchEvent> WatchDecoder::DecodeLine(std::string_view line) {
   nlohmann::json doc =
       nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
-    return std::unexpected(Error::Decode("watch event is not valid JSON: " + Excerpt(line)));
+    return std::unexpected(Error::Decode("watch event is not valid JSON: " + LineExcerpt(line)));
   }
   if (!doc.is_object()) {
-    return std::unexpected(Error::Decode("watch event is not a JSON object: " + Excerpt(line)));
+    return std::unexpected(Error::Decode("watch event is not a JSON object: " + LineExcerpt(line)));
   }
   const auto type_field = doc.find("type");
   if (type_field == doc.end() || !type_field->is_string()) {
-    return std::unexpected(Error::Decode("watch event has no type: " + Excerpt(line)));
+    return std::unexpected(Error::Decode("watch event has no type: " + LineExcerpt(line)));
   }
   const std::optional<WatchEventType> type = ParseType(type_field->get_ref<const std::string&>());
   if (!type) {
     return std::unexpected(Error::Decode("unknown watch event type \"" +
-                                         type_field->get<std::string>() + "\": " + Excerpt(line)));
+                                         type_field->get<std::string>() +
+                                         "\": " + LineExcerpt(line)));
   }
   auto object = doc.find("object");
   if (object == doc.end() || !object->is_object()) {
-    return std::unexpected(Error::Decode("watch event has no object: " + Excerpt(line)));
+    return std::unexpected(Error::Decode("watch event has no object: " + LineExcerpt(line)));
   }
   WatchEvent event;
   event.type = *type;

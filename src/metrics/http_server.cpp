@@ -43,8 +43,11 @@ int PickFreePort() {
   return port;
 }
 
+}  // namespace
+
 // The certificate and key of an HTTPS listener, handed to every handshake and read again when
-// their files change.
+// their files change. Outside the anonymous namespace because HttpServer::Impl holds one (GCC's
+// -Wsubobject-linkage when this file is compiled in a batch).
 class CertificateReloader {
  public:
   explicit CertificateReloader(TlsFiles files) : files_(std::move(files)) {}
@@ -144,8 +147,6 @@ class CertificateReloader {
   struct timespec key_modified_ {};
   std::chrono::steady_clock::time_point next_check_{};
 };
-
-}  // namespace
 
 class HttpServer::Impl {
  public:
