@@ -58,16 +58,43 @@ case "${TPUJOB_DEPS:-all}" in
     ;;
 esac
 
+# Headers that every build's compiles include, from packages the build packages pull in. The
+# image's build stage (the Dockerfile) installs the release's current point version of each, and
+# shares the host's ccache (scripts/build-image.sh): with an older version here its compiles
+# would all miss, and a fresh machine would compile the operator twice. `all` brings them to the
+# version apt offers.
+current_packages=(linux-libc-dev libc6-dev libssl-dev zlib1g-dev)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
+# outdated: those of current_packages installed at another version than apt's candidate.
+outdated() {
+  local p installed candidate
+  for p in "${current_packages[@]}"; do
+    installed=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null) || continue
+    candidate=$(apt-cache policy "$p" 2>/dev/null | awk '$1 == "Candidate:" {print $2}')
+    if [[ -n $candidate && $candidate != "(none)" && $candidate != "$installed" ]]; then
+      echo "$p"
+    fi
+  done
+}
+[[ ${TPUJOB_DEPS:-all} == all ]] || current_packages=()
+mapfile -t old < <(outdated)
+if ((${#missing[@]} == 0 && ${#old[@]} == 0)); then
   exit 0
 fi
-echo "[deps] installing: ${missing[*]}" >&2
 sudo=""
 [[ $(id -u) == 0 ]] || sudo=sudo
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if ((${#missing[@]} > 0)); then
+  echo "[deps] installing: ${missing[*]}" >&2
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+mapfile -t old < <(outdated)
+if ((${#old[@]} > 0)); then
+  echo "[deps] updating to the release's current version (the image's build stage has it): ${old[*]}" >&2
+  $sudo apt-get install -y -qq --no-install-recommends --only-upgrade "${old[@]}" >/dev/null
+fi
