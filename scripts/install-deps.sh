@@ -69,18 +69,21 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-# outdated: those of current_packages installed at another version than apt's candidate.
+[[ ${TPUJOB_DEPS:-all} == all ]] || current_packages=()
+# outdated: those of current_packages installed at an older version than apt's candidate (a
+# newer one, from lists older than the package, is left alone, so nothing is retried each run).
 outdated() {
+  ((${#current_packages[@]} > 0)) || return 0
   local p installed candidate
-  for p in "${current_packages[@]}"; do
+  # One apt-cache call for all of them: "package candidate" lines.
+  while read -r p candidate; do
     installed=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null) || continue
-    candidate=$(apt-cache policy "$p" 2>/dev/null | awk '$1 == "Candidate:" {print $2}')
-    if [[ -n $candidate && $candidate != "(none)" && $candidate != "$installed" ]]; then
+    if [[ $candidate != "(none)" ]] && dpkg --compare-versions "$installed" lt "$candidate"; then
       echo "$p"
     fi
-  done
+  done < <(apt-cache policy "${current_packages[@]}" 2>/dev/null |
+    awk '/^[^ ]+:$/ {p = substr($1, 1, length($1) - 1)} $1 == "Candidate:" {print p, $2}')
 }
-[[ ${TPUJOB_DEPS:-all} == all ]] || current_packages=()
 mapfile -t old < <(outdated)
 if ((${#missing[@]} == 0 && ${#old[@]} == 0)); then
   exit 0
