@@ -71,7 +71,7 @@ Progress tracking is on when )"
 set. PROGRAM's stdout and stderr are then pipes: the supervisor copies every byte, unchanged, to
 its own stdout and stderr as it arrives, and matches each line (ended by \n or \r; the first
 64 KiB of a longer one) against the patterns. Progress is a step greater than the last one seen
-or a change of the heartbeat file's mtime. A stall is, before the first progress,
+or a change of the heartbeat file. A stall is, before the first progress,
 )" << kProgressStartupSecondsEnv
       << R"( since the start (phase "startup"), after it
 )" << kProgressStallSecondsEnv
@@ -118,7 +118,7 @@ Environment:
       of that step was saved
   )" << kProgressHeartbeatFileEnv
       << R"(
-      a file PROGRAM rewrites: each change of its mtime is progress; its content, if a decimal
+      a file PROGRAM rewrites: each change of it (mtime, size, content) is progress; its content, if a decimal
       integer, is the step (otherwise the step counts the changes)
   )" << kProgressStallSecondsEnv
       << R"(

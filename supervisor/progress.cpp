@@ -270,25 +270,30 @@ ProgressTracker::FileVersion ProgressTracker::StatHeartbeat() const {
   version.inode = st.st_ino;
   version.mtime_sec = st.st_mtim.tv_sec;
   version.mtime_nsec = st.st_mtim.tv_nsec;
+  version.size = st.st_size;
+  const int fd = ::open(options_.heartbeat_file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd >= 0) {
+    char buffer[kHeartbeatHead];
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    ::close(fd);
+    if (n > 0) version.head.assign(buffer, static_cast<size_t>(n));
+  }
   return version;
 }
 
 void ProgressTracker::CheckHeartbeat(SteadyClock::time_point now) {
   if (options_.heartbeat_file.empty()) return;
-  const FileVersion version = StatHeartbeat();
+  // Read every look, not only when the metadata changed: "echo 43 > file" within the tick of
+  // the kernel's file clock in which the last look saw "42" leaves inode, time and size as they
+  // were. A look between its truncation and its write sees an empty file; the size tells.
+  FileVersion version = StatHeartbeat();
   if (version == heartbeat_) return;
-  heartbeat_ = version;
-  if (!version.exists) return;  // removed: not progress
+  heartbeat_ = std::move(version);
+  if (!heartbeat_.exists) return;  // removed: not progress
   ++heartbeats_;
   std::optional<int64_t> step;
-  const int fd = ::open(options_.heartbeat_file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd >= 0) {
-    char buffer[64];
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    ::close(fd);
-    if (n > 0 && static_cast<size_t>(n) < sizeof(buffer)) {
-      step = ParseStep(Trim(std::string_view(buffer, static_cast<size_t>(n))));
-    }
+  if (!heartbeat_.head.empty() && heartbeat_.head.size() < kHeartbeatHead) {
+    step = ParseStep(Trim(heartbeat_.head));
   }
   const int64_t seen = step.value_or(heartbeats_);
   if (!step_ || seen > *step_) SetStep(seen);

@@ -120,13 +120,19 @@ class ProgressTracker {
   ProgressState State(SteadyClock::time_point now) const;
 
  private:
+  // What one look at the heartbeat file saw. The content is part of it: a file rewritten in
+  // place within one tick of the kernel's coarse file clock keeps its inode and modification
+  // time (and, from "41" to "42", its size), and only its bytes tell the write happened.
   struct FileVersion {
     bool exists = false;
     ino_t inode = 0;
     int64_t mtime_sec = 0;
     int64_t mtime_nsec = 0;
+    int64_t size = 0;
+    std::string head;  // the first kHeartbeatHead bytes
     bool operator==(const FileVersion&) const = default;
   };
+  static constexpr size_t kHeartbeatHead = 64;
   FileVersion StatHeartbeat() const;
   void Progress(SteadyClock::time_point now);
   void SetStep(int64_t step);

@@ -58,9 +58,10 @@ inline constexpr char kProgressLogPatternEnv[] = "TPUJOB_PROGRESS_LOG_PATTERN";
 // An RE2 regular expression with exactly one capture group: a line saying that a checkpoint was
 // saved, the group its step. Reported as kReportCheckpointKey; not progress by itself.
 inline constexpr char kProgressCheckpointPatternEnv[] = "TPUJOB_PROGRESS_CHECKPOINT_PATTERN";
-// A file the program rewrites: every change of its mtime is progress. If its content (trimmed) is
-// a non-negative decimal integer that is the step; otherwise the step counts the changes. Looked
-// at every kPollMsEnv milliseconds; the file as it is when the program starts is not progress.
+// A file the program rewrites: every change of it (mtime, size or first 64 bytes) is progress.
+// If its content (trimmed) is a non-negative decimal integer that is the step; otherwise the step
+// counts the changes. Looked at every kPollMsEnv milliseconds; the file as it is when the program
+// starts is not progress.
 inline constexpr char kProgressHeartbeatFileEnv[] = "TPUJOB_PROGRESS_HEARTBEAT_FILE";
 // After the first progress, no new progress for this many seconds is a stall (phase "running").
 inline constexpr char kProgressStallSecondsEnv[] = "TPUJOB_PROGRESS_STALL_SECONDS";

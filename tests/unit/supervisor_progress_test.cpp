@@ -7,6 +7,7 @@
 #include <re2/re2.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,6 +244,48 @@ TEST(SupervisorProgressTest, TrackerStepsCheckpointsAndDeadlines) {
   tracker.OnLine("completed step: 6", t0 + seconds(29));
   EXPECT_EQ(tracker.Deadline(), t0 + seconds(39));
   EXPECT_EQ(tracker.State(t0 + seconds(29)).step, 6);
+}
+
+// The kernel stamps files with a coarse clock: two writes within one tick leave the same
+// modification time, and "echo 42 > file" is a truncation then a write, which a look can fall
+// between. Each rewrite below keeps the inode and the time, as such a tick would.
+TEST(SupervisorProgressTest, AHeartbeatRewrittenWithinOneFileClockTickIsSeen) {
+  char pattern[] = "/tmp/tpujob-heartbeat-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const fs::path dir = pattern;
+  const fs::path file = dir / "heartbeat";
+  const auto rewrite = [&](const std::string& text) {
+    WriteFile(file, text);  // truncates and writes in place: same inode
+    const struct timespec times[2] = {{1000, 5}, {1000, 5}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  };
+  rewrite("41\n");
+  ProgressOptions options;
+  options.heartbeat_file = file.string();
+  options.stall = seconds(10);
+  options.startup = seconds(100);
+  ProgressTracker tracker(options);
+  const auto t0 = Clock::now();
+  tracker.Start(t0);
+  tracker.CheckHeartbeat(t0 + seconds(1));
+  EXPECT_FALSE(tracker.State(t0 + seconds(1)).started);  // there before the start
+
+  rewrite("");  // seen between the truncation and the write
+  tracker.CheckHeartbeat(t0 + seconds(2));
+  rewrite(" 42 ");
+  tracker.CheckHeartbeat(t0 + seconds(3));
+  EXPECT_EQ(tracker.State(t0 + seconds(3)).step, 42);
+  EXPECT_EQ(tracker.Deadline(), t0 + seconds(13));
+
+  rewrite(" 43 ");  // the same size as before, too
+  tracker.CheckHeartbeat(t0 + seconds(4));
+  EXPECT_EQ(tracker.State(t0 + seconds(4)).step, 43);
+  EXPECT_EQ(tracker.Deadline(), t0 + seconds(14));
+
+  tracker.CheckHeartbeat(t0 + seconds(5));  // nothing new: not progress
+  EXPECT_EQ(tracker.Deadline(), t0 + seconds(14));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 TEST(SupervisorProgressTest, ReadsProgressOptionsFromTheEnvironment) {
