@@ -24,7 +24,9 @@ double SecondsSince(Clock::time_point start) {
 }
 
 bool JobExists(const std::string& ns, const std::string& job) {
-  return Kubectl("get tpujob " + job + " -n " + ns + " 2>/dev/null", false).exit_code == 0;
+  // Only NotFound counts as gone: a read that failed proves no deletion.
+  const auto got = TestClient().Get(kube::Resource::TPUJobs(), ns, job);
+  return got || !got.error().IsNotFound();
 }
 
 class JobControlE2E : public ::testing::Test {

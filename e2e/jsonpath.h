@@ -4,15 +4,17 @@
 //
 // Supported: literal text, and `{...}` expressions that are a path from the root: `.field`
 // (a `\.` inside a field name is a dot of the name, as in `tpujob\.dev/attempt`), `[N]`, `[-1:]`
-// (the last element) and `[*]` (every element of an array). Several results are joined by one
+// (the last element), `[*]` (every element of an array) and `[?(@.a.b=="text")]` (the elements
+// of an array whose string field equals the text). Several results are joined by one
 // space, as kubectl does. A string prints as itself, an integer in decimal, a boolean as
 // true/false, and a missing field as nothing (kubectl's --allow-missing-template-keys).
 //
-// Anything else — `range`/`end`, filters, a result that is an object, an array, a null or a
+// Anything else — `range`/`end`, other filters, a result that is an object, an array, a null or a
 // non-integral number (kubectl's renderings of those are its own) — yields std::nullopt: the
 // caller asks kubectl, so a template outside this subset still reads exactly as before.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,6 +25,37 @@
 namespace tpujob::e2e {
 
 namespace jsonpath_detail {
+
+// A filter `@.a.b=="text"` (or 'text'): the field's path and the string it must equal.
+struct Filter {
+  std::vector<std::string> path;
+  std::string value;
+};
+inline std::optional<Filter> ParseFilter(std::string_view text) {
+  const size_t eq = text.find("==");
+  if (!text.starts_with("@.") || eq == std::string_view::npos) return std::nullopt;
+  Filter filter;
+  std::string name;
+  for (size_t i = 2; i <= eq; ++i) {
+    if (i == eq || text[i] == '.') {
+      if (name.empty()) return std::nullopt;
+      filter.path.push_back(std::move(name));
+      name.clear();
+      continue;
+    }
+    const char c = text[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return std::nullopt;
+    name.push_back(c);
+  }
+  const std::string_view literal = text.substr(eq + 2);
+  if (literal.size() < 2 || (literal.front() != '"' && literal.front() != '\'') ||
+      literal.back() != literal.front()) {
+    return std::nullopt;
+  }
+  filter.value = std::string(literal.substr(1, literal.size() - 2));
+  if (filter.value.find_first_of("\"'\\") != std::string::npos) return std::nullopt;
+  return filter;
+}
 
 // Applies one expression (the text between the braces) to `root`; appends the printed results.
 inline bool Evaluate(const nlohmann::json& root, std::string_view expr,
@@ -50,6 +83,32 @@ inline bool Evaluate(const nlohmann::json& root, std::string_view expr,
         if (!v->is_object()) continue;
         auto it = v->find(name);
         if (it != v->end()) next.push_back(&*it);
+      }
+      values = std::move(next);
+    } else if (expr.substr(i).starts_with("[?(")) {
+      // A filter: the elements whose field equals a quoted string.
+      const size_t close = expr.find(")]", i);
+      if (close == std::string_view::npos) return false;
+      const std::optional<Filter> filter = ParseFilter(expr.substr(i + 3, close - i - 3));
+      if (!filter) return false;
+      i = close + 2;
+      std::vector<const nlohmann::json*> next;
+      for (const nlohmann::json* v : values) {
+        if (!v->is_array()) return false;  // kubectl: "is not array or slice"
+        for (const nlohmann::json& e : *v) {
+          const nlohmann::json* field = &e;
+          for (const std::string& name : filter->path) {
+            if (field == nullptr || !field->is_object()) {
+              field = nullptr;
+              break;
+            }
+            auto it = field->find(name);
+            field = it == field->end() ? nullptr : &*it;
+          }
+          if (field == nullptr) continue;         // no such field: not selected
+          if (!field->is_string()) return false;  // kubectl compares other types its way
+          if (field->get<std::string>() == filter->value) next.push_back(&e);
+        }
       }
       values = std::move(next);
     } else if (expr[i] == '[') {

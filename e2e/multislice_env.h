@@ -94,8 +94,7 @@ inline std::map<std::string, std::string> NodesByPod(const std::string& ns,
 }
 
 inline std::string PodEnv(const std::string& ns, const std::string& pod, const std::string& name) {
-  const nlohmann::json object = nlohmann::json::parse(
-      Kubectl("get pod " + pod + " -n " + ns + " -o json", false).output, nullptr, false);
+  const nlohmann::json object = PodJson(ns, pod);
   if (!object.is_object()) return "<no pod " + pod + ">";
   const auto env = EnvOf(object);
   auto it = env.find(name);

@@ -112,12 +112,12 @@ class SupervisorSim {
 
   std::vector<json> Pods() const {
     const std::string selector = std::string(cache::kJobNameLabel) + "=" + job_;
-    const json list =
-        json::parse(Kubectl("get pods -n " + ns_ + " -l " + selector + " -o json", false).output,
-                    nullptr, false);
+    kube::ListOptions options;
+    options.label_selector = selector;
+    const kube::Result<json> list = TestClient().List(kube::Resource::Pods(), ns_, options);
     std::vector<json> pods;
-    if (!list.is_object() || !list.contains("items")) return pods;
-    for (const json& p : list["items"]) {
+    if (!list || !list->contains("items")) return pods;
+    for (const json& p : (*list)["items"]) {
       if (!p["metadata"].contains("deletionTimestamp")) pods.push_back(p);
     }
     return pods;

@@ -45,40 +45,75 @@ inline CommandResult ApplyYaml(const std::string& ns, const std::string& yaml) {
 // is marked unschedulable.
 inline void AwaitSchedulerPlacesOn(const std::string& pool, const std::string& name) {
   const std::string probe = "probe-" + name;
-  const auto created = ApplyYaml(
-      "default", "apiVersion: v1\nkind: Pod\nmetadata: {name: " + probe +
-                     "}\nspec:\n  nodeSelector: {cloud.google.com/gke-nodepool: " + pool +
-                     "}\n  tolerations: [{key: google.com/tpu, operator: Exists}]\n  containers: "
-                     "[{name: c, image: probe}]\n");
-  ASSERT_EQ(created.exit_code, 0) << created.output;
+  const nlohmann::json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", probe}}},
+      {"spec",
+       {{"nodeSelector", {{"cloud.google.com/gke-nodepool", pool}}},
+        {"tolerations", {{{"key", "google.com/tpu"}, {"operator", "Exists"}}}},
+        {"containers", {{{"name", "c"}, {"image", "probe"}}}}}}};
+  const CommandResult created = ApiRequest([&]() -> kube::Result<nlohmann::json> {
+    auto made = TestClient().Create(kube::Resource::Pods(), "default", pod);
+    if (!made && made.error().IsAlreadyExists()) return nlohmann::json::object();
+    return made;
+  });
+  ASSERT_EQ(created.exit_code, 0) << "creating pod default/" << probe << ": " << created.output;
   const bool bound = Eventually(
       [&] {
-        return !Kubectl("get pod -n default " + probe + " -o jsonpath='{.spec.nodeName}'", false)
-                    .output.empty();
+        auto got = TestClient().Get(kube::Resource::Pods(), "default", probe);
+        return got && !got->value("/spec/nodeName"_json_pointer, "").empty();
       },
       std::chrono::seconds(90), std::chrono::milliseconds(100));
-  Kubectl("delete pod -n default " + probe + " --grace-period=0 --force --wait=false");
+  kube::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  ApiRequest([&]() -> kube::Result<nlohmann::json> {
+    auto deleted = TestClient().Delete(kube::Resource::Pods(), "default", probe, now);
+    if (!deleted && deleted.error().IsNotFound()) return nlohmann::json::object();
+    return deleted;
+  });
   ASSERT_TRUE(bound) << "the scheduler placed no pod on a node of " << pool;
 }
 
-// Waits until the nodes selected by `selector` are Ready and carry none of the taints the node
-// lifecycle controller puts on a new node (node.kubernetes.io/not-ready, which it lifts a moment
-// after the node reports Ready): a pod the scheduler tries meanwhile is marked unschedulable,
-// and the operator would count that against the attempt.
+// Waits until the nodes with the label selector `selector` are all Ready and carry none of the
+// taints the node lifecycle controller puts on a new node (node.kubernetes.io/not-ready, which
+// it lifts a moment after the node reports Ready): a pod the scheduler tries meanwhile is marked
+// unschedulable, and the operator would count that against the attempt.
 inline void AwaitNodesSchedulable(const std::string& selector) {
-  const auto ready = Kubectl("wait --for=condition=Ready node " + selector + " --timeout=60s");
-  ASSERT_EQ(ready.exit_code, 0) << ready.output;
-  std::string taints;
+  std::string seen;  // for the failure message: each node, Ready, its taints
   ASSERT_TRUE(Eventually(
       [&] {
-        const auto got = Kubectl("get node " + selector +
-                                 " -o jsonpath='{range .items[*]}{.metadata.name}: "
-                                 "{.spec.taints[*].key}{\"\\n\"}{end}'");
-        taints = got.output;
-        return got.exit_code == 0 && taints.find("node.kubernetes.io/") == std::string::npos;
+        kube::ListOptions options;
+        options.label_selector = selector;
+        auto listed = TestClient().List(kube::Resource::Nodes(), "", options);
+        if (!listed) {
+          seen = listed.error().ToString();
+          return false;
+        }
+        seen.clear();
+        bool schedulable = !listed->value("items", nlohmann::json::array()).empty();
+        for (const nlohmann::json& node : listed->value("items", nlohmann::json::array())) {
+          bool ready = false;
+          for (const nlohmann::json& c :
+               node.value("/status/conditions"_json_pointer, nlohmann::json::array())) {
+            ready = ready || (c.value("type", "") == "Ready" && c.value("status", "") == "True");
+          }
+          seen += node.value("/metadata/name"_json_pointer, "") +
+                  (ready ? " Ready" : " not Ready") + ", taints:";
+          for (const nlohmann::json& t :
+               node.value("/spec/taints"_json_pointer, nlohmann::json::array())) {
+            const std::string key = t.value("key", "");
+            seen += " " + key;
+            if (key.starts_with("node.kubernetes.io/")) schedulable = false;
+          }
+          seen += "\n";
+          schedulable = schedulable && ready;
+        }
+        return schedulable;
       },
       std::chrono::seconds(60), std::chrono::milliseconds(100)))
-      << taints;
+      << "nodes " << selector << " not all Ready and schedulable:\n"
+      << seen;
 }
 
 // Creates `count` KWOK nodes named <prefix>-<i> advertising `chips` google.com/tpu, labelled
@@ -98,7 +133,7 @@ inline void CreateTpuNodes(const std::string& prefix, int count, const std::stri
   std::ofstream(path) << yaml.str();
   const auto applied = Kubectl("apply -f " + path);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
-  AwaitNodesSchedulable("-l tpujob.dev/e2e-nodes=" + prefix);
+  AwaitNodesSchedulable("tpujob.dev/e2e-nodes=" + prefix);
   AwaitSchedulerPlacesOn(pool, prefix);
 }
 
@@ -112,7 +147,7 @@ inline void CreateCpuNode(const std::string& name) {
   std::ofstream(path) << manifest;
   const auto applied = Kubectl("apply -f " + path);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
-  AwaitNodesSchedulable("-l tpujob.dev/e2e-nodes=" + name);
+  AwaitNodesSchedulable("tpujob.dev/e2e-nodes=" + name);
 }
 
 inline void DeleteTpuNodes(const std::string& prefix) {
@@ -143,27 +178,47 @@ inline std::string JobYaml(const std::string& name, int workers, const std::stri
   return y.str();
 }
 
-// `what` ("pod NAME", "tpujob NAME", "node NAME") read through TestClient() and printed with
-// `jsonpath`; std::nullopt when that is not one of these or the template is outside
+// `what` read through TestClient() and printed with `jsonpath`: one object ("pod NAME", "tpujob
+// NAME", "node NAME") or a list ("pods", "tpujobs", "nodes", each optionally followed by
+// "-l SELECTOR"). std::nullopt when `what` is none of these or the template is outside
 // JsonPathText's subset, or the read failed other than with NotFound: kubectl answers then.
 inline std::optional<std::string> ReadThroughClient(const std::string& ns, const std::string& what,
                                                     const std::string& jsonpath) {
   const size_t space = what.find(' ');
-  if (space == std::string::npos) return std::nullopt;
-  const std::string kind = what.substr(0, space), name = what.substr(space + 1);
-  if (name.empty() || name.find_first_of(" ,=/'\"") != std::string::npos || name[0] == '-') {
-    return std::nullopt;
+  const std::string kind = what.substr(0, space);
+  std::string name, selector;
+  if (space != std::string::npos) {
+    const std::string rest = what.substr(space + 1);
+    if (rest.starts_with("-l ")) {
+      selector = rest.substr(3);
+      if (selector.empty() || selector.find_first_of(" '\"") != std::string::npos) {
+        return std::nullopt;
+      }
+    } else {
+      name = rest;
+      if (name.empty() || name.find_first_of(" ,=/'\"") != std::string::npos || name[0] == '-') {
+        return std::nullopt;
+      }
+    }
   }
+  const bool list = name.empty();
   std::optional<kube::Resource> resource;
-  if (kind == "pod" || kind == "pods") resource = kube::Resource::Pods();
-  if (kind == "tpujob" || kind == "tpujobs") resource = kube::Resource::TPUJobs();
-  if (kind == "node" || kind == "nodes") resource = kube::Resource::Nodes();
+  if (kind == (list ? "pods" : "pod")) resource = kube::Resource::Pods();
+  if (kind == (list ? "tpujobs" : "tpujob")) resource = kube::Resource::TPUJobs();
+  if (kind == (list ? "nodes" : "node")) resource = kube::Resource::Nodes();
   if (!resource) return std::nullopt;
-  kube::Result<nlohmann::json> object =
-      TestClient().Get(*resource, resource->namespaced ? ns : "", name);
+  const std::string in = resource->namespaced ? ns : "";
+  kube::Result<nlohmann::json> object = nlohmann::json();
+  if (list) {
+    kube::ListOptions options;
+    options.label_selector = selector;
+    object = TestClient().List(*resource, in, options);
+  } else {
+    object = TestClient().Get(*resource, in, name);
+  }
   if (!object) {
     // kubectl prints nothing on stdout for an object that is not there.
-    if (object.error().IsNotFound()) return std::string();
+    if (!list && object.error().IsNotFound()) return std::string();
     return std::nullopt;
   }
   std::optional<std::string> text = JsonPathText(*object, jsonpath);
@@ -199,6 +254,22 @@ inline ::testing::AssertionResult JobFieldBecomes(
          << Kubectl("get pods -n " + ns + " -o wide").output;
 }
 
+// The objects of `resource` in `ns` (with the label selector `selector`) as a List, read through
+// TestClient(); a discarded value when they cannot be read.
+inline nlohmann::json ListJson(const kube::Resource& resource, const std::string& ns,
+                               const std::string& selector = "") {
+  kube::ListOptions options;
+  options.label_selector = selector;
+  kube::Result<nlohmann::json> list = TestClient().List(resource, ns, options);
+  return list ? std::move(*list) : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
+// The pod as the API server has it; a discarded value when it cannot be read.
+inline nlohmann::json PodJson(const std::string& ns, const std::string& pod) {
+  kube::Result<nlohmann::json> object = TestClient().Get(kube::Resource::Pods(), ns, pod);
+  return object ? std::move(*object) : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
 // The job as the API server has it; a discarded value when it cannot be read.
 inline nlohmann::json JobJson(const std::string& ns, const std::string& job) {
   kube::Result<nlohmann::json> object = TestClient().Get(kube::Resource::TPUJobs(), ns, job);
@@ -210,12 +281,9 @@ inline nlohmann::json JobJson(const std::string& ns, const std::string& job) {
 
 // Pod names of the job, sorted.
 inline std::vector<std::string> JobPods(const std::string& ns, const std::string& job) {
-  std::istringstream in(Get(ns, "pods -l tpujob.dev/job-name=" + job,
-                            "{range .items[*]}{.metadata.name}{\"\\n\"}{end}"));
+  std::istringstream in(Get(ns, "pods -l tpujob.dev/job-name=" + job, "{.items[*].metadata.name}"));
   std::vector<std::string> names;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) names.push_back(line);
-  }
+  for (std::string name; in >> name;) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -298,10 +366,12 @@ inline std::string DescribeEvents(const std::vector<EventRecord>& events) {
 // Merges `status` (an object with a "status" key) into the pod's status subresource.
 inline CommandResult PatchPodStatus(const std::string& ns, const std::string& pod,
                                     const nlohmann::json& status) {
-  const std::string path = ClusterDir() + "/status-" + ns + "-" + pod + ".json";
-  std::ofstream(path) << status.dump();
-  return Kubectl("patch pod " + pod + " -n " + ns +
-                 " --subresource=status --type=merge --patch-file " + path);
+  kube::PatchOptions options;
+  options.subresource = "status";
+  return ApiRequest([&] {
+    return TestClient().Patch(kube::Resource::Pods(), ns, pod, kube::PatchType::kMerge, status,
+                              options);
+  });
 }
 
 // Writes a terminated main container into the pod's status, as the kubelet does when the
@@ -399,12 +469,14 @@ inline CommandResult FailInitContainer(const std::string& ns, const std::string&
 inline CommandResult SetNodeCondition(const std::string& node, const std::string& type,
                                       const std::string& status, const std::string& reason,
                                       const std::string& message) {
-  const std::string now = Trim(RunCommand("date -u +%Y-%m-%dT%H:%M:%SZ", false).output);
+  const std::string now = cache::FormatRfc3339(std::chrono::system_clock::now());
   const nlohmann::json patch = fixtures::NodeConditionPatch(type, status, reason, message, now);
-  const std::string path = ClusterDir() + "/node-condition-" + node + ".json";
-  std::ofstream(path) << patch.dump();
-  return Kubectl("patch node " + node + " --subresource=status --type=strategic --patch-file " +
-                 path);
+  kube::PatchOptions options;
+  options.subresource = "status";
+  return ApiRequest([&] {
+    return TestClient().Patch(kube::Resource::Nodes(), "", node, kube::PatchType::kStrategicMerge,
+                              patch, options);
+  });
 }
 
 // `kubectl tpujob ARGS` through kubectl's plugin lookup (kubectl-tpujob beside the operator
@@ -742,10 +814,8 @@ inline ::testing::AssertionResult CacheEqualsApiServer(
 // replica. A job in any other phase has not settled, which is a problem here too.
 // (A multislice job has replicas * spec.tpu.slices workers.)
 inline std::string JobPodProblems(const std::string& ns) {
-  const auto jobs = nlohmann::json::parse(
-      Kubectl("get tpujobs -n " + ns + " -o json", false).output, nullptr, false);
-  const auto pods = nlohmann::json::parse(Kubectl("get pods -n " + ns + " -o json", false).output,
-                                          nullptr, false);
+  const nlohmann::json jobs = ListJson(kube::Resource::TPUJobs(), ns);
+  const nlohmann::json pods = ListJson(kube::Resource::Pods(), ns);
   if (!jobs.is_object() || !pods.is_object()) return "cannot list tpujobs and pods of " + ns;
   std::string out;
   for (const auto& job : jobs["items"]) {

@@ -21,7 +21,11 @@ const nlohmann::json& Job() {
                           {"kind": "Preempted", "action": "Requeue", "node": "n-2"}],
                "cordonedNodes": ["n-1", "n-2"], "sliceSlots": [0, 2], "empty": [],
                "ratio": 0.5, "nothing": null,
-               "allocatable": {"google.com/tpu": "4"}}
+               "allocatable": {"google.com/tpu": "4"},
+               "conditions": [{"type": "Admitted", "status": "True", "reason": "Fits"},
+                              {"type": "Ready", "status": "False", "ready": true},
+                              {"type": "Degraded", "status": "True", "reason": "SliceLost",
+                               "detail": {"slice": "1"}}]}
   })");
   return job;
 }
@@ -59,6 +63,20 @@ TEST(E2eJsonPathTest, IndexesLastElementAndEveryElement) {
   EXPECT_EQ(Print("{.status.faults[*].node}"), "n-2");
 }
 
+TEST(E2eJsonPathTest, FiltersSelectTheElementsWhoseStringFieldIsTheText) {
+  EXPECT_EQ(Print("{.status.conditions[?(@.type==\"Ready\")].status}"), "False");
+  EXPECT_EQ(Print("{.status.conditions[?(@.type=='Admitted')].reason}"), "Fits");
+  EXPECT_EQ(Print("{.status.conditions[?(@.type==\"Degraded\")].status}/"
+                  "{.status.conditions[?(@.type==\"Degraded\")].reason}"),
+            "True/SliceLost");
+  // Every element that matches, one space apart; an element without the field is skipped.
+  EXPECT_EQ(Print("{.status.faults[?(@.action==\"Requeue\")].node}"), "n-2");
+  EXPECT_EQ(Print("{.status.conditions[?(@.status==\"True\")].type}"), "Admitted Degraded");
+  EXPECT_EQ(Print("{.status.conditions[?(@.detail.slice==\"1\")].type}"), "Degraded");
+  EXPECT_EQ(Print("{.status.conditions[?(@.type==\"Failed\")].status}"), "");
+  EXPECT_EQ(Print("{.status.missing[?(@.type==\"Ready\")].status}"), "");
+}
+
 TEST(E2eJsonPathTest, MissingFieldsAndElementsPrintNothing) {
   EXPECT_EQ(Print("{.status.queuePosition}"), "");
   EXPECT_EQ(Print("{.status.progress.step}"), "");
@@ -76,7 +94,10 @@ TEST(E2eJsonPathTest, LeavesKubectlsOwnRenderingsAndSyntaxToKubectl) {
   EXPECT_EQ(Print("{.status.ratio}"), std::nullopt);
   // Ranges, filters, functions and unbalanced braces.
   EXPECT_EQ(Print("{range .status.faults[*]}{.kind}{\"\\n\"}{end}"), std::nullopt);
-  EXPECT_EQ(Print("{.status.faults[?(@.kind==\"Preempted\")].node}"), std::nullopt);
+  EXPECT_EQ(Print("{.status.faults[?(@.kind!=\"Preempted\")].node}"), std::nullopt);
+  EXPECT_EQ(Print("{.status.faults[?(@.kind==Preempted)].node}"), std::nullopt);
+  EXPECT_EQ(Print("{.status.conditions[?(@.ready==\"true\")].type}"), std::nullopt);  // a bool
+  EXPECT_EQ(Print("{.metadata[?(@.name==\"j\")].uid}"), std::nullopt);  // not an array
   EXPECT_EQ(Print("{.metadata.labels['tpujob.dev/attempt']}"), std::nullopt);
   EXPECT_EQ(Print("{.status.phase"), std::nullopt);
   EXPECT_EQ(Print("x}{.status.phase}"), std::nullopt);
