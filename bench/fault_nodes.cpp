@@ -39,11 +39,19 @@ bool CreateFaultNodes(tpujob::kube::Client& client, const std::string& prefix,
       [&] {
         auto nodes = client.List(Resource::Nodes(), "", by_nodes);
         if (!nodes) return false;
+        // Ready, and without the node controller's not-ready taint, which it lifts once it saw
+        // the node Ready: minutes after KWOK's Ready with thousands of new nodes. The operator
+        // admits nothing onto a node with that taint (policy::LifecycleTaint).
         int ready_nodes = 0;
         for (const auto& node : (*nodes)["items"]) {
+          bool ready = false, tainted = false;
           for (const auto& c : node.value("/status/conditions"_json_pointer, Json::array())) {
-            ready_nodes += c.value("type", "") == "Ready" && c.value("status", "") == "True";
+            ready = ready || (c.value("type", "") == "Ready" && c.value("status", "") == "True");
           }
+          for (const auto& t : node.value("/spec/taints"_json_pointer, Json::array())) {
+            tainted = tainted || t.value("key", "") == "node.kubernetes.io/not-ready";
+          }
+          ready_nodes += ready && !tainted;
         }
         return ready_nodes >= count;
       },

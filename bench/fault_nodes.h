@@ -4,7 +4,8 @@
 // Contract:
 //   1. CreateFaultNodes makes `count` KWOK TPU nodes `prefix`-node-0.. of 4 chips, in one pool
 //      named `prefix`, of an accelerator no other scenario's job asks for, labelled
-//      kBenchNodesLabel=`prefix`, and returns once KWOK has them all Ready; on failure it says
+//      kBenchNodesLabel=`prefix`, and returns once KWOK has them all Ready and the node
+//      controller has lifted its node.kubernetes.io/not-ready taint; on failure it says
 //      why and removes them again.
 //   2. A fault is a node condition written as node-problem-detector writes it (a strategic merge
 //      on the status subresource, the conditions KWOK keeps left alone); a repair writes it

@@ -216,22 +216,46 @@ struct ClassState {
 
 std::string Describe(const GangRequest& job) { return job.accelerator + " " + job.topology; }
 
-// Why `job` does not fit. `best_pool` has the most free slots, `best_slots` (nullptr when the
-// class has no node at all), `most_free` the most free chips on one node (single host).
-// "; 2 nodes left out for maintenance scheduled within 1h (a, b)": nodes of the class that
-// announced maintenance soon, which the job could otherwise have used.
-std::string AvoidedMessage(const Capacity& capacity, const Capacity::Class& key) {
-  auto it = capacity.avoided.find(key);
-  if (it == capacity.avoided.end() || it->second.empty()) return "";
+}  // namespace
+
+const cache::Taint* LifecycleTaint(const cache::NodeInfo& node) {
+  for (const cache::Taint& t : node.taints) {
+    if (t.effect == cache::TaintEffect::kNoSchedule &&
+        t.key.str().starts_with("node.kubernetes.io/")) {
+      return &t;
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+// "; 2 nodes WHY (a, b)", the first five named; "" when `nodes` has none of `key`.
+std::string LeftOut(const std::map<Capacity::Class, std::vector<std::string>>& nodes,
+                    const Capacity::Class& key, const std::string& why) {
+  auto it = nodes.find(key);
+  if (it == nodes.end() || it->second.empty()) return "";
   const std::vector<std::string>& names = it->second;
   std::string list;
   for (size_t i = 0; i < names.size() && i < 5; ++i) list += (i == 0 ? "" : ", ") + names[i];
   if (names.size() > 5) list += ", ...";
+  return "; " + std::to_string(names.size()) + (names.size() == 1 ? " node" : " nodes") + " " +
+         why + " (" + list + ")";
+}
+
+// What the job could otherwise have used: "; 1 node left out: maintenance scheduled within 60m
+// (a)" (announced maintenance soon), "; 2 nodes left out until Kubernetes lifts a NoSchedule
+// taint (b node.kubernetes.io/not-ready, ...)" (Ready nodes with a LifecycleTaint).
+std::string AvoidedMessage(const Capacity& capacity, const Capacity::Class& key) {
   const int64_t minutes =
       std::chrono::duration_cast<std::chrono::minutes>(capacity.avoid_window).count();
-  return "; " + std::to_string(names.size()) + (names.size() == 1 ? " node" : " nodes") +
-         " left out: maintenance scheduled within " + std::to_string(minutes) + "m (" + list + ")";
+  return LeftOut(capacity.avoided, key,
+                 "left out: maintenance scheduled within " + std::to_string(minutes) + "m") +
+         LeftOut(capacity.tainted, key, "left out until Kubernetes lifts a NoSchedule taint");
 }
+
+// Why `job` does not fit. `best_pool` has the most free slots, `best_slots` (nullptr when the
+// class has no node at all), `most_free` the most free chips on one node (single host).
 
 std::string CapacityMessage(const GangRequest& job, const ClassState& state, int64_t best_slots,
                             const std::string* best_pool, int64_t most_free) {
@@ -337,6 +361,11 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
       faulty();
       continue;
     }
+    if (const cache::Taint* taint = LifecycleTaint(*node)) {
+      capacity.tainted[{std::string(labels.accelerator), std::string(labels.topology)}].push_back(
+          node->name + " " + taint->key.str());
+      continue;
+    }
     if (changes_in && (!capacity.changes_in || *changes_in < *capacity.changes_in)) {
       capacity.changes_in = changes_in;
     }
@@ -404,6 +433,7 @@ Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
   }
 
   for (auto& [unused, names] : capacity.avoided) std::sort(names.begin(), names.end());
+  for (auto& [unused, names] : capacity.tainted) std::sort(names.begin(), names.end());
   size_t last_rank = ranks;  // the rank of the last entry added, and the pool it went to
   std::vector<NodeCapacity>* pool = nullptr;
   for (size_t i = 0; i < sorted.size(); ++i) {

@@ -120,6 +120,11 @@ struct Capacity {
   // Schedulable, healthy nodes of a class left out because their announced maintenance starts
   // within NodeHealthConfig::maintenance_avoid_window, in name order; named in the messages.
   std::map<Class, std::vector<std::string>> avoided;
+  // Ready, healthy nodes of a class left out while they carry a NoSchedule taint Kubernetes puts
+  // on a node unfit for new pods (LifecycleTaint), in name order; named in the messages. The
+  // node controller puts node.kubernetes.io/not-ready on every new node and lifts it once it saw
+  // the node Ready, seconds later or, with thousands of new nodes, minutes later.
+  std::map<Class, std::vector<std::string>> tainted;
   // Pools of a class with a node that is cordoned (spec.unschedulable) or unhealthy: a
   // re-issued attempt takes other pools first.
   std::map<Class, std::set<std::string>> faulty_pools;
@@ -129,11 +134,19 @@ struct Capacity {
   std::optional<Duration> changes_in;
 };
 
+// The first taint of `node` that Kubernetes itself sets on a node unfit for new pods and that
+// the scheduler honours for the pods the operator makes: a node.kubernetes.io/ key (not-ready,
+// unreachable, memory-, disk- or pid-pressure, network-unavailable, ...) with effect NoSchedule.
+// nullptr when there is none. The NoExecute ones are tolerated for 300 s by every pod.
+const cache::Taint* LifecycleTaint(const cache::NodeInfo& node);
+
 // Builds the capacity from the caches' snapshots. `pods` may include pods of any job and pods
 // not bound yet (those are ignored); terminated pods are ignored; a pod that is being deleted
 // still holds its chips until it is gone. Reservations are then taken out. Nodes that
-// AvoidForMaintenance at `now` offer nothing (Capacity::avoided). A node name listed twice counts
-// once: in the first pool by name, and within one pool as first listed.
+// AvoidForMaintenance at `now` offer nothing (Capacity::avoided), nor do nodes with a
+// LifecycleTaint (Capacity::tainted): the scheduler would leave an admitted job's pods there
+// unschedulable, and the admission would be released after kUnschedulableRelease. A node name
+// listed twice counts once: in the first pool by name, and within one pool as first listed.
 Capacity BuildCapacity(const std::vector<const cache::NodeInfo*>& nodes,
                        const std::vector<const cache::PodInfo*>& pods,
                        const std::vector<Reservation>& reservations, const NodeHealthConfig& health,

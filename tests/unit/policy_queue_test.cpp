@@ -223,6 +223,48 @@ TEST(QueueCapacityTest, NodesWithMaintenanceSoonAreLeftOutAndNamed) {
   EXPECT_TRUE(Build(nodes, {}, {}, off).avoided.empty());
 }
 
+// A Ready node still carrying a NoSchedule taint Kubernetes sets on nodes unfit for new pods
+// (node.kubernetes.io/not-ready on every new node until the node controller sees it Ready; at
+// thousands of new nodes, for minutes) offers nothing: the scheduler would leave an admitted
+// gang's pods there unschedulable, and the admission would be released. Other taints (the TPU
+// taint every pod tolerates, a NoExecute one tolerated for 300 s, one of another prefix) do not.
+TEST(QueueCapacityTest, NodesWithANoScheduleTaintOfKubernetesAreLeftOutAndNamed) {
+  const auto taint = [](const std::string& key, cache::TaintEffect effect) {
+    return cache::Taint{InternedString::Intern(key), InternedString::Intern(""), effect};
+  };
+  std::vector<NodeInfo> nodes;
+  AddPool(nodes, "pool-a", 4, 4);
+  nodes[0].taints.push_back(taint("google.com/tpu", cache::TaintEffect::kNoSchedule));
+  nodes[0].taints.push_back(taint("node.kubernetes.io/not-ready", cache::TaintEffect::kNoSchedule));
+  nodes[1].taints.push_back(
+      taint("node.kubernetes.io/disk-pressure", cache::TaintEffect::kNoSchedule));
+  nodes[2].taints.push_back(taint("node.kubernetes.io/not-ready", cache::TaintEffect::kNoExecute));
+  nodes[3].taints.push_back(taint("example.com/not-ready", cache::TaintEffect::kNoSchedule));
+
+  EXPECT_EQ(LifecycleTaint(nodes[0])->key.str(), "node.kubernetes.io/not-ready");
+  EXPECT_EQ(LifecycleTaint(nodes[2]), nullptr);
+  const Capacity capacity = Build(nodes);
+  EXPECT_EQ(FreeByNode(capacity),
+            (std::map<std::string, int64_t>{{"pool-a-2", 4}, {"pool-a-3", 4}}));
+  EXPECT_THAT(capacity.tainted.at({kV5e, "2x4"}),
+              ElementsAre("pool-a-0 node.kubernetes.io/not-ready",
+                          "pool-a-1 node.kubernetes.io/disk-pressure"));
+  EXPECT_TRUE(capacity.faulty_pools.empty());  // it is not a fault: the job waits, nothing moves
+
+  auto plan = PlanAdmissions(capacity, {Gang("ns/four", 4)});
+  EXPECT_FALSE(plan.at("ns/four").admit);
+  EXPECT_EQ(plan.at("ns/four").message,
+            "needs 4 hosts of tpu-v5-lite-podslice 2x4 (4 chips each) in one node pool; the best "
+            "pool, pool-a, has 2 free; 2 nodes left out until Kubernetes lifts a NoSchedule taint "
+            "(pool-a-0 node.kubernetes.io/not-ready, pool-a-1 node.kubernetes.io/disk-pressure)");
+  // Once the node controller lifted them, the gang fits.
+  for (NodeInfo& node : nodes) {
+    std::erase_if(node.taints,
+                  [](const cache::Taint& t) { return t.key.str().starts_with("node.kubernetes"); });
+  }
+  EXPECT_TRUE(PlanAdmissions(Build(nodes), {Gang("ns/four", 4)}).at("ns/four").admit);
+}
+
 // The move window: a node whose maintenance starts within it is under maintenance (its jobs
 // move); before that it is healthy and says when that changes.
 TEST(NodeHealthTest, AnnouncedMaintenanceCountsWithinTheMoveWindow) {
