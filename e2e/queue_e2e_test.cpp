@@ -1,7 +1,7 @@
 // The queue end to end (docs/architecture.md): gang admission in priority order as capacity
-// frees up, re-issued jobs first, the queue timeout and its deadline across operator restarts.
-// Jobs and nodes of each test carry an accelerator name of their own, so the tests' capacity
-// never mixes.
+// frees up, nodes tainted by Kubernetes left out, re-issued jobs first, the queue timeout and its
+// deadline across operator restarts. Jobs and nodes of each test carry an accelerator name of their
+// own, so the tests' capacity never mixes.
 
 #include <gtest/gtest.h>
 
@@ -97,6 +97,36 @@ TEST_F(QueueE2E, GangsAreAdmittedInPriorityOrderAsCapacityFrees) {
 
 // A re-issued job goes before a new one of higher priority. (With preemption on, the new job
 // would take the re-issued one's place as soon as it ran again: PreemptionE2E.)
+// A node still carrying a NoSchedule taint Kubernetes sets on nodes unfit for new pods (a
+// node.kubernetes.io/ key: not-ready is on every new node until the node controller lifts it)
+// is no capacity: the gang waits and its message names the node, instead of being admitted,
+// left unschedulable and released. Once the taint is gone it runs, on its first attempt. The
+// key here is one the node controller leaves alone, so the test decides when it goes.
+TEST_F(QueueE2E, ANodeWithAKubernetesNoScheduleTaintIsNoCapacityUntilItIsLifted) {
+  TestNamespace ns("qu-taint");
+  CreateTpuNodes(prefix_, 2, accelerator_, "2x4", "pool-" + prefix_);
+  const std::string node = prefix_ + "-1";
+  const std::string taint = "node.kubernetes.io/e2e-not-ready";
+  ASSERT_EQ(Kubectl("taint node " + node + " " + taint + ":NoSchedule").exit_code, 0);
+  OperatorProcess op({"--namespace", ns.name()});
+  ASSERT_EQ(ApplyYaml(ns.name(), Job("tainted", 0)).exit_code, 0);
+
+  const std::string admitted = "{.status.conditions[?(@.type==\"Admitted\")]";
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "tainted", admitted + ".reason}", "WaitingForCapacity"))
+      << op.Log();
+  const std::string why = JobField(ns.name(), "tainted", admitted + ".message}");
+  EXPECT_NE(why.find("1 node left out until Kubernetes lifts a NoSchedule taint (" + node + " " +
+                     taint + ")"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(JobPods(ns.name(), "tainted").size(), 0u) << "pods created before admission";
+
+  ASSERT_EQ(Kubectl("taint node " + node + " " + taint + ":NoSchedule-").exit_code, 0);
+  ASSERT_TRUE(JobFieldBecomes(ns.name(), "tainted", "{.status.phase}", "Running")) << op.Log();
+  EXPECT_EQ(JobField(ns.name(), "tainted", "{.status.attempt}"), "1");
+  EXPECT_EQ(JobPods(ns.name(), "tainted").size(), 2u);
+}
+
 TEST_F(QueueE2E, ReissuedJobGoesBeforeAHigherPriorityNewJob) {
   TestNamespace ns("qu-reissue");
   CreateTpuNodes(prefix_, 3, accelerator_, "2x4", "pool-" + prefix_);
