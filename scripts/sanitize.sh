@@ -51,19 +51,49 @@ export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect
 export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$root/tests/ubsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
-# The gtest output goes to a log; on failure its tail (the failing test and the report) is shown.
+# The tests run in JOBS processes (GoogleTest's shards: each process runs every JOBS-th test), as
+# the plain unit tests run under ctest -j; each shard's output goes to a log, and on failure its
+# tail (the failing test and the report) is shown.
+shards=$((jobs > 0 ? jobs : 1))
+rm -f "$build"/sanitize-test-*.log
+pids=()
+for ((i = 0; i < shards; i++)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$build/$target" --gtest_brief=1 \
+    >"$build/sanitize-test-$i.log" 2>&1 &
+  pids+=($!)
+done
+failed_logs=()
+for ((i = 0; i < shards; i++)); do
+  wait "${pids[$i]}" || failed_logs+=("$build/sanitize-test-$i.log")
+done
 log=$build/sanitize-test.log
-if "$build/$target" --gtest_brief=1 >"$log" 2>&1; then
-  passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\./\1/p' "$log" | tail -1)
-  say "${passed:-?} tests passed, no findings"
+cat "$build"/sanitize-test-[0-9]*.log >"$log"
+# Counted per shard: "[  PASSED  ] N tests.", "[  SKIPPED ] N tests." and "[  FAILED  ] N tests,
+# listed below"; a shard a sanitizer stopped inside a test counts that test as failed.
+passed=0 failed_count=0 skipped=0
+for ((i = 0; i < shards; i++)); do
+  shard_log=$build/sanitize-test-$i.log
+  n=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\./\1/p' "$shard_log" | tail -1)
+  k=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?\..*/\1/p' "$shard_log" | tail -1)
+  skipped=$((skipped + ${k:-0}))
+  f=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below.*/\1/p' "$shard_log" | tail -1)
+  passed=$((passed + ${n:-0}))
+  if [[ -n $f ]]; then
+    failed_count=$((failed_count + f))
+  elif [[ " ${failed_logs[*]} " == *" $shard_log "* ]]; then
+    failed_count=$((failed_count + 1))
+  fi
+done
+if ((${#failed_logs[@]} == 0)); then
+  say "$passed tests passed, $skipped skipped, no findings"
 else
-  tail -n 80 "$log" >&2
-  say "FAILED (log: $log)"
+  for f in "${failed_logs[@]}"; do tail -n 80 "$f" >&2; done
+  say "$passed tests passed, $failed_count failed, $skipped skipped (logs: ${failed_logs[*]})"
   # The failed tests by name (a sanitizer's abort ends the run inside its test, which --gtest_brief
   # leaves unnamed: its report's SUMMARY line then says where).
-  failed=$(sed -nE 's/^\[  FAILED  \] ([A-Za-z0-9_]+\.[A-Za-z0-9_/]+).*/\1/p' "$log" | sort -u | head -n 5 |
-    paste -sd, -)
-  summary=$(grep -m1 '^SUMMARY: ' "$log" || true)
+  failed=$(cat "${failed_logs[@]}" | sed -nE 's/^\[  FAILED  \] ([A-Za-z0-9_]+\.[A-Za-z0-9_/]+).*/\1/p' |
+    sort -u | head -n 5 | paste -sd, -)
+  summary=$(cat "${failed_logs[@]}" | grep -m1 '^SUMMARY: ' || true)
   echo "$mode: ${failed:-no test finished failing}${summary:+; $summary} ($log)" >"$failure"
   exit 1
 fi
