@@ -5,17 +5,23 @@
 #   2. tools | build   in the background: the Go tools (control plane, Kueue, the real node's;
 #                      e2e/tools/*), the real node's jax-worker image, then the project's image
 #                      (scripts/build-image.sh), all cached outside the repository; beside them
-#                      the C++ build (ccache)
-#   3. unit            the unit tests
-#   4. sanitizer and fuzz builds: compiled while the background finishes, before the
-#                      end-to-end tests (through ccache: seconds when nothing changed)
-#   5. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS)
-#   6. sanitizers, fuzz  the unit tests under ASan+UBSan, then TSan, beside each fuzz target
-#                      for FUZZ_SECONDS (default 30)
+#                      the C++ build of what the end-to-end tests run (ccache)
+#   3. unit            the ASan+UBSan build, then the unit tests under it (GoogleTest's cases,
+#                      in one process per core) and the script checks of ctest's `unit` label;
+#                      then the TSan build and the threaded tests under it
+#   4. fuzz build      the libFuzzer targets (clang)
+#   5. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS),
+#                      and beside them, at the lowest CPU priority, each fuzz target for
+#                      FUZZ_SECONDS (default 30): it runs for a fixed time on what the shards
+#                      leave idle
 # Then the table (scripts/test-report.py): each step's wall time, each shard's, the 15 slowest
 # tests, and the counts. Exit status is non-zero if anything failed.
 #
-# TPUJOB_SKIP_SANITIZERS=1 leaves out sanitizers and fuzzing (a quick local run).
+# The unit tests' cases run once, under the sanitizers: compiling them a second time without
+# sanitizers and running them under ctest cost about 5.5 minutes of CPU (docs/testing.md).
+#
+# TPUJOB_SKIP_SANITIZERS=1 leaves out sanitizers and fuzzing (a quick local run): the unit tests
+# then run in the default build, under ctest.
 set -uo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -76,9 +82,13 @@ set -m
 background=$!
 set +m
 
+# With the sanitizers the default build makes only what the end-to-end tests run: the unit
+# tests' cases are compiled and run in the ASan+UBSan build.
+targets=()
+((sanitizers)) && targets=(--target tpujob-operator tpujob-supervise e2e_tests operator_log_tests)
 build_default() {
   { [[ -f $build/build.ninja ]] || cmake -S "$root" -B "$build" -G Ninja >/dev/null; } &&
-    cmake --build "$build" -j "$jobs"
+    cmake --build "$build" -j "$jobs" "${targets[@]}"
 }
 phase "the C++ build"
 if ! timed build build_default >"$log/build" 2>&1; then
@@ -87,15 +97,34 @@ if ! timed build build_default >"$log/build" 2>&1; then
   exit 1
 fi
 
-phase "unit tests"
-timed unit ctest --test-dir "$build" --output-on-failure -L unit -j "$jobs" 2>&1 | tee "$log/unit"
-unit_rc=${PIPESTATUS[0]}
-
+san_rc=0 fuzz_rc=0
 if ((sanitizers)); then
-  phase "the sanitizer and fuzz builds"
-  TPUJOB_BUILD_ONLY=1 timed build-asan bash scripts/sanitize.sh address || true
-  TPUJOB_BUILD_ONLY=1 timed build-tsan bash scripts/sanitize.sh thread || true
-  TPUJOB_BUILD_ONLY=1 timed build-fuzz bash scripts/fuzz.sh || true
+  phase "the ASan+UBSan build"
+  TPUJOB_BUILD_ONLY=1 timed build-asan bash scripts/sanitize.sh address || san_rc=1
+  phase "unit tests: the script checks, and GoogleTest's cases under ASan+UBSan"
+  # ctest's `unit` label without GoogleTest's cases (named Suite.Case), which run under the
+  # sanitizer in one process per core.
+  unit_run() {
+    local rc=0
+    ctest --test-dir "$build" --output-on-failure -L unit -E '[.]' -j "$jobs" || rc=1
+    bash scripts/sanitize.sh address || rc=1
+    return $rc
+  }
+  timed unit unit_run 2>&1 | tee "$log/unit"
+  unit_rc=${PIPESTATUS[0]}
+  # A sanitizer's finding (or a case failing under it) also fails the sanitizers' verdict, which
+  # names it.
+  [[ -s build-asan/sanitize-failure.txt ]] && san_rc=1
+  phase "the TSan build, and the threaded tests under it"
+  TPUJOB_BUILD_ONLY=1 timed build-tsan bash scripts/sanitize.sh thread || san_rc=1
+  timed tsan bash scripts/sanitize.sh thread 2>&1 | tee "$log/sanitizers"
+  ((PIPESTATUS[0] == 0)) || san_rc=1
+  phase "the fuzz build"
+  TPUJOB_BUILD_ONLY=1 timed build-fuzz bash scripts/fuzz.sh || fuzz_rc=1
+else
+  phase "unit tests"
+  timed unit ctest --test-dir "$build" --output-on-failure -L unit -j "$jobs" 2>&1 | tee "$log/unit"
+  unit_rc=${PIPESTATUS[0]}
 fi
 
 phase "waiting for the Go tools and the images"
@@ -109,24 +138,20 @@ if [[ -e $log/image.failed ]]; then
   phase "building the image failed; the real-node tests will build it again and say why"
 fi
 
-phase "end-to-end tests (${TPUJOB_E2E_SHARDS:-3} shards)"
+fuzz_pid=
+if ((sanitizers && fuzz_rc == 0)); then
+  # A fixed time per target on whatever CPU the shards leave idle (nice 19).
+  (timed fuzz nice -n 19 bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}") >"$log/fuzz" 2>&1 &
+  fuzz_pid=$!
+fi
+phase "end-to-end tests (${TPUJOB_E2E_SHARDS:-3} shards)${fuzz_pid:+, fuzzing beside them}"
 timed e2e bash scripts/e2e.sh "$build" 2>&1 | tee "$log/e2e"
 e2e_rc=${PIPESTATUS[0]}
 
-san_rc=0 fuzz_rc=0
-if ((sanitizers)); then
-  # Fuzzing runs for a fixed time per target, on one core: the sanitizer runs take the other.
-  phase "the unit tests under ASan+UBSan, then the threaded ones under TSan, beside fuzzing (${FUZZ_SECONDS:-30} s per target)"
-  (
-    rc=0
-    timed asan bash scripts/sanitize.sh address || rc=1
-    timed tsan bash scripts/sanitize.sh thread || rc=1
-    exit $rc
-  ) >"$log/sanitizers" 2>&1 &
-  sanitizer_pid=$!
-  timed fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || fuzz_rc=1
-  wait "$sanitizer_pid" || san_rc=1
-  cat "$log/sanitizers" >&2
+if [[ -n $fuzz_pid ]]; then
+  phase "waiting for fuzzing"
+  wait "$fuzz_pid" || fuzz_rc=1
+  cat "$log/fuzz" >&2
 fi
 
 ccache --dir "$ccache_dir" --show-stats >"$log/ccache" 2>/dev/null || true

@@ -6,7 +6,9 @@ Reads what the run left behind:
   --timings FILE   one "TEST <tab> SHARD <tab> START <tab> END <tab> RESULT" line per end-to-end
                    gtest test (e2e/lib/test_timings.cpp)
   --junit FILE     ctest's JUnit report of the end-to-end run (every ctest test and its time)
-  --unit FILE, --e2e FILE   ctest's output, for the pass/fail counts ("N tests failed out of M")
+  --unit FILE, --e2e FILE   ctest's output, for the pass/fail counts ("N tests failed out of M");
+                   the unit output also counts the GoogleTest cases run under a sanitizer
+                   (scripts/sanitize.sh: "[sanitize MODE] N tests passed[, M failed][, K skipped]")
   --ccache FILE    `ccache --show-stats`, for the hit rate
 and prints each step's wall time, each shard's wall and busy time, the 15 slowest tests, and the
 counts, ending with the line "total: N passed, M failed".
@@ -43,6 +45,19 @@ def ctest_counts(path):
             failed, total = int(m.group(1)), int(m.group(2))
             return total - failed, failed
     return 0, 0
+
+
+def sanitized_counts(path):
+    """(passed, failed, skipped) summed over scripts/sanitize.sh's result lines."""
+    passed = failed = skipped = 0
+    for line in read_lines(path):
+        m = re.match(r"\[sanitize \w+\] (\d+) tests? passed"
+                     r"(?:, (\d+) failed)?(?:, (\d+) skipped)?", line)
+        if m:
+            passed += int(m.group(1))
+            failed += int(m.group(2) or 0)
+            skipped += int(m.group(3) or 0)
+    return passed, failed, skipped
 
 
 def junit_cases(path):
@@ -112,10 +127,13 @@ def render(args):
         out.append("")
         out.append(f"ccache: {hits.group(1)} of {hits.group(2)} compilations from the cache")
 
+    sanitized_pass, sanitized_fail, unit_skipped = sanitized_counts(args.unit)
     unit_pass, unit_fail = ctest_counts(args.unit)
+    unit_pass, unit_fail = unit_pass + sanitized_pass, unit_fail + sanitized_fail
     e2e_pass, e2e_fail = ctest_counts(args.e2e)
     out.append("")
-    out.append(f"unit: {unit_pass} passed, {unit_fail} failed")
+    skipped = f" ({unit_skipped} skipped under the sanitizer)" if unit_skipped else ""
+    out.append(f"unit: {unit_pass} passed, {unit_fail} failed{skipped}")
     out.append(f"e2e: {e2e_pass} passed, {e2e_fail} failed")
     if args.sanitizers:
         out.append(f"sanitizers: {args.sanitizers}")
@@ -133,7 +151,8 @@ def self_test():
         "junit": ('<testsuite><testcase name="A.One" time="60.0"/>'
                   '<testcase name="B.One" time="300.0"><failure message="x"/></testcase>'
                   '<testcase name="A.Two" time="30.0"/></testsuite>'),
-        "unit": "100% tests passed, 0 tests failed out of 812\n",
+        "unit": ("100% tests passed, 0 tests failed out of 12\n"
+                 "[sanitize address] 798 tests passed, 2 failed, 3 skipped (20 s)\n"),
         "e2e": "99% tests passed, 1 tests failed out of 197\n",
         "ccache": "Cacheable calls: 152 / 152\n  Hits: 149 / 152 (98.03%)\n",
     }
@@ -154,10 +173,10 @@ def self_test():
         "    300.0  B.One  failed",
         "     60.0  A.One",
         "ccache: 149 of 152 compilations from the cache",
-        "unit: 812 passed, 0 failed",
+        "unit: 810 passed, 2 failed (3 skipped under the sanitizer)",
         "e2e: 196 passed, 1 failed",
         "sanitizers: clean",
-        "total: 1008 passed, 1 failed",
+        "total: 1006 passed, 3 failed",
     ]
     lines = table.splitlines()
     missing = [line for line in expected if line not in lines]
