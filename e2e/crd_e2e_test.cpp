@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "e2e_env.h"
+#include "operator_env.h"
 
 namespace tpujob::e2e {
 namespace TPUJOB_TEST_NS {
@@ -80,26 +81,18 @@ struct JobYaml {
 
 class CrdE2E : public ::testing::Test {
  protected:
-  // Installs the CRD once per test process (with client-side apply, as docs/install.md does: the
-  // whole CRD must fit in the last-applied annotation) and waits until the API server serves
-  // this schema (a CRD that was already established from an older file is Established at once,
-  // before the new schema is live, so the wait ends only when the typed pod template answers).
+  // Installs the CRD (InstallCrd(): with client-side apply, as docs/install.md does, since the
+  // whole CRD must fit in the last-applied annotation; once per cluster) and waits until the API
+  // server serves this schema (a CRD that was already established from an older file is
+  // Established at once, before the new schema is live, so the wait ends only when the typed pod
+  // template answers).
   static void SetUpTestSuite() {
     install_output_.clear();
-    const CommandResult applied = Kubectl("apply -f " + kSourceDir + "/crds/");
-    install_output_ += applied.output;
-    if (applied.exit_code != 0) return;
-    // A new CRD's status.conditions is null until its names are accepted, and `kubectl wait
-    // --for=condition` fails on null instead of waiting (a race a large CRD makes likely).
-    const CommandResult named = Kubectl(
-        "wait '--for=jsonpath={.status.acceptedNames.kind}=TPUJob' crd/tpujobs.tpujob.dev "
-        "--timeout=60s");
-    install_output_ += named.output;
-    if (named.exit_code != 0) return;
-    const CommandResult established =
-        Kubectl("wait --for condition=established crd/tpujobs.tpujob.dev --timeout=60s");
-    install_output_ += established.output;
-    if (established.exit_code != 0) return;
+    InstallCrd();
+    if (::testing::Test::HasFatalFailure()) {
+      install_output_ = "InstallCrd() failed (above)";
+      return;
+    }
     JobYaml probe;
     probe.name = "schema-probe";
     probe.worker_template = "{spec: {containers: [{name: c, image: i, imagePullPolicyy: x}]}}";

@@ -41,7 +41,7 @@ class MultiKueueE2E : public ::testing::Test {
     ASSERT_EQ(manager.exit_code, 0) << ReadFile(ManagerDir() + ".up.log");
     manager_kubeconfig_ = Trim(manager.output);
 
-    InstallCrd(Manager);
+    ApplyCrd(Manager);
     // The worker's admin kubeconfig (embedded certificates, as MultiKueue requires) in a Secret
     // in Kueue's namespace.
     const auto secret = Manager(

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -186,10 +188,9 @@ class OperatorProcess : public ChildProcess {
   int metrics_port_ = 0;
 };
 
-// Installs the TPUJob CRD with `kubectl` (the test cluster's unless another is given) and waits
-// until it is established.
-inline void InstallCrd(
-    const std::function<CommandResult(const std::string&, bool)>& kubectl = Kubectl) {
+// Applies the TPUJob CRD with `kubectl` (the test cluster's, or another's) and waits until it is
+// established.
+inline void ApplyCrd(const std::function<CommandResult(const std::string&, bool)>& kubectl) {
   const auto applied = kubectl(std::string("apply -f ") + TPUJOB_SOURCE_DIR + "/crds/", true);
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
   // `kubectl wait --for=condition` gives up at once on a CRD whose status has no conditions
@@ -206,6 +207,48 @@ inline void InstallCrd(
       },
       std::chrono::seconds(30), std::chrono::milliseconds(100)))
       << "the TPUJob CRD is not Established: " << established;
+}
+
+// What InstallCrd() compares: the files of crds/ (a digest of their names and contents) and the
+// CRD the test cluster serves (its uid and generation: a test that deletes, recreates or changes
+// it changes one of them), or "" when the cluster serves none that is Established.
+inline std::string InstalledCrdStamp() {
+  std::string files;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(TPUJOB_SOURCE_DIR) + "/crds")) {
+    paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const auto& path : paths) files += path.filename().string() + "\n" + ReadFile(path) + "\n";
+  const kube::Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+  const CommandResult got =
+      ApiRequest([&] { return TestClient().Get(crds, "", "tpujobs.tpujob.dev"); });
+  if (got.exit_code != 0) return "";
+  const auto crd = nlohmann::json::parse(got.output, nullptr, false);
+  bool established = false;
+  for (const auto& c : crd.value("/status/conditions"_json_pointer, nlohmann::json::array())) {
+    established |= c.value("type", "") == "Established" && c.value("status", "") == "True";
+  }
+  if (!established) return "";
+  return std::to_string(std::hash<std::string>{}(files)) + " " +
+         crd.value("/metadata/uid"_json_pointer, std::string()) + " " +
+         std::to_string(crd.value("/metadata/generation"_json_pointer, 0));
+}
+
+// Installs the TPUJob CRD in the test cluster and waits until it is established; once per
+// cluster, not once per test process: the stamp of the last install is kept in the cluster's
+// directory, and a test process that finds the same files and the same served CRD (uid and
+// generation) starts no kubectl.
+inline void InstallCrd() {
+  const std::string record = ClusterDir() + "/crd-installed";
+  const std::string before = InstalledCrdStamp();
+  if (!before.empty() && before == ReadFile(record)) return;
+  ApplyCrd(Kubectl);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::string after = InstalledCrdStamp();
+  std::ofstream(record + ".tmp") << after;
+  std::filesystem::rename(record + ".tmp", record);
 }
 
 }  // namespace tpujob::e2e
