@@ -33,7 +33,10 @@ command -v go >/dev/null || { echo "build.sh: Go is required to build the contro
 mkdir -p "$dest/bin"
 started=$SECONDS
 log() { printf '[tools %02d:%02d] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*" >&2; }
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0
+# No DWARF from the compiler: the linker strips it anyway (-s -w), and not making it takes about
+# 13% off the compile (kube-scheduler from an empty build cache: 383 s of CPU with, 332 without).
+# Every Go tool of the tests is built with the same flags, so they share compiled packages.
+export GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0
 ldflags="-s -w"
 
 # Version stamps, taken from the pinned modules (what the upstream release builds set with -X).

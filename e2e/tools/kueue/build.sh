@@ -45,7 +45,7 @@ src=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kueue@$K
 cp -r "$src" "$work/kueue" && chmod -R u+w "$work/kueue"
 log "sources in place; compiling ./cmd/kueue"
 # The version stamp the upstream release builds set with -X.
-(cd "$work/kueue" && GOFLAGS=-buildvcs=false CGO_ENABLED=0 go build -trimpath \
+(cd "$work/kueue" && GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0 go build -trimpath \
   -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
   -o "$dest/bin/kueue.tmp" ./cmd/kueue)
 rm -rf "$dest/crds" "$dest/crds.tmp"

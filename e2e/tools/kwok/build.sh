@@ -51,7 +51,7 @@ src=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kwok@$KW
 cp -r "$src" "$work/kwok" && chmod -R u+w "$work/kwok"
 (cd "$work/kwok" && git apply "$here/delete-by-uid.patch")
 log "sources patched; compiling ./cmd/kwok"
-(cd "$work/kwok" && GOFLAGS=-buildvcs=false CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+(cd "$work/kwok" && GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
   -o "$dest/bin/kwok.tmp" ./cmd/kwok)
 mv "$dest/bin/kwok.tmp" "$dest/bin/kwok"
 log "done"

@@ -54,7 +54,8 @@ done
 mkdir -p "$dest/bin" "$dest/images"
 started=$SECONDS
 log() { printf '[node tools %02d:%02d] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*" >&2; }
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0
+# The control plane's flags (../build.sh), so that the packages both build are compiled once.
+export GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0
 
 kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/go.mod")
 [[ -n $kube_version ]] || kube_version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
