@@ -2,12 +2,17 @@
 // test needs (the CRD installed and established).
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,12 +32,25 @@ inline std::string ReadFile(const std::string& path) {
   return buffer.str();
 }
 
+// A TCP port of 127.0.0.1 the kernel had free a moment ago: bound to port 0, read back, closed
+// (as the operator's own listeners will bind it; no process started for it).
 inline int FreePort() {
-  const auto r = RunCommand(
-      "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); "
-      "print(s.getsockname()[1])'",
-      false);
-  return std::stoi(Trim(r.output));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0) << "socket: " << std::strerror(errno);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  EXPECT_NE(port, 0) << "bind to 127.0.0.1:0: " << std::strerror(errno);
+  ::close(fd);
+  return port;
 }
 
 inline int HttpStatus(int port, const std::string& path) {
