@@ -7,13 +7,12 @@
 #                      (scripts/build-image.sh), all cached outside the repository; beside them
 #                      the C++ build of what the end-to-end tests run (ccache)
 #   3. unit            the ASan+UBSan build, then the unit tests under it (GoogleTest's cases,
-#                      in one process per core) and the script checks of ctest's `unit` label;
-#                      then the TSan build and the threaded tests under it
-#   4. fuzz build      the libFuzzer targets (clang)
-#   5. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS),
-#                      and beside them, at the lowest CPU priority, each fuzz target for
-#                      FUZZ_SECONDS (default 30): it runs for a fixed time on what the shards
-#                      leave idle
+#                      in one process per core) and the script checks of ctest's `unit` label
+#   4. e2e             the end-to-end tests in parallel shards (scripts/e2e.sh, TPUJOB_E2E_SHARDS),
+#                      and beside them, at the lowest CPU priority, on what the shards leave idle:
+#                      the TSan build, the fuzz build, then each fuzz target for FUZZ_SECONDS
+#                      (default 30)
+#   5. tsan            the unit tests that run threads of their own, under TSan
 # Then the table (scripts/test-report.py): each step's wall time, each shard's, the 15 slowest
 # tests, and the counts. Exit status is non-zero if anything failed.
 #
@@ -115,18 +114,28 @@ if ((sanitizers)); then
   # A sanitizer's finding (or a case failing under it) also fails the sanitizers' verdict, which
   # names it.
   [[ -s build-asan/sanitize-failure.txt ]] && san_rc=1
-  phase "the TSan build, and the threaded tests under it"
-  TPUJOB_BUILD_ONLY=1 timed build-tsan bash scripts/sanitize.sh thread || san_rc=1
-  timed tsan bash scripts/sanitize.sh thread 2>&1 | tee "$log/sanitizers"
-  ((PIPESTATUS[0] == 0)) || san_rc=1
-  phase "the fuzz build"
-  TPUJOB_BUILD_ONLY=1 timed build-fuzz bash scripts/fuzz.sh || fuzz_rc=1
 else
   phase "unit tests"
   timed unit ctest --test-dir "$build" --output-on-failure -L unit -j "$jobs" 2>&1 | tee "$log/unit"
   unit_rc=${PIPESTATUS[0]}
 fi
 
+beside_pid=
+if ((sanitizers)); then
+  # At the lowest CPU priority, from here on: on a core the wait for the background leaves idle,
+  # then on what the end-to-end shards leave idle (a third of two cores in a fresh machine's
+  # run): the TSan build, the fuzz build, then each fuzz target for a fixed time.
+  (
+    TPUJOB_BUILD_ONLY=1 timed build-tsan nice -n 19 bash scripts/sanitize.sh thread ||
+      touch "$log/build-tsan.failed"
+    if TPUJOB_BUILD_ONLY=1 timed build-fuzz nice -n 19 bash scripts/fuzz.sh; then
+      timed fuzz nice -n 19 bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || touch "$log/fuzz.failed"
+    else
+      touch "$log/fuzz.failed"
+    fi
+  ) >"$log/beside" 2>&1 &
+  beside_pid=$!
+fi
 phase "waiting for the Go tools and the images"
 timed wait-tools wait "$background"
 tools_rc=$?
@@ -138,20 +147,22 @@ if [[ -e $log/image.failed ]]; then
   phase "building the image failed; the real-node tests will build it again and say why"
 fi
 
-fuzz_pid=
-if ((sanitizers && fuzz_rc == 0)); then
-  # A fixed time per target on whatever CPU the shards leave idle (nice 19).
-  (timed fuzz nice -n 19 bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}") >"$log/fuzz" 2>&1 &
-  fuzz_pid=$!
-fi
-phase "end-to-end tests (${TPUJOB_E2E_SHARDS:-3} shards)${fuzz_pid:+, fuzzing beside them}"
+phase "end-to-end tests (${TPUJOB_E2E_SHARDS:-3} shards)${beside_pid:+; the TSan and fuzz builds, then fuzzing, beside them at nice 19}"
 timed e2e bash scripts/e2e.sh "$build" 2>&1 | tee "$log/e2e"
 e2e_rc=${PIPESTATUS[0]}
 
-if [[ -n $fuzz_pid ]]; then
-  phase "waiting for fuzzing"
-  wait "$fuzz_pid" || fuzz_rc=1
-  cat "$log/fuzz" >&2
+if [[ -n $beside_pid ]]; then
+  phase "waiting for the TSan and fuzz builds and fuzzing"
+  wait "$beside_pid"
+  cat "$log/beside" >&2
+  [[ -e $log/fuzz.failed ]] && fuzz_rc=1
+  if [[ -e $log/build-tsan.failed ]]; then
+    san_rc=1
+  else
+    phase "the threaded unit tests under TSan"
+    timed tsan bash scripts/sanitize.sh thread 2>&1 | tee "$log/sanitizers"
+    ((PIPESTATUS[0] == 0)) || san_rc=1
+  fi
 fi
 
 ccache --dir "$ccache_dir" --show-stats >"$log/ccache" 2>/dev/null || true
