@@ -231,14 +231,18 @@ inline void ApplyCrd(const std::function<CommandResult(const std::string&, bool)
 // CRD the test cluster serves (its uid and generation: a test that deletes, recreates or changes
 // it changes one of them), or "" when the cluster serves none that is Established.
 inline std::string InstalledCrdStamp() {
-  std::string files;
-  std::vector<std::filesystem::path> paths;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(TPUJOB_SOURCE_DIR) + "/crds")) {
-    paths.push_back(entry.path());
-  }
-  std::sort(paths.begin(), paths.end());
-  for (const auto& path : paths) files += path.filename().string() + "\n" + ReadFile(path) + "\n";
+  // The files are read once per test process.
+  static const std::string files = [] {
+    std::string text;
+    std::vector<std::filesystem::path> paths;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::string(TPUJOB_SOURCE_DIR) + "/crds")) {
+      paths.push_back(entry.path());
+    }
+    std::sort(paths.begin(), paths.end());
+    for (const auto& path : paths) text += path.filename().string() + "\n" + ReadFile(path) + "\n";
+    return text;
+  }();
   const kube::Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
   const CommandResult got =
       ApiRequest([&] { return TestClient().Get(crds, "", "tpujobs.tpujob.dev"); });

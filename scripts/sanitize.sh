@@ -62,9 +62,10 @@ for ((i = 0; i < shards; i++)); do
     >"$build/sanitize-test-$i.log" 2>&1 &
   pids+=($!)
 done
-failed_logs=()
+failed_logs=() shard_failed=()
 for ((i = 0; i < shards; i++)); do
-  wait "${pids[$i]}" || failed_logs+=("$build/sanitize-test-$i.log")
+  shard_failed[i]=0
+  wait "${pids[$i]}" || { shard_failed[i]=1; failed_logs+=("$build/sanitize-test-$i.log"); }
 done
 log=$build/sanitize-test.log
 cat "$build"/sanitize-test-[0-9]*.log >"$log"
@@ -80,7 +81,7 @@ for ((i = 0; i < shards; i++)); do
   passed=$((passed + ${n:-0}))
   if [[ -n $f ]]; then
     failed_count=$((failed_count + f))
-  elif [[ " ${failed_logs[*]} " == *" $shard_log "* ]]; then
+  elif ((shard_failed[i])); then
     failed_count=$((failed_count + 1))
   fi
 done
