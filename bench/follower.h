@@ -4,9 +4,11 @@
 // Contract:
 //   1. Every event but a bookmark reaches the handler, on the follower's thread, with the
 //      steady-clock time it arrived; the handler does its own locking.
-//   2. No event is lost: a watch that breaks or ends is opened again from the last
-//      resourceVersion seen, after a relist when the server answers 410 Gone; reopened() counts
-//      those reconnections (a scenario reports them).
+//   2. No change is lost: a watch that breaks or ends is opened again from the last
+//      resourceVersion seen; when the server answers 410 Gone it lists again and hands each
+//      listed object to the handler as MODIFIED (ADDED if not seen before), and a DELETED of
+//      each object seen before that the list no longer has, as a reflector's relist does.
+//      reopened() counts those reconnections (a scenario reports them).
 //   3. Stop() (and the destructor) cancels the open watch and joins the thread.
 #pragma once
 
@@ -41,7 +43,7 @@ class Follower {
 
   // Lists once (for the resourceVersion to watch from) and starts following.
   bool Start() {
-    if (!Relist()) return false;
+    if (!Relist(false)) return false;
     thread_ = std::thread([this] { Run(); });
     return true;
   }
@@ -58,7 +60,9 @@ class Follower {
   int reopened() const { return reopened_; }
 
  private:
-  bool Relist() {
+  // Lists, for the resourceVersion to watch from; with `deliver`, hands what changed since the
+  // last event to the handler (contract 2).
+  bool Relist(bool deliver) {
     tpujob::kube::ListOptions options;
     options.label_selector = selector_;
     auto listed = client_.List(resource_, ns_, options);
@@ -67,7 +71,39 @@ class Follower {
       return false;
     }
     resource_version_ = listed->value("/metadata/resourceVersion"_json_pointer, "");
+    if (!deliver) return true;
+    std::map<std::string, Json> gone = std::move(known_);
+    known_.clear();
+    for (Json& item : (*listed)["items"]) {
+      tpujob::kube::WatchEvent event;
+      const std::string uid = item.value("/metadata/uid"_json_pointer, "");
+      event.type = gone.erase(uid) > 0 ? tpujob::kube::WatchEventType::kModified
+                                       : tpujob::kube::WatchEventType::kAdded;
+      event.object = std::move(item);
+      Deliver(event, std::chrono::steady_clock::now());
+    }
+    for (auto& [uid, metadata] : gone) {
+      tpujob::kube::WatchEvent event;
+      event.type = tpujob::kube::WatchEventType::kDeleted;
+      event.object = {{"metadata", std::move(metadata)}};
+      on_event_(event, std::chrono::steady_clock::now());
+    }
     return true;
+  }
+
+  // Hands `event` to the handler and remembers what a relist needs of its object.
+  void Deliver(const tpujob::kube::WatchEvent& event, std::chrono::steady_clock::time_point at) {
+    const Json& metadata = event.object.value("metadata", Json::object());
+    const std::string uid = metadata.value("uid", "");
+    if (event.type == tpujob::kube::WatchEventType::kDeleted) {
+      known_.erase(uid);
+    } else if (!uid.empty()) {
+      Json& kept = known_[uid];
+      for (const char* key : {"name", "namespace", "uid", "labels"}) {
+        if (auto it = metadata.find(key); it != metadata.end()) kept[key] = *it;
+      }
+    }
+    on_event_(event, at);
   }
 
   void Run() {
@@ -87,7 +123,7 @@ class Follower {
       options.resource_version = resource_version_;
       auto watch = client_.Watch(resource_, ns_, options);
       if (!watch) {
-        if (watch.error().IsGone()) Relist();
+        if (watch.error().IsGone()) Relist(true);
         continue;
       }
       {
@@ -100,13 +136,13 @@ class Follower {
         const auto at = std::chrono::steady_clock::now();
         if (!event || !*event) break;
         if ((*event)->type == tpujob::kube::WatchEventType::kError) {
-          if ((*event)->error.IsGone()) Relist();
+          if ((*event)->error.IsGone()) Relist(true);
           break;
         }
         const std::string version =
             (*event)->object.value("/metadata/resourceVersion"_json_pointer, "");
         if (!version.empty()) resource_version_ = version;
-        if ((*event)->type != tpujob::kube::WatchEventType::kBookmark) on_event_(**event, at);
+        if ((*event)->type != tpujob::kube::WatchEventType::kBookmark) Deliver(**event, at);
       }
       std::lock_guard<std::mutex> lock(mu_);
       stream_ = nullptr;
@@ -118,7 +154,8 @@ class Follower {
   const std::string ns_;
   const std::string selector_;
   const Handler on_event_;
-  std::string resource_version_;  // only the watch thread touches it once started
+  std::string resource_version_;       // only the watch thread touches it once started
+  std::map<std::string, Json> known_;  // by uid: the metadata a DELETED of a relist carries
   std::atomic<int> reopened_{0};
   std::mutex mu_;
   bool stopping_ = false;

@@ -31,6 +31,7 @@ struct RecoveryRun {
   double old_gone_ms = 0, created_ms = 0, running_ms = 0, victim_gone_ms = 0;
   double scheduled = 0;  // pods of the new attempt the scheduler placed
   double created = 0;    // pods of the new attempt created, re-creations included
+  double rewritten = 0;  // played container restarts written again (played_supervisors.h)
   WriteCounts writes;
   double Writes() const;
 };

@@ -210,6 +210,24 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
       std::fprintf(stderr, "error: %s: %s\n", name.c_str(),
                    restarted_in_place ? "the programs of generation 2 never all ran"
                                       : "attempt 2 never had all its pods Running");
+      if (restarted_in_place) {
+        // What the played supervisors saw of the pods that did not get there.
+        std::lock_guard<std::mutex> lock(mu);
+        int live = 0, told = 0, barrier = 0, stopped = 0, lost = 0, rewritten = 0;
+        for (const auto& [uid, pod] : pods) {
+          if (pod.job != name || pod.gone) continue;
+          ++live;
+          told += pod.generation >= 2;
+          barrier += pod.barrier >= 2;
+          stopped += pod.restarts > 0;
+          lost += PlayedRestartLost(pod);
+          rewritten += pod.rewritten;
+        }
+        std::fprintf(stderr,
+                     "  live pods %d: told generation 2 %d, barrier 2 %d, restarted %d, restart "
+                     "overwritten now %d, restarts written again %d\n",
+                     live, told, barrier, stopped, lost, rewritten);
+      }
     } else {
       auto after = settled_writes(name, restarted_in_place);
       run.emplace();
@@ -225,6 +243,7 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
       for (const auto& [uid, pod] : pods) {
         run->scheduled += pod.job == name && pod.attempt == "2" && pod.placed_by_scheduler;
         run->created += pod.job == name && pod.attempt == "2";
+        if (pod.job == name) run->rewritten += pod.rewritten;
       }
       if (after) run->writes = WritesSince(*before, *after);
     }
@@ -264,6 +283,12 @@ int SliceRecovery(const std::string& kubeconfig, const std::string& ns, const st
     std::printf("; pods created %.0f for %d, scheduled %.0f; operator writes %.0f:", run.created,
                 pods_per_job, run.scheduled, run.Writes());
     PrintWrites(run.writes);
+    if (run.rewritten > 0) {
+      std::printf(
+          "    (%.0f played container restarts written again: KWOK's pod-ready stage, "
+          "run late, had overwritten them)\n",
+          run.rewritten);
+    }
   };
 
   const auto bench_start = std::chrono::steady_clock::now();
